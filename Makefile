@@ -1,0 +1,57 @@
+# clusterip-policy: build, test and run a local cluster.
+# `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+GO ?= go
+BIN_DIR ?= bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+.PHONY: help build test unit e2e tools vet fmt-check up down demo image certs bench review
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## build bin/webhook with version information
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/webhook ./cmd/webhook
+
+review: build ## review the shipped example Services against the example policy, offline
+	$(BIN_DIR)/webhook review --policy examples/policy.yaml -o text examples/services/
+
+test: vet fmt-check unit e2e ## everything CI runs: vet, gofmt, unit tests, end-to-end tests
+
+unit: ## unit and handler tests (fast, no cluster)
+	$(GO) test -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e/...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "not gofmt-clean:"; echo "$$out"; exit 1; fi
+
+tools: ## build etcd, kube-apiserver and kubectl into .local/bin (cached)
+	hack/build-tools.sh
+
+e2e: tools build ## end-to-end tests against a real etcd + kube-apiserver
+	$(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/... 2>&1 | tee .local/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' ; exit $${PIPESTATUS[0]}
+
+bench: ## benchmarks of the decision functions and the view
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+up: tools build ## start etcd, kube-apiserver and the webhook in the background (.local/)
+	hack/local-up.sh
+
+down: ## stop what `make up` started
+	hack/local-down.sh
+
+demo: up ## start the local cluster and apply the example Services with kubectl
+	hack/demo.sh
+
+certs: ## create a CA and serving certificate for the self-signed overlay
+	$(GO) run ./certs/cmd/gencerts
+
+image: ## build the container image (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t clusterip-policy:$(VERSION) .
