@@ -1,0 +1,163 @@
+package allocview
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// Holder is what an IPAddress object's spec.parentRef names: for Services,
+// group "" and resource "services".
+type Holder struct {
+	Group     string
+	Resource  string
+	Namespace string
+	Name      string
+}
+
+// ServiceHolder is the holder a Service namespace/name would be.
+func ServiceHolder(namespace, name string) Holder {
+	return Holder{Resource: "services", Namespace: namespace, Name: name}
+}
+
+// IsService reports whether h is the Service namespace/name.
+func (h Holder) IsService(namespace, name string) bool {
+	return h == ServiceHolder(namespace, name)
+}
+
+// String renders a Service as "namespace/name" (the form users type) and
+// anything else as "resource.group namespace/name".
+func (h Holder) String() string {
+	ref := h.Name
+	if h.Namespace != "" {
+		ref = h.Namespace + "/" + h.Name
+	}
+	if h.Group == "" && h.Resource == "services" {
+		return ref
+	}
+	kind := h.Resource
+	if h.Group != "" {
+		kind += "." + h.Group
+	}
+	return kind + " " + ref
+}
+
+// allocations is a persistent (copy-on-write) map from IP to holder. A
+// published Snapshot never changes; a writer copies only the path it touches:
+// the root, one of 64 middle nodes and one of 4096 leaves, picked by the
+// address's low 12 bits. Addresses inside a Service range differ in exactly
+// those bits, so a /16 with every IP allocated holds 16 entries per leaf and
+// one change copies about 1 KiB of pointers plus one small leaf, however many
+// IPs the cluster has.
+type allocations struct {
+	count int
+	root  *allocRoot
+}
+
+const fanout = 64
+
+type allocRoot struct {
+	owner *txToken
+	mids  [fanout]*allocMid
+}
+
+type allocMid struct {
+	owner  *txToken
+	leaves [fanout]*allocLeaf
+}
+
+type allocLeaf struct {
+	owner   *txToken
+	entries []allocEntry // sorted by addr
+}
+
+type allocEntry struct {
+	addr   netip.Addr
+	holder Holder
+}
+
+// txToken marks the nodes a transaction has already copied: those it may
+// change in place, since no published snapshot can see them yet.
+type txToken struct{}
+
+func slot(a netip.Addr) (mid, leaf int) {
+	b := a.As16()
+	low := int(b[14])<<8 | int(b[15])
+	return (low >> 6) & (fanout - 1), low & (fanout - 1)
+}
+
+func (m allocations) get(a netip.Addr) (Holder, bool) {
+	if m.root == nil {
+		return Holder{}, false
+	}
+	mi, li := slot(a)
+	mid := m.root.mids[mi]
+	if mid == nil {
+		return Holder{}, false
+	}
+	leaf := mid.leaves[li]
+	if leaf == nil {
+		return Holder{}, false
+	}
+	i, found := slices.BinarySearchFunc(leaf.entries, a, func(e allocEntry, t netip.Addr) int { return e.addr.Compare(t) })
+	if !found {
+		return Holder{}, false
+	}
+	return leaf.entries[i].holder, true
+}
+
+// leafFor returns the leaf for a, copied into tx if it was not already.
+func (m *allocations) leafFor(tx *txToken, a netip.Addr) *allocLeaf {
+	if m.root == nil {
+		m.root = &allocRoot{owner: tx}
+	} else if m.root.owner != tx {
+		r := *m.root
+		r.owner = tx
+		m.root = &r
+	}
+	mi, li := slot(a)
+	mid := m.root.mids[mi]
+	switch {
+	case mid == nil:
+		mid = &allocMid{owner: tx}
+		m.root.mids[mi] = mid
+	case mid.owner != tx:
+		c := *mid
+		c.owner = tx
+		mid = &c
+		m.root.mids[mi] = mid
+	}
+	leaf := mid.leaves[li]
+	switch {
+	case leaf == nil:
+		leaf = &allocLeaf{owner: tx}
+		mid.leaves[li] = leaf
+	case leaf.owner != tx:
+		leaf = &allocLeaf{owner: tx, entries: slices.Clone(leaf.entries)}
+		mid.leaves[li] = leaf
+	}
+	return leaf
+}
+
+func (m *allocations) set(tx *txToken, a netip.Addr, h Holder) {
+	if old, ok := m.get(a); ok && old == h {
+		return // unchanged: copy nothing
+	}
+	leaf := m.leafFor(tx, a)
+	i, found := slices.BinarySearchFunc(leaf.entries, a, func(e allocEntry, t netip.Addr) int { return e.addr.Compare(t) })
+	if found {
+		leaf.entries[i].holder = h
+		return
+	}
+	leaf.entries = slices.Insert(leaf.entries, i, allocEntry{a, h})
+	m.count++
+}
+
+func (m *allocations) delete(tx *txToken, a netip.Addr) {
+	if _, ok := m.get(a); !ok {
+		return
+	}
+	leaf := m.leafFor(tx, a)
+	i, _ := slices.BinarySearchFunc(leaf.entries, a, func(e allocEntry, t netip.Addr) int { return e.addr.Compare(t) })
+	leaf.entries = slices.Delete(leaf.entries, i, i+1)
+	m.count--
+}

@@ -1,0 +1,344 @@
+package allocview
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultServiceCIDRName is the ServiceCIDR the apiserver makes from its
+// first --service-cluster-ip-range; its first CIDR sets the primary family.
+const DefaultServiceCIDRName = "kubernetes"
+
+// ServiceCIDR is what the view keeps of a networking.k8s.io/v1 ServiceCIDR.
+type ServiceCIDR struct {
+	Name  string
+	CIDRs []netip.Prefix
+	// Ready is false only when the Ready condition exists and is not True
+	// (the apiserver allocates from a ServiceCIDR whose condition is missing).
+	Ready bool
+	// Deleting is true once the object has a deletionTimestamp.
+	Deleting bool
+}
+
+// Active reports whether the apiserver would allocate from it.
+func (c ServiceCIDR) Active() bool { return c.Ready && !c.Deleting }
+
+// Snapshot is an immutable view of the cluster's Service ranges and allocated
+// IPs at one moment. Safe for concurrent use; never changes once published.
+type Snapshot struct {
+	// Generation grows by one with every published change.
+	Generation uint64
+	// Synced is true once the source has delivered its initial state; a
+	// snapshot that is not synced must not be used for decisions.
+	Synced bool
+	// TracksAllocations is false where the cluster has no IPAddress API (or
+	// offline without --allocated), so absence from the view proves nothing.
+	TracksAllocations bool
+
+	cidrs  []ServiceCIDR // sorted by name
+	allocs allocations
+}
+
+// ServiceCIDRs returns the ServiceCIDR objects in the view, sorted by name.
+func (s *Snapshot) ServiceCIDRs() []ServiceCIDR { return s.cidrs }
+
+// Holder returns who holds ip, if the view knows.
+func (s *Snapshot) Holder(ip netip.Addr) (Holder, bool) { return s.allocs.get(ip) }
+
+// AllocatedCount is the number of allocated IPs in the view.
+func (s *Snapshot) AllocatedCount() int { return s.allocs.count }
+
+// View publishes Snapshots. Writers are serialised; readers load the current
+// snapshot with one atomic read and never wait for a writer.
+type View struct {
+	mu  sync.Mutex
+	cur atomic.Pointer[Snapshot]
+}
+
+// NewView returns a view whose first snapshot is empty and not synced.
+func NewView() *View {
+	v := &View{}
+	v.cur.Store(&Snapshot{})
+	return v
+}
+
+// Snapshot returns the current snapshot.
+func (v *View) Snapshot() *Snapshot { return v.cur.Load() }
+
+// Update applies the changes fn makes to a copy of the current snapshot and
+// publishes it under the next generation. Only the parts fn touches are
+// copied.
+func (v *View) Update(fn func(*Tx)) *Snapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	old := v.cur.Load()
+	next := *old
+	tx := &Tx{snap: &next, token: &txToken{}}
+	fn(tx)
+	next.Generation = old.Generation + 1
+	v.cur.Store(&next)
+	return &next
+}
+
+// Tx is one batch of changes to a snapshot being built.
+type Tx struct {
+	snap        *Snapshot
+	token       *txToken
+	cidrsCopied bool
+}
+
+// SetServiceCIDR adds or replaces the ServiceCIDR with c's name.
+func (tx *Tx) SetServiceCIDR(c ServiceCIDR) {
+	tx.copyCIDRs()
+	i, found := slices.BinarySearchFunc(tx.snap.cidrs, c.Name, func(e ServiceCIDR, n string) int { return cmp.Compare(e.Name, n) })
+	if found {
+		tx.snap.cidrs[i] = c
+		return
+	}
+	tx.snap.cidrs = slices.Insert(tx.snap.cidrs, i, c)
+}
+
+// DeleteServiceCIDR removes the ServiceCIDR named name, if present.
+func (tx *Tx) DeleteServiceCIDR(name string) {
+	tx.copyCIDRs()
+	tx.snap.cidrs = slices.DeleteFunc(tx.snap.cidrs, func(e ServiceCIDR) bool { return e.Name == name })
+}
+
+func (tx *Tx) copyCIDRs() {
+	if !tx.cidrsCopied {
+		tx.snap.cidrs = slices.Clone(tx.snap.cidrs)
+		tx.cidrsCopied = true
+	}
+}
+
+// SetAllocation records that holder holds ip.
+func (tx *Tx) SetAllocation(ip netip.Addr, holder Holder) { tx.snap.allocs.set(tx.token, ip, holder) }
+
+// DeleteAllocation forgets ip.
+func (tx *Tx) DeleteAllocation(ip netip.Addr) { tx.snap.allocs.delete(tx.token, ip) }
+
+// MarkSynced records that the source has delivered its initial state, and
+// whether it tracks allocations at all.
+func (tx *Tx) MarkSynced(tracksAllocations bool) {
+	tx.snap.Synced = true
+	tx.snap.TracksAllocations = tracksAllocations
+}
+
+// ActiveRange is a range the apiserver allocates from and the policy accepts.
+type ActiveRange struct {
+	Range
+	// Allowed, when not nil, are the only parts of the range the policy's
+	// allowedCIDRs accept (an allowed CIDR smaller than the range).
+	Allowed []netip.Prefix
+}
+
+// Contains reports whether ip is in the range and, if restricted, in an
+// allowed part of it.
+func (r ActiveRange) Contains(ip netip.Addr) bool {
+	if !r.Prefix.Contains(ip) {
+		return false
+	}
+	if r.Allowed == nil {
+		return true
+	}
+	return slices.ContainsFunc(r.Allowed, func(p netip.Prefix) bool { return p.Contains(ip) })
+}
+
+// Excluded is a range that exists but gives no usable address, and why.
+type Excluded struct {
+	Range  Range
+	Reason string
+}
+
+// RangeSet is the set of active ranges a decision works with.
+type RangeSet struct {
+	Active   []ActiveRange
+	Excluded []Excluded
+	// Primary is the family of a Service that names no ipFamilies.
+	Primary Family
+}
+
+// ActiveServiceCIDRs builds the range set from ServiceCIDR objects: those
+// the apiserver allocates from (no deletionTimestamp, Ready missing or True),
+// narrowed to allowed when allowed is not empty. The primary family is that
+// of the default ServiceCIDR's first CIDR, as the apiserver's is that of its
+// first --service-cluster-ip-range.
+func ActiveServiceCIDRs(cidrs []ServiceCIDR, allowed []netip.Prefix) RangeSet {
+	var rs RangeSet
+	for _, c := range cidrs {
+		if c.Name == DefaultServiceCIDRName && len(c.CIDRs) > 0 {
+			rs.Primary = FamilyOf(c.CIDRs[0].Addr())
+		}
+		for _, p := range c.CIDRs {
+			r, err := NewRange(fmt.Sprintf("ServiceCIDR %q", c.Name), p)
+			if err != nil {
+				// The apiserver validates ServiceCIDRs; an unparsable one
+				// cannot be allocated from either.
+				continue
+			}
+			switch {
+			case c.Deleting:
+				rs.Excluded = append(rs.Excluded, Excluded{r, "being deleted"})
+			case !c.Ready:
+				rs.Excluded = append(rs.Excluded, Excluded{r, "not Ready"})
+			default:
+				rs.add(r, allowed)
+			}
+		}
+	}
+	if rs.Primary == "" {
+		rs.Primary = rs.firstFamily()
+	}
+	return rs
+}
+
+// StaticRanges builds the range set from fixed CIDRs: the --service-cidr
+// flag or the policy's serviceCIDRs, for clusters without ServiceCIDRs and
+// offline review. The first CIDR sets the primary family.
+func StaticRanges(source string, prefixes []netip.Prefix, allowed []netip.Prefix) RangeSet {
+	var rs RangeSet
+	for _, p := range prefixes {
+		r, err := NewRange(source, p)
+		if err != nil {
+			continue // callers parse with ParsePrefix first
+		}
+		rs.add(r, allowed)
+	}
+	rs.Primary = IPv4
+	if len(prefixes) > 0 {
+		rs.Primary = FamilyOf(prefixes[0].Addr())
+	}
+	return rs
+}
+
+func (rs *RangeSet) firstFamily() Family {
+	if len(rs.Active) > 0 {
+		return rs.Active[0].Family()
+	}
+	return IPv4
+}
+
+func (rs *RangeSet) add(r Range, allowed []netip.Prefix) {
+	if len(allowed) == 0 {
+		rs.Active = append(rs.Active, ActiveRange{Range: r})
+		return
+	}
+	var parts []netip.Prefix
+	for _, a := range allowed {
+		if a.Bits() <= r.Prefix.Bits() && a.Contains(r.Prefix.Addr()) {
+			rs.Active = append(rs.Active, ActiveRange{Range: r})
+			return // the whole range is approved
+		}
+		if r.Prefix.Bits() < a.Bits() && r.Prefix.Contains(a.Addr()) {
+			parts = append(parts, a)
+		}
+	}
+	if len(parts) > 0 {
+		rs.Active = append(rs.Active, ActiveRange{Range: r, Allowed: parts})
+		return
+	}
+	rs.Excluded = append(rs.Excluded, Excluded{r, "not inside the policy's allowedCIDRs"})
+}
+
+// Placement says where an IP falls among the active ranges.
+type Placement struct {
+	// Kind is Outside when no active range contains the IP.
+	Kind BandKind
+	// Range is the most specific active range containing the IP.
+	Range ActiveRange
+	// DynamicIn is the range whose dynamic band holds the IP, when Kind is
+	// Dynamic (it may be a wider range than Range: see Place).
+	DynamicIn ActiveRange
+}
+
+// Place finds ip among the active ranges. ServiceCIDRs may overlap, and
+// each hands out addresses from its own dynamic band, so an IP counts as
+// dynamic when any range containing it has it in its dynamic band; it is
+// unusable when the most specific range says so (its network or broadcast
+// address).
+func (rs RangeSet) Place(ip netip.Addr) Placement {
+	var p Placement
+	found := false
+	for _, r := range rs.Active {
+		if !r.Contains(ip) {
+			continue
+		}
+		if !found || r.Prefix.Bits() > p.Range.Prefix.Bits() {
+			p.Range = r
+		}
+		found = true
+		if r.Band(ip) == Dynamic && p.DynamicIn.Source == "" {
+			p.DynamicIn = r
+		}
+	}
+	switch {
+	case !found:
+		p.Kind = Outside
+	case p.Range.Band(ip) == Unusable:
+		p.Kind = Unusable
+	case p.DynamicIn.Source != "":
+		p.Kind = Dynamic
+	default:
+		p.Kind = Static
+	}
+	return p
+}
+
+// IsNetworkAddress reports whether ip is the network address of an active
+// range: the placeholder a dry-run create shows validating webhooks.
+func (rs RangeSet) IsNetworkAddress(ip netip.Addr) bool {
+	return slices.ContainsFunc(rs.Active, func(r ActiveRange) bool { return r.Prefix.Addr() == ip })
+}
+
+// Describe lists the active ranges for a message:
+// `10.96.0.0/16 (ServiceCIDR "kubernetes"), fd00::/108 (ServiceCIDR "kubernetes")`.
+func (rs RangeSet) Describe() string {
+	if len(rs.Active) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(rs.Active))
+	for _, r := range rs.Active {
+		s := r.String()
+		if r.Allowed != nil {
+			s = fmt.Sprintf("%s, only %s", s, joinPrefixes(r.Allowed))
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// StaticBands lists the static bands of the active ranges of family f, for
+// the "choose instead" part of a message.
+func (rs RangeSet) StaticBands(f Family) []string {
+	var out []string
+	for _, r := range rs.Active {
+		if r.Family() == f && !r.Static().IsZero() {
+			out = append(out, r.Static().String())
+		}
+	}
+	return out
+}
+
+// ExcludedContaining returns the excluded range holding ip, to explain why an
+// address that looks in range is refused.
+func (rs RangeSet) ExcludedContaining(ip netip.Addr) (Excluded, bool) {
+	for _, e := range rs.Excluded {
+		if e.Range.Prefix.Contains(ip) {
+			return e, true
+		}
+	}
+	return Excluded{}, false
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}

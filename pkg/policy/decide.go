@@ -1,0 +1,505 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"clusterip-policy/pkg/allocview"
+)
+
+// Stage is the admission stage a decision is for.
+type Stage string
+
+const (
+	// StageMutate sees the user's request before the apiserver allocates.
+	StageMutate Stage = "mutate"
+	// StageValidate sees the final object with the allocated IPs.
+	StageValidate Stage = "validate"
+)
+
+// Operation is the admission operation.
+type Operation string
+
+const (
+	Create Operation = "CREATE"
+	Update Operation = "UPDATE"
+)
+
+// Request is what a decision needs to know about one admission request.
+type Request struct {
+	Operation Operation
+	Service   *corev1.Service
+	// OldService is the stored object, on UPDATE.
+	OldService *corev1.Service
+	User       string
+	Groups     []string
+	DryRun     bool
+}
+
+// Env is the state a decision is made against.
+type Env struct {
+	Policy   *Policy
+	Snapshot *allocview.Snapshot
+	// StaticCIDRs (--service-cidr) replace the policy's serviceCIDRs where
+	// the cluster has no ServiceCIDR objects.
+	StaticCIDRs []netip.Prefix
+}
+
+// Ranges returns the active ranges: from ServiceCIDR objects when the
+// cluster has any, otherwise from --service-cidr or the policy's
+// serviceCIDRs; always narrowed to allowedCIDRs.
+func (e Env) Ranges() allocview.RangeSet {
+	if e.Snapshot != nil && len(e.Snapshot.ServiceCIDRs()) > 0 {
+		return allocview.ActiveServiceCIDRs(e.Snapshot.ServiceCIDRs(), e.Policy.AllowedCIDRs)
+	}
+	if len(e.StaticCIDRs) > 0 {
+		return allocview.StaticRanges("--service-cidr", e.StaticCIDRs, e.Policy.AllowedCIDRs)
+	}
+	return allocview.StaticRanges("policy serviceCIDRs", e.Policy.ServiceCIDRs, e.Policy.AllowedCIDRs)
+}
+
+// Outcome is the one-word result in the audit log and in `review` output.
+type Outcome string
+
+const (
+	Allowed Outcome = "allowed"
+	Denied  Outcome = "denied"
+	Warned  Outcome = "warned"
+	Patched Outcome = "patched"
+)
+
+// Violation is one rule that matched one IP.
+type Violation struct {
+	Rule    RuleID `json:"rule"`
+	Action  Action `json:"action"`
+	Field   string `json:"field"`
+	IP      string `json:"ip"`
+	Message string `json:"message"`
+}
+
+// PatchOp is one JSON Patch (RFC 6902) operation.
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// Decision is the result of one stage for one request.
+type Decision struct {
+	Stage   Stage
+	Allowed bool
+	Outcome Outcome
+	// Skipped says why the stage did not evaluate the request (not an
+	// allocating operation, headless, ExternalName, exempt); empty otherwise.
+	Skipped    string
+	Violations []Violation
+	Mutations  []string
+	Patch      []PatchOp
+	// Warnings go back to the client as admission warnings.
+	Warnings []string
+	// Message is the denial message, or a summary for the audit log.
+	Message string
+	// RequestedIPs are the IPs the request names; FinalIPs those the Service
+	// ends with as far as this stage knows (empty: allocated dynamically).
+	RequestedIPs []string
+	FinalIPs     []string
+}
+
+// Rules lists the rule IDs that matched, once each, in order.
+func (d Decision) Rules() []RuleID {
+	var ids []RuleID
+	for _, v := range d.Violations {
+		if !slices.Contains(ids, v.Rule) {
+			ids = append(ids, v.Rule)
+		}
+	}
+	return ids
+}
+
+// Mutate decides the mutating stage: it checks each IP the user asked for
+// and, when the Service asks for none but owns reservations, assigns them.
+func Mutate(env Env, req Request) Decision {
+	svc := req.Service
+	d := Decision{Stage: StageMutate, RequestedIPs: requestedIPs(svc)}
+	d.FinalIPs = d.RequestedIPs
+	if why := mutateSkips(req); why != "" {
+		d.Skipped = why
+		return d.finish(env.Policy)
+	}
+	if why := env.Policy.Exempt(svc.Namespace, req.User, req.Groups); why != "" {
+		d.Skipped = why
+		return d.finish(env.Policy)
+	}
+	rs := env.Ranges()
+	c := checker{env: env, rs: rs, svc: svc, d: &d}
+	if len(d.RequestedIPs) == 0 {
+		if req.Operation == Create || changesFromExternalName(req) {
+			c.assignReserved()
+		}
+		return d.finish(env.Policy)
+	}
+	old := oldIPs(req)
+	for i, raw := range d.RequestedIPs {
+		if slices.Contains(old, raw) {
+			continue // kept from the stored object: not being allocated now
+		}
+		c.checkRequested(fieldFor(svc, i), raw)
+	}
+	return d.finish(env.Policy)
+}
+
+// Validate decides the validating stage: every IP the Service ends with must
+// lie in an active range and must not be reserved for another Service. This
+// catches what the mutating stage cannot see: dynamic allocations, a
+// divergent apiserver's range, a ServiceCIDR removed meanwhile.
+func Validate(env Env, req Request) Decision {
+	svc := req.Service
+	d := Decision{Stage: StageValidate, RequestedIPs: requestedIPs(svc)}
+	d.FinalIPs = d.RequestedIPs
+	if why := validateSkips(req); why != "" {
+		d.Skipped = why
+		return d.finish(env.Policy)
+	}
+	if why := env.Policy.Exempt(svc.Namespace, req.User, req.Groups); why != "" {
+		d.Skipped = why
+		return d.finish(env.Policy)
+	}
+	rs := env.Ranges()
+	c := checker{env: env, rs: rs, svc: svc, d: &d}
+	old := oldIPs(req)
+	for i, raw := range d.RequestedIPs {
+		if slices.Contains(old, raw) {
+			continue // held before this request; a later range change does not revoke it
+		}
+		c.checkFinal(fieldFor(svc, i), raw, req.DryRun)
+	}
+	return d.finish(env.Policy)
+}
+
+func mutateSkips(req Request) string {
+	svc := req.Service
+	switch {
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		return "ExternalName Service: no ClusterIP"
+	case isHeadless(svc):
+		return "headless Service (clusterIP None)"
+	case req.Operation == Create:
+		return ""
+	case req.Operation == Update && (changesFromExternalName(req) || len(newIPs(req)) > 0):
+		return ""
+	case req.Operation == Update:
+		return "UPDATE that allocates no IP"
+	}
+	return fmt.Sprintf("operation %s allocates no IP", req.Operation)
+}
+
+func validateSkips(req Request) string {
+	svc := req.Service
+	switch {
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		return "ExternalName Service: no ClusterIP"
+	case isHeadless(svc):
+		return "headless Service (clusterIP None)"
+	case req.Operation == Create:
+		return ""
+	case req.Operation == Update && len(newIPs(req)) > 0:
+		return ""
+	case req.Operation == Update:
+		return "UPDATE that does not change the IPs"
+	}
+	return fmt.Sprintf("operation %s allocates no IP", req.Operation)
+}
+
+func isHeadless(svc *corev1.Service) bool {
+	return svc.Spec.ClusterIP == corev1.ClusterIPNone ||
+		(len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone)
+}
+
+func changesFromExternalName(req Request) bool {
+	return req.Operation == Update && req.OldService != nil &&
+		req.OldService.Spec.Type == corev1.ServiceTypeExternalName &&
+		req.Service.Spec.Type != corev1.ServiceTypeExternalName
+}
+
+// requestedIPs are clusterIPs, else clusterIP; never "None" or "".
+func requestedIPs(svc *corev1.Service) []string {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		if ip != "" && ip != corev1.ClusterIPNone {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func oldIPs(req Request) []string {
+	if req.Operation != Update || req.OldService == nil || req.OldService.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	return requestedIPs(req.OldService)
+}
+
+// newIPs are the IPs of an update that the stored object did not have.
+func newIPs(req Request) []string {
+	old := oldIPs(req)
+	var out []string
+	for _, ip := range requestedIPs(req.Service) {
+		if !slices.Contains(old, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// fieldFor names the field an IP came from the way the apiserver does.
+func fieldFor(svc *corev1.Service, i int) string {
+	if len(svc.Spec.ClusterIPs) > 1 {
+		return fmt.Sprintf("spec.clusterIPs[%d]", i)
+	}
+	return "spec.clusterIP"
+}
+
+type checker struct {
+	env Env
+	rs  allocview.RangeSet
+	svc *corev1.Service
+	d   *Decision
+}
+
+func (c checker) self() Owner { return Owner{c.svc.Namespace, c.svc.Name} }
+
+func (c checker) violate(rule RuleID, field, raw, format string, args ...any) {
+	msg := fmt.Sprintf("%s: Invalid value: %q: ", field, raw) + fmt.Sprintf(format, args...)
+	c.d.Violations = append(c.d.Violations, Violation{Rule: rule, Action: c.env.Policy.ActionFor(rule), Field: field, IP: raw, Message: msg})
+}
+
+// checkRequested applies the mutating stage's rules, in order, to one IP
+// the user asked for; the first rule that matches is reported.
+func (c checker) checkRequested(field, raw string) {
+	ip, err := allocview.ParseIP(raw)
+	if err != nil {
+		c.violate(RuleInvalidIP, field, raw, "%s; use an address from %s, or leave clusterIP empty to get one allocated", strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)), c.rs.Describe())
+		return
+	}
+	pl := c.rs.Place(ip)
+	if c.outside(field, raw, ip, pl) {
+		return
+	}
+	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
+	if reserved && res.Owner != c.self() {
+		c.violate(RuleReservedForOther, field, raw, "is reserved for Service %s%s; choose another address, or leave clusterIP empty to get one allocated", res.Owner, noteOf(res))
+		return
+	}
+	if pl.Kind == allocview.Dynamic && !reserved {
+		c.violate(RuleStaticIPInDynamicBand, field, raw, "lies in the dynamic band %s of %s; %s or ask for a reservation", pl.DynamicIn.Dynamic(), pl.DynamicIn.Name(), c.chooseStatic(ip))
+		return
+	}
+	c.checkAllocated(field, raw, ip)
+}
+
+func (c checker) checkAllocated(field, raw string, ip netip.Addr) bool {
+	if c.env.Snapshot == nil {
+		return false
+	}
+	h, ok := c.env.Snapshot.Holder(ip)
+	if !ok || h.IsService(c.svc.Namespace, c.svc.Name) {
+		return false
+	}
+	holder := h.String()
+	if h.Resource == "services" && h.Group == "" {
+		holder = "Service " + holder
+	}
+	c.violate(RuleAlreadyAllocated, field, raw, "is already allocated to %s; %s", holder, c.chooseStatic(ip))
+	return true
+}
+
+// outside reports (and records) an IP no active range can hand out.
+func (c checker) outside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
+	switch pl.Kind {
+	case allocview.Outside:
+		why := ""
+		if ex, ok := c.rs.ExcludedContaining(ip); ok {
+			why = fmt.Sprintf("; %s is %s", ex.Range, ex.Reason)
+		}
+		c.violate(RuleOutsideServiceCIDRs, field, raw, "is outside every active Service CIDR%s; the active ones are %s: choose an address in one of them, or leave clusterIP empty to get one allocated", why, c.rs.Describe())
+		return true
+	case allocview.Unusable:
+		what := "network"
+		if ip != pl.Range.Prefix.Addr() {
+			what = "broadcast"
+		}
+		c.violate(RuleOutsideServiceCIDRs, field, raw, "is the %s address of %s, which is never assigned; %s", what, pl.Range.String(), c.chooseStatic(ip))
+		return true
+	}
+	return false
+}
+
+// chooseStatic tells the user where to pick an address of ip's family.
+func (c checker) chooseStatic(ip netip.Addr) string {
+	bands := c.rs.StaticBands(allocview.FamilyOf(ip))
+	if len(bands) == 0 {
+		return "these ranges have no static band, so leave clusterIP empty"
+	}
+	return "choose a free address in the static band " + strings.Join(bands, " or ")
+}
+
+func noteOf(r Reservation) string {
+	if r.Note == "" {
+		return ""
+	}
+	return " (" + r.Note + ")"
+}
+
+// checkFinal applies the validating stage's rules to one IP the Service
+// ends with.
+func (c checker) checkFinal(field, raw string, dryRun bool) {
+	ip, err := allocview.ParseIP(raw)
+	if err != nil {
+		c.violate(RuleInvalidIP, field, raw, "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)))
+		return
+	}
+	if dryRun && c.rs.IsNetworkAddress(ip) {
+		return // the placeholder a dry-run create shows instead of allocating
+	}
+	pl := c.rs.Place(ip)
+	if c.outside(field, raw, ip, pl) {
+		return
+	}
+	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
+	if reserved && res.Owner != c.self() {
+		c.violate(RuleReservedForOther, field, raw, "is reserved for Service %s%s; the apiserver hands out reserved addresses only when a dynamic band (%s) is full, and releases this one with the denial: free or add addresses (another ServiceCIDR), then retry", res.Owner, noteOf(res), dynamicBands(c.rs, allocview.FamilyOf(ip)))
+	}
+}
+
+func dynamicBands(rs allocview.RangeSet, f allocview.Family) string {
+	var out []string
+	for _, r := range rs.Active {
+		if r.Family() == f && !r.Dynamic().IsZero() {
+			out = append(out, r.Dynamic().String()+" of "+r.Name())
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// assignReserved gives a Service that asks for no IP the IPs reserved for
+// it, one per family in the order the Service will have its families.
+func (c checker) assignReserved() {
+	owned := c.env.Policy.ReservationsOf(c.self(), c.rs)
+	if len(owned) == 0 {
+		return
+	}
+	var ips []string
+	for _, f := range wantedFamilies(c.svc, c.rs) {
+		r, ok := owned[f]
+		if !ok {
+			break // clusterIPs follow ipFamilies in order; the rest is allocated dynamically
+		}
+		ips = append(ips, r.IP.String())
+	}
+	if len(ips) == 0 {
+		var held []string
+		for _, r := range owned {
+			held = append(held, r.IP.String())
+		}
+		slices.Sort(held)
+		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.self(), strings.Join(held, ", "), wantedFamilies(c.svc, c.rs)[0]))
+		return
+	}
+	before := len(c.d.Violations)
+	for i, raw := range ips {
+		field := "spec.clusterIP"
+		if len(ips) > 1 {
+			field = fmt.Sprintf("spec.clusterIPs[%d]", i)
+		}
+		ip := netip.MustParseAddr(raw)
+		if !c.outside(field, raw, ip, c.rs.Place(ip)) {
+			c.checkAllocated(field, raw, ip)
+		}
+	}
+	if len(c.d.Violations) > before {
+		return // a reserved IP that cannot be assigned is reported, not patched
+	}
+	c.d.Mutations = append(c.d.Mutations, MutationAssignReserved)
+	c.d.Patch = append(c.d.Patch,
+		PatchOp{Op: "add", Path: "/spec/clusterIP", Value: ips[0]},
+		PatchOp{Op: "add", Path: "/spec/clusterIPs", Value: ips},
+	)
+	c.d.FinalIPs = ips
+}
+
+// wantedFamilies is the order of families the apiserver will give the
+// Service: its ipFamilies, else the primary family, followed by the other
+// one for RequireDualStack (or PreferDualStack on a dual-stack cluster).
+func wantedFamilies(svc *corev1.Service, rs allocview.RangeSet) []allocview.Family {
+	if len(svc.Spec.IPFamilies) > 0 {
+		out := make([]allocview.Family, len(svc.Spec.IPFamilies))
+		for i, f := range svc.Spec.IPFamilies {
+			out[i] = allocview.Family(f)
+		}
+		return out
+	}
+	primary := rs.Primary
+	other := allocview.IPv6
+	if primary == allocview.IPv6 {
+		other = allocview.IPv4
+	}
+	fams := []allocview.Family{primary}
+	if svc.Spec.IPFamilyPolicy == nil {
+		return fams
+	}
+	switch *svc.Spec.IPFamilyPolicy {
+	case corev1.IPFamilyPolicyRequireDualStack:
+		fams = append(fams, other)
+	case corev1.IPFamilyPolicyPreferDualStack:
+		if slices.ContainsFunc(rs.Active, func(r allocview.ActiveRange) bool { return r.Family() == other }) {
+			fams = append(fams, other)
+		}
+	}
+	return fams
+}
+
+// finish applies the policy's actions to the violations and sets the outcome.
+func (d Decision) finish(p *Policy) Decision {
+	var denials []string
+	for _, v := range d.Violations {
+		switch v.Action {
+		case ActionDeny:
+			denials = append(denials, v.Message)
+		case ActionWarn:
+			d.Warnings = append(d.Warnings, v.Message)
+		}
+	}
+	d.Allowed = len(denials) == 0
+	switch {
+	case !d.Allowed:
+		d.Outcome = Denied
+		d.Patch, d.Mutations = nil, nil
+		d.FinalIPs = nil
+		if len(denials) == 1 {
+			d.Message = denials[0]
+		} else {
+			d.Message = "[" + strings.Join(denials, ", ") + "]"
+		}
+	case len(d.Patch) > 0:
+		d.Outcome = Patched
+		d.Message = fmt.Sprintf("assigned reserved %s", strings.Join(d.FinalIPs, ", "))
+	case len(d.Warnings) > 0:
+		d.Outcome = Warned
+		d.Message = strings.Join(d.Warnings, "; ")
+	default:
+		d.Outcome = Allowed
+		d.Message = d.Skipped
+		for _, v := range d.Violations { // audit-only matches
+			d.Message = strings.TrimPrefix(d.Message+"; audit: "+v.Message, "; ")
+		}
+	}
+	return d
+}

@@ -1,0 +1,371 @@
+package policy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"clusterip-policy/pkg/allocview"
+)
+
+const dnsPolicy = `
+reservations:
+- ip: 10.96.0.10
+  service: kube-system/kube-dns
+  note: cluster DNS
+- ip: fd00:10:96::a
+  service: kube-system/kube-dns
+- ip: 10.96.200.1
+  service: team-a/frontend
+`
+
+var (
+	v4Only    = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16")}
+	dualStack = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16", "fd00:10:96::/108")}
+	v6First   = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "fd00:10:96::/108", "10.96.0.0/16")}
+)
+
+func TestMutateChecksEachRequestedIP(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	tests := []struct {
+		name      string
+		cidrs     []allocview.ServiceCIDR
+		allocated []string
+		svc       *corev1.Service
+		rule      RuleID // "" when allowed
+		message   string // exact denial, when given
+	}{
+		{name: "allows a static-band IP", svc: makeService("default/web", clusterIP("10.96.0.20"))},
+		{name: "allows the first static address", svc: makeService("default/web", clusterIP("10.96.0.2"))},
+		{name: "allows the last static address", svc: makeService("default/web", clusterIP("10.96.1.0"))},
+		{name: "denies the first dynamic address", svc: makeService("default/web", clusterIP("10.96.1.1")), rule: RuleStaticIPInDynamicBand},
+		{name: "denies the last dynamic address", svc: makeService("default/web", clusterIP("10.96.255.254")), rule: RuleStaticIPInDynamicBand},
+		{
+			name: "denies a dynamic-band IP with the message SPEC.md gives",
+			svc:  makeService("default/web", clusterIP("10.96.200.5")), rule: RuleStaticIPInDynamicBand,
+			message: `spec.clusterIP: Invalid value: "10.96.200.5": lies in the dynamic band 10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes"; choose a free address in the static band 10.96.0.1-10.96.1.0 or ask for a reservation`,
+		},
+		{name: "allows a dynamic-band IP reserved for this Service", svc: makeService("team-a/frontend", clusterIP("10.96.200.1"))},
+		{
+			name: "denies a dynamic-band IP reserved for another Service as reserved, naming the owner",
+			svc:  makeService("team-b/api", clusterIP("10.96.200.1")), rule: RuleReservedForOther,
+			message: `spec.clusterIP: Invalid value: "10.96.200.1": is reserved for Service team-a/frontend; choose another address, or leave clusterIP empty to get one allocated`,
+		},
+		{
+			name: "denies the DNS IP to anyone but kube-dns",
+			svc:  makeService("default/squatter", clusterIP("10.96.0.10")), rule: RuleReservedForOther,
+			message: `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for Service kube-system/kube-dns (cluster DNS); choose another address, or leave clusterIP empty to get one allocated`,
+		},
+		{name: "allows kube-dns its reserved IP", svc: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"))},
+		{name: "denies the first address to anyone but default/kubernetes", svc: makeService("default/web", clusterIP("10.96.0.1")), rule: RuleReservedForOther},
+		{name: "allows default/kubernetes the first address", svc: makeService("default/kubernetes", clusterIP("10.96.0.1"))},
+		{
+			name: "denies the network address",
+			svc:  makeService("default/web", clusterIP("10.96.0.0")), rule: RuleOutsideServiceCIDRs,
+			message: `spec.clusterIP: Invalid value: "10.96.0.0": is the network address of 10.96.0.0/16 (ServiceCIDR "kubernetes"), which is never assigned; choose a free address in the static band 10.96.0.1-10.96.1.0`,
+		},
+		{name: "denies the broadcast address", svc: makeService("default/web", clusterIP("10.96.255.255")), rule: RuleOutsideServiceCIDRs},
+		{
+			name: "denies an IP outside every range, naming the active ranges",
+			svc:  makeService("default/web", clusterIP("10.200.0.1")), rule: RuleOutsideServiceCIDRs,
+			message: `spec.clusterIP: Invalid value: "10.200.0.1": is outside every active Service CIDR; the active ones are 10.96.0.0/16 (ServiceCIDR "kubernetes"): choose an address in one of them, or leave clusterIP empty to get one allocated`,
+		},
+		{
+			name: "denies something that is not an IP",
+			svc:  makeService("default/web", clusterIP("10.96.0.300")), rule: RuleInvalidIP,
+			message: `spec.clusterIP: Invalid value: "10.96.0.300": is not an IP address; use an address from 10.96.0.0/16 (ServiceCIDR "kubernetes"), or leave clusterIP empty to get one allocated`,
+		},
+		{name: "denies an IPv4-mapped IPv6 address", svc: makeService("default/web", clusterIP("::ffff:10.96.0.20")), rule: RuleInvalidIP},
+		{
+			name: "denies an allocated static IP, naming the holder", allocated: []string{"10.96.0.20=default/other"},
+			svc: makeService("default/web", clusterIP("10.96.0.20")), rule: RuleAlreadyAllocated,
+			message: `spec.clusterIP: Invalid value: "10.96.0.20": is already allocated to Service default/other; choose a free address in the static band 10.96.0.1-10.96.1.0`,
+		},
+		{name: "allows an IP its own Service still holds", allocated: []string{"10.96.0.20=default/web"}, svc: makeService("default/web", clusterIP("10.96.0.20"))},
+		{name: "allows a static IPv6 address", cidrs: dualStack, svc: makeService("default/web", clusterIP("fd00:10:96::20"))},
+		{name: "denies a dynamic IPv6 address", cidrs: dualStack, svc: makeService("default/web", clusterIP("fd00:10:96::101")), rule: RuleStaticIPInDynamicBand},
+		{name: "allows the last static IPv6 address", cidrs: dualStack, svc: makeService("default/web", clusterIP("fd00:10:96::100"))},
+		{name: "denies the last IPv6 address, which IPv6 ranges keep in the dynamic band", cidrs: dualStack, svc: makeService("default/web", clusterIP("fd00:10:96::f:ffff")), rule: RuleStaticIPInDynamicBand},
+		{name: "denies the IPv6 DNS address in a non-canonical spelling", cidrs: dualStack, svc: makeService("default/web", clusterIP("FD00:10:96:0::A")), rule: RuleReservedForOther},
+		{name: "allows kube-dns its IPv6 address in a non-canonical spelling", cidrs: dualStack, svc: makeService("kube-system/kube-dns", clusterIP("fd00:10:96:0:0::a"))},
+		{name: "denies the IPv6 network address", cidrs: dualStack, svc: makeService("default/web", clusterIP("fd00:10:96::")), rule: RuleOutsideServiceCIDRs},
+		{
+			name: "checks every IP of a dual-stack request", cidrs: dualStack,
+			svc:     makeService("default/web", clusterIPs("10.96.0.20", "fd00:10:96::200"), families(corev1.IPv4Protocol, corev1.IPv6Protocol), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)),
+			rule:    RuleStaticIPInDynamicBand,
+			message: `spec.clusterIPs[1]: Invalid value: "fd00:10:96::200": lies in the dynamic band fd00:10:96::101-fd00:10:96::f:ffff of ServiceCIDR "kubernetes"; choose a free address in the static band fd00:10:96::1-fd00:10:96::100 or ask for a reservation`,
+		},
+		{name: "allows a dual-stack request in IPv6-first order", cidrs: dualStack, svc: makeService("default/web", clusterIPs("fd00:10:96::20", "10.96.0.20"), families(corev1.IPv6Protocol, corev1.IPv4Protocol))},
+		{name: "passes a headless Service", svc: makeService("default/web", clusterIP("None"))},
+		{name: "passes an ExternalName Service", svc: makeService("default/web", serviceType(corev1.ServiceTypeExternalName))},
+		{name: "allows a dynamic request", svc: makeService("default/web")},
+		{
+			name: "treats a tiny range as dynamic only", cidrs: []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/28")},
+			svc: makeService("default/web", clusterIP("10.96.0.5")), rule: RuleStaticIPInDynamicBand,
+			message: `spec.clusterIP: Invalid value: "10.96.0.5": lies in the dynamic band 10.96.0.1-10.96.0.14 of ServiceCIDR "kubernetes"; these ranges have no static band, so leave clusterIP empty or ask for a reservation`,
+		},
+		{
+			name:  "denies an IP in a ServiceCIDR that is not Ready",
+			cidrs: append([]allocview.ServiceCIDR{serviceCIDR("extra", false, "10.97.0.0/24")}, v4Only...),
+			svc:   makeService("default/web", clusterIP("10.97.0.5")), rule: RuleOutsideServiceCIDRs,
+			message: `spec.clusterIP: Invalid value: "10.97.0.5": is outside every active Service CIDR; 10.97.0.0/24 (ServiceCIDR "extra") is not Ready; the active ones are 10.96.0.0/16 (ServiceCIDR "kubernetes"): choose an address in one of them, or leave clusterIP empty to get one allocated`,
+		},
+		{
+			name:  "allows the static band of a second ServiceCIDR",
+			cidrs: append([]allocview.ServiceCIDR{serviceCIDR("extra", true, "10.97.0.0/24")}, v4Only...),
+			svc:   makeService("default/web", clusterIP("10.97.0.5")),
+		},
+		{
+			name:  "counts an IP as dynamic when any overlapping range hands it out",
+			cidrs: []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/24"), serviceCIDR("wide", true, "10.96.0.0/20")},
+			svc:   makeService("default/web", clusterIP("10.96.0.100")), rule: RuleStaticIPInDynamicBand,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cidrs := tt.cidrs
+			if cidrs == nil {
+				cidrs = v4Only
+			}
+			d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(cidrs, tt.allocated...)}, Request{Operation: Create, Service: tt.svc})
+			assertRule(t, d, tt.rule, tt.message)
+		})
+	}
+}
+
+// assertRule checks that d denies with exactly rule (or allows, for "").
+func assertRule(t *testing.T, d Decision, rule RuleID, message string) {
+	t.Helper()
+	if rule == "" {
+		if !d.Allowed || len(d.Violations) > 0 {
+			t.Fatalf("want allowed, got %s: %s", d.Outcome, d.Message)
+		}
+		return
+	}
+	if d.Allowed || d.Outcome != Denied {
+		t.Fatalf("want denied by %s, got %s: %s", rule, d.Outcome, d.Message)
+	}
+	if got := d.Rules(); len(got) != 1 || got[0] != rule {
+		t.Fatalf("rules = %v, want [%s]; message %s", got, rule, d.Message)
+	}
+	if message != "" && d.Message != message {
+		t.Fatalf("message\n got: %s\nwant: %s", d.Message, message)
+	}
+}
+
+func TestMutateAssignsReservedIPs(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	tests := []struct {
+		name    string
+		cidrs   []allocview.ServiceCIDR
+		svc     *corev1.Service
+		want    []string // clusterIPs patched in; nil for no patch
+		warning string
+	}{
+		{name: "gives kube-dns its IPv4 address", svc: makeService("kube-system/kube-dns"), want: []string{"10.96.0.10"}},
+		{name: "gives kube-dns its IPv4 address on a dual-stack cluster when single-stack", cidrs: dualStack, svc: makeService("kube-system/kube-dns"), want: []string{"10.96.0.10"}},
+		{name: "gives kube-dns both addresses when RequireDualStack", cidrs: dualStack, svc: makeService("kube-system/kube-dns", familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), want: []string{"10.96.0.10", "fd00:10:96::a"}},
+		{name: "gives kube-dns both addresses when PreferDualStack on a dual-stack cluster", cidrs: dualStack, svc: makeService("kube-system/kube-dns", familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), want: []string{"10.96.0.10", "fd00:10:96::a"}},
+		{name: "gives kube-dns one address when PreferDualStack on a single-stack cluster", svc: makeService("kube-system/kube-dns", familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), want: []string{"10.96.0.10"}},
+		{name: "follows ipFamilies order", cidrs: dualStack, svc: makeService("kube-system/kube-dns", families(corev1.IPv6Protocol, corev1.IPv4Protocol), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), want: []string{"fd00:10:96::a", "10.96.0.10"}},
+		{name: "uses the IPv6 primary family of an IPv6-first cluster", cidrs: v6First, svc: makeService("kube-system/kube-dns"), want: []string{"fd00:10:96::a"}},
+		{name: "assigns the first family only when the second has no reservation", cidrs: dualStack, svc: makeService("team-a/frontend", familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), want: []string{"10.96.200.1"}},
+		{
+			name: "warns and assigns nothing when the first family has no reservation", cidrs: dualStack,
+			svc:     makeService("team-a/frontend", families(corev1.IPv6Protocol)),
+			warning: "Service team-a/frontend holds reservation 10.96.200.1 but will be IPv6 first (its primary family); set ipFamilies to use the reservation",
+		},
+		{name: "gives default/kubernetes the first address", svc: makeService("default/kubernetes"), want: []string{"10.96.0.1"}},
+		{name: "leaves a Service without reservations alone", svc: makeService("default/web")},
+		{name: "leaves a headless kube-dns alone", svc: makeService("kube-system/kube-dns", clusterIP("None"))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cidrs := tt.cidrs
+			if cidrs == nil {
+				cidrs = v4Only
+			}
+			d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, Request{Operation: Create, Service: tt.svc})
+			if !d.Allowed {
+				t.Fatalf("denied: %s", d.Message)
+			}
+			if tt.want == nil {
+				if len(d.Patch) != 0 {
+					t.Fatalf("unexpected patch %v", d.Patch)
+				}
+			} else {
+				wantPatch := []PatchOp{{"add", "/spec/clusterIP", tt.want[0]}, {"add", "/spec/clusterIPs", tt.want}}
+				if got, want := mustJSON(d.Patch), mustJSON(wantPatch); got != want {
+					t.Fatalf("patch = %s, want %s", got, want)
+				}
+				if d.Outcome != Patched || len(d.Mutations) != 1 || d.Mutations[0] != MutationAssignReserved {
+					t.Fatalf("outcome %s mutations %v", d.Outcome, d.Mutations)
+				}
+			}
+			if tt.warning != "" && (len(d.Warnings) != 1 || d.Warnings[0] != tt.warning) {
+				t.Fatalf("warnings = %q, want %q", d.Warnings, tt.warning)
+			}
+		})
+	}
+}
+
+func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
+	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is already allocated to Service default/squatter; choose a free address in the static band 10.96.0.1-10.96.1.0`)
+	if len(d.Patch) != 0 {
+		t.Fatalf("patched although denied: %v", d.Patch)
+	}
+}
+
+func TestMutateOnUpdate(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack, "10.96.200.9=default/web")}
+	extName := makeService("default/web", serviceType(corev1.ServiceTypeExternalName))
+	tests := []struct {
+		name     string
+		old, svc *corev1.Service
+		rule     RuleID
+		patched  bool
+	}{
+		{name: "denies ExternalName to ClusterIP with a dynamic-band IP", old: extName, svc: makeService("default/web", clusterIP("10.96.200.5")), rule: RuleStaticIPInDynamicBand},
+		{name: "allows ExternalName to ClusterIP with a static-band IP", old: extName, svc: makeService("default/web", clusterIP("10.96.0.30"))},
+		{name: "assigns kube-dns its IP when it turns from ExternalName to ClusterIP", old: makeService("kube-system/kube-dns", serviceType(corev1.ServiceTypeExternalName)), svc: makeService("kube-system/kube-dns"), patched: true},
+		{name: "passes a label-only update of a Service that kept a dynamic IP", old: makeService("default/web", clusterIP("10.96.200.9")), svc: makeService("default/web", clusterIP("10.96.200.9"))},
+		{name: "does not assign on a PUT that omits clusterIP", old: makeService("kube-system/kube-dns", clusterIP("10.96.0.10")), svc: makeService("kube-system/kube-dns")},
+		{
+			name: "checks only the IP a single-to-dual-stack update adds",
+			old:  makeService("default/web", clusterIPs("10.96.200.9")),
+			svc:  makeService("default/web", clusterIPs("10.96.200.9", "fd00:10:96::5000"), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)),
+			rule: RuleStaticIPInDynamicBand,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Mutate(env, Request{Operation: Update, Service: tt.svc, OldService: tt.old})
+			assertRule(t, d, tt.rule, "")
+			if got := len(d.Patch) > 0; got != tt.patched {
+				t.Fatalf("patched = %v, want %v (%v)", got, tt.patched, d.Patch)
+			}
+		})
+	}
+}
+
+func TestValidateChecksFinalIPs(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy+"allowedCIDRs: [10.96.0.0/12, fd00:10:96::/64]\n")
+	unapproved := append([]allocview.ServiceCIDR{serviceCIDR("rogue", true, "192.168.0.0/24")}, v4Only...)
+	tests := []struct {
+		name    string
+		cidrs   []allocview.ServiceCIDR
+		req     Request
+		rule    RuleID
+		message string
+	}{
+		{name: "allows a dynamic allocation in the dynamic band", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.44.3"))}},
+		{
+			name: "denies a dynamic allocation that spilled onto the DNS IP",
+			req:  Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.10"))}, rule: RuleReservedForOther,
+			message: `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for Service kube-system/kube-dns (cluster DNS); the apiserver hands out reserved addresses only when a dynamic band (10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes") is full, and releases this one with the denial: free or add addresses (another ServiceCIDR), then retry`,
+		},
+		{name: "allows kube-dns its IP", req: Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIPs("10.96.0.10"))}},
+		{
+			name: "denies an IP from a ServiceCIDR outside allowedCIDRs", cidrs: unapproved,
+			req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("192.168.0.77"))}, rule: RuleOutsideServiceCIDRs,
+			message: `spec.clusterIP: Invalid value: "192.168.0.77": is outside every active Service CIDR; 192.168.0.0/24 (ServiceCIDR "rogue") is not inside the policy's allowedCIDRs; the active ones are 10.96.0.0/16 (ServiceCIDR "kubernetes"): choose an address in one of them, or leave clusterIP empty to get one allocated`,
+		},
+		{name: "denies an IP from an apiserver with a divergent range", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("192.168.0.5"))}, rule: RuleOutsideServiceCIDRs},
+		{name: "allows the dry-run placeholder", req: Request{Operation: Create, DryRun: true, Service: makeService("default/web", clusterIPs("10.96.0.0"))}},
+		{name: "denies the network address outside a dry run", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.0"))}, rule: RuleOutsideServiceCIDRs},
+		{name: "allows both dry-run placeholders of a dual-stack create", cidrs: dualStack, req: Request{Operation: Create, DryRun: true, Service: makeService("default/web", clusterIPs("10.96.0.0", "fd00:10:96::"))}},
+		{name: "passes an update that keeps the IPs", req: Request{Operation: Update, OldService: makeService("default/web", clusterIPs("192.168.0.5")), Service: makeService("default/web", clusterIPs("192.168.0.5"))}},
+		{name: "does not care about the dynamic band (the allocator put it there)", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.255.254"))}},
+		{name: "passes a headless Service", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("None"))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cidrs := tt.cidrs
+			if cidrs == nil {
+				cidrs = v4Only
+			}
+			assertRule(t, Validate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, tt.req), tt.rule, tt.message)
+		})
+	}
+}
+
+func TestEnforcementModes(t *testing.T) {
+	req := Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.200.5"))}
+	tests := []struct {
+		name        string
+		enforcement string
+		outcome     Outcome
+		warnings    int
+	}{
+		{name: "denies by default", enforcement: "", outcome: Denied},
+		{name: "warns when the rule says warn", enforcement: "enforcement:\n  rules:\n    static-ip-in-dynamic-band: warn\n", outcome: Warned, warnings: 1},
+		{name: "only audits when the default says audit", enforcement: "enforcement:\n  default: audit\n", outcome: Allowed},
+		{name: "a rule's deny beats a default warn", enforcement: "enforcement:\n  default: warn\n  rules:\n    static-ip-in-dynamic-band: deny\n", outcome: Denied},
+		{name: "another rule's action does not apply", enforcement: "enforcement:\n  rules:\n    reserved-for-other: warn\n", outcome: Denied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Mutate(Env{Policy: mustPolicy(t, tt.enforcement), Snapshot: makeSnapshot(v4Only)}, req)
+			if d.Outcome != tt.outcome || len(d.Warnings) != tt.warnings {
+				t.Fatalf("outcome %s warnings %q; want %s and %d", d.Outcome, d.Warnings, tt.outcome, tt.warnings)
+			}
+			if got := d.Rules(); len(got) != 1 || got[0] != RuleStaticIPInDynamicBand {
+				t.Fatalf("rules %v: every mode still records the rule", got)
+			}
+			if tt.outcome == Allowed && !strings.Contains(d.Message, "audit: ") {
+				t.Fatalf("audit message missing: %q", d.Message)
+			}
+		})
+	}
+}
+
+func TestExemptions(t *testing.T) {
+	p := mustPolicy(t, "exemptions:\n  namespaces: [legacy]\n  users: [alice]\n  groups: [platform-admins]\n")
+	env := Env{Policy: p, Snapshot: makeSnapshot(v4Only)}
+	tests := []struct {
+		name    string
+		req     Request
+		skipped string
+	}{
+		{name: "exempts a namespace", req: Request{Operation: Create, Service: makeService("legacy/web", clusterIP("10.96.200.5"))}, skipped: "namespace legacy is exempt by the policy"},
+		{name: "exempts a user", req: Request{Operation: Create, User: "alice", Service: makeService("default/web", clusterIP("10.96.200.5"))}, skipped: "user alice is exempt by the policy"},
+		{name: "exempts a group", req: Request{Operation: Create, User: "bob", Groups: []string{"system:authenticated", "platform-admins"}, Service: makeService("default/web", clusterIP("10.96.200.5"))}, skipped: "group platform-admins is exempt by the policy"},
+		{name: "does not exempt anyone else", req: Request{Operation: Create, User: "bob", Groups: []string{"dev"}, Service: makeService("default/web", clusterIP("10.96.200.5"))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, decide := range []func(Env, Request) Decision{Mutate, Validate} {
+				d := decide(env, tt.req)
+				if d.Skipped != tt.skipped {
+					t.Fatalf("%s: skipped %q, want %q", d.Stage, d.Skipped, tt.skipped)
+				}
+				if tt.skipped != "" && (!d.Allowed || d.Outcome != Allowed) {
+					t.Fatalf("%s: exempt request not allowed: %s", d.Stage, d.Message)
+				}
+			}
+		})
+	}
+}
+
+func TestStaticRangesServeClustersWithoutServiceCIDRs(t *testing.T) {
+	p := mustPolicy(t, "serviceCIDRs: [10.0.0.0/24]\n")
+	noAPI := allocview.NewView().Update(func(tx *allocview.Tx) { tx.MarkSynced(false) })
+	d := Mutate(Env{Policy: p, Snapshot: noAPI}, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.0.0.100"))})
+	assertRule(t, d, RuleStaticIPInDynamicBand, `spec.clusterIP: Invalid value: "10.0.0.100": lies in the dynamic band 10.0.0.17-10.0.0.254 of 10.0.0.0/24 (policy serviceCIDRs); choose a free address in the static band 10.0.0.1-10.0.0.16 or ask for a reservation`)
+	// --service-cidr replaces the policy's serviceCIDRs.
+	d = Mutate(Env{Policy: p, Snapshot: noAPI, StaticCIDRs: mustPrefixes("10.1.0.0/24")}, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.0.0.5"))})
+	assertRule(t, d, RuleOutsideServiceCIDRs, "")
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
