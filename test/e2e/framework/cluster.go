@@ -1,0 +1,524 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"clusterip-policy/certs"
+)
+
+// Options describe a cluster to start.
+type Options struct {
+	// Dir holds everything of the cluster; a new temporary directory when
+	// empty.
+	Dir      string
+	Root     string   // repository root; RepoRoot() when empty
+	Binaries Binaries // DefaultBinaries(Root) when zero
+	// APIServers to start, in order, on one etcd. Default: one with
+	// 10.96.0.0/16. Every one after the first gets a UTS namespace of its
+	// own unless its Hostname is set.
+	APIServers []APIServerOptions
+	// Policy is the YAML policy text, written to Dir/policy.yaml; or
+	// PolicyFile names an existing file the webhooks read directly.
+	Policy     string
+	PolicyFile string
+	// Webhooks is the number of webhook processes; webhook i talks to
+	// apiserver i modulo the number of apiservers. Several webhooks are
+	// registered behind a TCP round-robin on loopback.
+	Webhooks int
+	// NoRBAC skips creating the webhook's roles from manifests/base, and
+	// NoRegister skips registering the webhook configurations: for a test
+	// that applies the deployment manifests itself.
+	NoRBAC, NoRegister bool
+	Detach             bool // leave the processes running after this process exits
+	Logf               func(format string, args ...any)
+}
+
+// Cluster is a running control plane with its webhooks.
+type Cluster struct {
+	Dir        string
+	Root       string
+	Bin        Binaries
+	PKI        *PKI
+	Admin      *Identity
+	Etcd       *Etcd
+	APIServers []*APIServer
+	// AdminKubeconfig talks to the first apiserver; AdminKubeconfigFor
+	// names one per apiserver.
+	AdminKubeconfig string
+	PolicyFile      string
+	WebhookCA       *certs.CA
+	Webhooks        []*Webhook
+	RoundRobin      *RoundRobin
+	Configs         *WebhookConfigurations
+	RBAC            *RBAC
+
+	opts Options
+	// Logf reports progress; tests point it at their own t.Logf.
+	Logf func(format string, args ...any)
+}
+
+// Start brings up etcd, the apiservers, the webhook's RBAC, the webhooks and
+// their registration, and waits until each apiserver calls the webhooks. On
+// error it stops whatever it started.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.Root == "" {
+		if o.Root, err = RepoRoot(); err != nil {
+			return nil, err
+		}
+	}
+	if o.Binaries == (Binaries{}) {
+		o.Binaries = DefaultBinaries(o.Root)
+	}
+	if err := o.Binaries.Check(o.Webhooks > 0); err != nil {
+		return nil, err
+	}
+	if len(o.APIServers) == 0 {
+		o.APIServers = []APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16"}}
+	}
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "clusterip-policy-e2e-"); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	c = &Cluster{Dir: o.Dir, Root: o.Root, Bin: o.Binaries, opts: o, Logf: o.Logf}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if err := c.StartControlPlane(ctx); err != nil {
+		return c, err
+	}
+	if !o.NoRBAC {
+		if err := c.ApplyRBAC(ctx); err != nil {
+			return c, err
+		}
+	}
+	if o.Webhooks > 0 {
+		if err := c.StartWebhooks(ctx, o.Webhooks); err != nil {
+			return c, err
+		}
+		if !o.NoRegister {
+			if err := c.RegisterWebhooks(ctx); err != nil {
+				return c, err
+			}
+		}
+	}
+	return c, nil
+}
+
+// StartControlPlane starts etcd and the apiservers and writes the admin
+// kubeconfigs.
+func (c *Cluster) StartControlPlane(ctx context.Context) error {
+	po := ProcessOptions{Detach: c.opts.Detach}
+	start := time.Now()
+	var err error
+	if c.PKI, err = NewPKI(filepath.Join(c.Dir, "pki")); err != nil {
+		return err
+	}
+	adminCert, err := c.PKI.ClientCert("e2e-admin", "system:masters")
+	if err != nil {
+		return err
+	}
+	c.Admin = &Identity{User: "e2e-admin", Groups: []string{"system:masters"}, Cert: adminCert}
+	if c.Etcd, err = StartEtcd(ctx, c.Bin.Etcd, c.Dir, po); err != nil {
+		return err
+	}
+	for i, ao := range c.opts.APIServers {
+		if ao.Name == "" {
+			ao.Name = "kube-apiserver"
+			if i > 0 {
+				ao.Name = fmt.Sprintf("kube-apiserver-%d", i+1)
+			}
+		}
+		if i > 0 && ao.Hostname == "" {
+			ao.Hostname = fmt.Sprintf("e2e-apiserver-%d", i+1)
+		}
+		a, err := StartAPIServer(ctx, c.Bin.KubeAPIServer, c.Dir, c.PKI, c.Admin, c.Etcd.URL, ao, po)
+		if err != nil {
+			return err
+		}
+		c.APIServers = append(c.APIServers, a)
+		if err := c.Admin.WriteKubeconfig(c.AdminKubeconfigFor(i), a.URL, c.PKI.CA.CertPEM); err != nil {
+			return err
+		}
+		if i == 0 {
+			// Later apiservers find the default ServiceCIDR made from the
+			// first one's flag, as in a cluster upgraded one apiserver at a
+			// time.
+			if err := c.waitDefaultServiceCIDR(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	c.AdminKubeconfig = c.AdminKubeconfigFor(0)
+	c.Logf("e2e: control plane up in %s: etcd %s, apiservers %s (dir %s)", time.Since(start).Round(time.Millisecond), c.Etcd.URL, c.apiserverURLs(), c.Dir)
+	return nil
+}
+
+func (c *Cluster) apiserverURLs() string {
+	var s []string
+	for _, a := range c.APIServers {
+		s = append(s, a.URL+" ("+a.ServiceClusterIPRange+")")
+	}
+	return strings.Join(s, ", ")
+}
+
+// AdminKubeconfigFor is the admin kubeconfig of apiserver i.
+func (c *Cluster) AdminKubeconfigFor(i int) string {
+	if i == 0 {
+		return filepath.Join(c.Dir, "admin.kubeconfig")
+	}
+	return filepath.Join(c.Dir, fmt.Sprintf("admin-%d.kubeconfig", i+1))
+}
+
+// RESTConfig is the admin client configuration of apiserver i.
+func (c *Cluster) RESTConfig(i int) *rest.Config {
+	return c.Admin.RESTConfig(c.APIServers[i].URL, c.PKI.CA.CertPEM)
+}
+
+// Client is an admin clientset of apiserver i.
+func (c *Cluster) Client(i int) kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(c.RESTConfig(i))
+}
+
+func (c *Cluster) waitDefaultServiceCIDR(ctx context.Context) error {
+	cs := c.Client(0)
+	return poll(ctx, `ServiceCIDR "kubernetes"`, 30*time.Second, 100*time.Millisecond, []*Process{c.APIServers[0].Process}, func(ctx context.Context) (bool, error) {
+		_, err := cs.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
+		return err == nil, err
+	})
+}
+
+// ApplyRBAC creates the webhook's roles and bindings from manifests/base.
+func (c *Cluster) ApplyRBAC(ctx context.Context) error {
+	r, err := LoadRBAC(c.Root)
+	if err != nil {
+		return err
+	}
+	c.RBAC = r
+	cs := c.Client(0)
+	ns := map[string]bool{}
+	for _, o := range r.Roles {
+		ns[o.Namespace] = true
+	}
+	for _, o := range r.RoleBindings {
+		ns[o.Namespace] = true
+	}
+	for n := range ns {
+		if err := EnsureNamespace(ctx, cs, n); err != nil {
+			return err
+		}
+	}
+	for _, o := range r.ClusterRoles {
+		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ClusterRole %s: %w", o.Name, err)
+		}
+	}
+	for _, o := range r.ClusterRoleBindings {
+		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ClusterRoleBinding %s: %w", o.Name, err)
+		}
+	}
+	for _, o := range r.Roles {
+		if _, err := cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create Role %s/%s: %w", o.Namespace, o.Name, err)
+		}
+	}
+	for _, o := range r.RoleBindings {
+		if _, err := cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create RoleBinding %s/%s: %w", o.Namespace, o.Name, err)
+		}
+	}
+	c.Logf("e2e: webhook runs as %s with the RBAC of %s", r.UserName(), r.Source)
+	return nil
+}
+
+// EnsureNamespace creates namespace name unless it exists.
+func EnsureNamespace(ctx context.Context, cs kubernetes.Interface, name string) error {
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// StartWebhooks starts n webhook processes with serving certificates from
+// one webhook CA. They authenticate as the service account of the
+// manifests' RBAC (a client certificate for that name), or as admin when no
+// RBAC was applied yet.
+func (c *Cluster) StartWebhooks(ctx context.Context, n int) error {
+	var err error
+	if c.WebhookCA == nil {
+		if c.WebhookCA, err = certs.NewCA("clusterip-policy-e2e-webhook-ca", certValidity); err != nil {
+			return err
+		}
+	}
+	if c.PolicyFile = c.opts.PolicyFile; c.PolicyFile == "" {
+		c.PolicyFile = filepath.Join(c.Dir, "policy.yaml")
+		if err := certs.WriteFileAtomic(c.PolicyFile, []byte(c.opts.Policy), 0o644); err != nil {
+			return err
+		}
+	}
+	id := c.Admin
+	if c.RBAC != nil {
+		cert, err := c.PKI.ClientCert(c.RBAC.UserName(), c.RBAC.Groups()...)
+		if err != nil {
+			return err
+		}
+		id = &Identity{User: c.RBAC.UserName(), Groups: c.RBAC.Groups(), Cert: cert}
+	}
+	for i := range n {
+		name := "webhook"
+		if len(c.Webhooks) > 0 || n > 1 {
+			name = fmt.Sprintf("webhook-%d", len(c.Webhooks)+1)
+		}
+		a := c.APIServers[len(c.Webhooks)%len(c.APIServers)]
+		kubeconfig := filepath.Join(c.Dir, name+".kubeconfig")
+		if err := id.WriteKubeconfig(kubeconfig, a.URL, c.PKI.CA.CertPEM); err != nil {
+			return err
+		}
+		start := time.Now()
+		w, err := StartWebhook(ctx, c.Bin.Webhook, c.Dir, c.WebhookCA, WebhookOptions{
+			Name:       name,
+			Kubeconfig: kubeconfig,
+			Policy:     c.PolicyFile,
+		}, ProcessOptions{Detach: c.opts.Detach})
+		if err != nil {
+			return err
+		}
+		c.Webhooks = append(c.Webhooks, w)
+		c.Logf("e2e: %s (%d of %d) ready in %s on %s, talking to %s as %s", name, i+1, n, time.Since(start).Round(time.Millisecond), w.Addr(), a.URL, id.User)
+	}
+	return nil
+}
+
+// WebhookEndpoint is the host:port the apiservers are sent to: the only
+// webhook, or the round-robin in front of several.
+func (c *Cluster) WebhookEndpoint() (string, error) {
+	switch {
+	case len(c.Webhooks) == 0:
+		return "", errors.New("no webhook is running")
+	case len(c.Webhooks) == 1:
+		return c.Webhooks[0].Addr(), nil
+	case c.RoundRobin == nil:
+		var backends []string
+		for _, w := range c.Webhooks {
+			backends = append(backends, w.Addr())
+		}
+		rr, err := StartRoundRobin(backends)
+		if err != nil {
+			return "", err
+		}
+		c.RoundRobin = rr
+	}
+	return c.RoundRobin.Addr(), nil
+}
+
+// RegisterWebhooks creates (or replaces) the webhook configurations of the
+// manifests, pointed at WebhookEndpoint, and waits until every apiserver
+// calls both webhooks.
+func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
+	addr, err := c.WebhookEndpoint()
+	if err != nil {
+		return err
+	}
+	wc, err := LoadWebhookConfigurations(c.Root)
+	if err != nil {
+		return err
+	}
+	wc.PointAt(addr, c.WebhookCA.CertPEM)
+	c.Configs = wc
+	cs := c.Client(0)
+	// Validating first: once the mutating webhook is called, both are.
+	if err := createOrReplace(ctx, func() error {
+		_, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, wc.Validating, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		old, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, wc.Validating.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		wc.Validating.ResourceVersion = old.ResourceVersion
+		_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, wc.Validating, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("register ValidatingWebhookConfiguration: %w", err)
+	}
+	if err := createOrReplace(ctx, func() error {
+		_, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, wc.Mutating, metav1.CreateOptions{})
+		return err
+	}, func() error {
+		old, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, wc.Mutating.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		wc.Mutating.ResourceVersion = old.ResourceVersion
+		_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, wc.Mutating, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("register MutatingWebhookConfiguration: %w", err)
+	}
+	c.Logf("e2e: registered webhook configurations from %s at https://%s", wc.Source, addr)
+	return c.WaitWebhooksCalled(ctx)
+}
+
+func createOrReplace(ctx context.Context, create, replace func() error) error {
+	err := create()
+	if apierrors.IsAlreadyExists(err) {
+		err = replace()
+	}
+	return err
+}
+
+// WaitWebhooksCalled returns once every apiserver sends a Service create to
+// both webhooks: a server-side dry run of a Service without a clusterIP in
+// namespace default, repeated until the webhook logs show a mutate and a
+// validate decision for it. Registration reaches the apiservers through
+// their informers, so the first requests after it may pass unchecked.
+func (c *Cluster) WaitWebhooksCalled(ctx context.Context) error {
+	start := time.Now()
+	for i := range c.APIServers {
+		cs := c.Client(i)
+		err := poll(ctx, fmt.Sprintf("%s calling the webhooks", c.APIServers[i].Name), 30*time.Second, 200*time.Millisecond, c.Processes(), func(ctx context.Context) (bool, error) {
+			name := "e2e-probe-" + randomSuffix()
+			svc := &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+			}
+			if _, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+				return false, err
+			}
+			stages := map[string]bool{}
+			for _, w := range c.Webhooks {
+				for _, d := range w.Decisions() {
+					if d.Name == name {
+						stages[d.Stage] = true
+					}
+				}
+			}
+			if stages["mutate"] && stages["validate"] {
+				return true, nil
+			}
+			return false, fmt.Errorf("dry-run create of default/%s reached the webhooks in stages %v", name, stages)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	c.Logf("e2e: every apiserver calls the webhooks (%s after registration)", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Decision is one audit line of the webhook.
+type Decision struct {
+	Msg          string   `json:"msg"`
+	UID          string   `json:"uid"`
+	Stage        string   `json:"stage"`
+	Operation    string   `json:"operation"`
+	Namespace    string   `json:"namespace"`
+	Name         string   `json:"name"`
+	Decision     string   `json:"decision"`
+	Rules        []string `json:"rules"`
+	Message      string   `json:"message"`
+	DryRun       bool     `json:"dryRun"`
+	RequestedIPs []string `json:"requestedIPs"`
+	FinalIPs     []string `json:"finalIPs"`
+	Raw          string   `json:"-"`
+}
+
+// Decisions parses the audit lines ("msg":"admission decision") of the log.
+func (w *Webhook) Decisions() []Decision {
+	data, err := os.ReadFile(w.LogPath)
+	if err != nil {
+		return nil
+	}
+	var out []Decision
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if !bytes.Contains(line, []byte(`"admission decision"`)) {
+			continue
+		}
+		var d Decision
+		if err := json.Unmarshal(line, &d); err != nil || d.Msg != "admission decision" {
+			continue
+		}
+		d.Raw = string(line)
+		out = append(out, d)
+	}
+	return out
+}
+
+// Processes are all processes of the cluster, in start order.
+func (c *Cluster) Processes() []*Process {
+	var ps []*Process
+	if c.Etcd != nil {
+		ps = append(ps, c.Etcd.Process)
+	}
+	for _, a := range c.APIServers {
+		ps = append(ps, a.Process)
+	}
+	for _, w := range c.Webhooks {
+		ps = append(ps, w.Process)
+	}
+	return ps
+}
+
+// Stop stops the webhooks, the apiservers and etcd, in that order.
+func (c *Cluster) Stop() {
+	if c.RoundRobin != nil {
+		c.RoundRobin.Close()
+	}
+	ps := c.Processes()
+	for i := len(ps) - 1; i >= 0; i-- {
+		ps[i].Stop(10 * time.Second)
+	}
+}
+
+// Kubectl runs kubectl with the admin kubeconfig of the first apiserver
+// (prepend --kubeconfig to choose another) and returns stdout and stderr.
+func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (string, string, error) {
+	if len(args) == 0 || !strings.HasPrefix(args[0], "--kubeconfig") {
+		args = append([]string{"--kubeconfig=" + c.AdminKubeconfig}, args...)
+	}
+	cmd := exec.CommandContext(ctx, c.Bin.Kubectl, args...)
+	cmd.Dir = c.Root
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), stderr.String(), err
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
