@@ -1,0 +1,71 @@
+// Command webhook is clusterip-policy: an admission webhook (serve) that keeps
+// Service ClusterIPs where the policy says, an offline evaluator of Service
+// manifests (review), and a calculator of a range's bands (bands).
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+)
+
+// Set at link time by `make build` (-X main.version=... -X main.commit=...).
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+const usage = `clusterip-policy keeps Kubernetes Service ClusterIPs where policy says.
+
+Usage:
+  webhook [serve] [flags]        run the admission webhook (the default)
+  webhook review [flags] FILE... evaluate Service manifests offline, as if created
+  webhook bands [-o json] CIDR...  print each range's static and dynamic band
+  webhook version                print version information
+
+Run 'webhook COMMAND --help' for a command's flags.
+`
+
+// Exit codes. review uses exitDenied when any Service is denied.
+const (
+	exitOK      = 0
+	exitDenied  = 1
+	exitBadData = 2
+)
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		for _, a := range args {
+			if a == "--version" || a == "-version" {
+				fmt.Fprintln(stdout, versionString())
+				return exitOK
+			}
+		}
+		return serve(args, stderr)
+	case "review":
+		return review(args, stdin, stdout, stderr)
+	case "bands":
+		return bands(args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, versionString())
+		return exitOK
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+	return exitBadData
+}
+
+func versionString() string {
+	return fmt.Sprintf("clusterip-policy webhook %s (commit %s, %s, %s/%s)", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/allocview/kubesource"
+)
+
+type serveOptions struct {
+	policyPath     string
+	kubeconfig     string
+	certDir        string
+	bindAddress    string
+	port           int
+	healthAddr     string
+	metricsAddr    string
+	serviceCIDRs   []string
+	reloadInterval time.Duration
+	shutdownDelay  time.Duration
+	logLevel       int
+}
+
+func serveFlags(o *serveOptions) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	fs.StringVar(&o.policyPath, "policy", "", "Path of the ClusterIPPolicy YAML file (required). It is re-read when it changes, so a ConfigMap mounted as a directory takes effect without a restart; a file that fails to load is refused and the last good policy stays.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for reaching the apiserver. Empty: the in-cluster service account.")
+	fs.StringVar(&o.certDir, "cert-dir", "/tls", "Directory holding the serving certificate as tls.crt and tls.key (a kubernetes.io/tls Secret mounted as a volume). The files are reloaded when they change, so certificates rotate without a restart.")
+	fs.StringVar(&o.bindAddress, "bind-address", "", "Address the webhook listens on; empty means all interfaces.")
+	fs.IntVar(&o.port, "port", 9443, "Port of the HTTPS webhook endpoints /mutate-v1-service and /validate-v1-service.")
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz (liveness: the process answers) and /readyz (ready: webhook serving, policy loaded, view of ServiceCIDRs and IPAddresses synced).")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; \"0\" turns it off.")
+	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR to use when the cluster serves no ServiceCIDR objects (before Kubernetes 1.33). Repeatable, primary family first; replaces the policy's serviceCIDRs.")
+	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
+	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity of the Kubernetes client libraries (the audit log is always written).")
+	return fs
+}
+
+// validate checks every flag before anything starts, naming the flag, the
+// value and the fix.
+func (o *serveOptions) validate() ([]netip.Prefix, error) {
+	if o.policyPath == "" {
+		return nil, errors.New("--policy is required: the path of a ClusterIPPolicy file (see examples/policy.yaml)")
+	}
+	if o.port <= 0 || o.port > 65535 {
+		return nil, fmt.Errorf("--port %d is not a TCP port; use 1-65535", o.port)
+	}
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if _, err := os.Stat(filepath.Join(o.certDir, f)); err != nil {
+			return nil, fmt.Errorf("--cert-dir %s: %w; mount the serving certificate there or run `make certs`", o.certDir, err)
+		}
+	}
+	if o.reloadInterval <= 0 {
+		return nil, fmt.Errorf("--policy-reload-interval %s must be positive", o.reloadInterval)
+	}
+	if o.shutdownDelay < 0 {
+		return nil, fmt.Errorf("--shutdown-delay %s must not be negative", o.shutdownDelay)
+	}
+	var cidrs []netip.Prefix
+	for _, s := range o.serviceCIDRs {
+		p, err := allocview.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--service-cidr: %w", err)
+		}
+		cidrs = append(cidrs, p)
+	}
+	return cidrs, nil
+}
+
+func newLogger(w io.Writer) logr.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "ts"
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), zapcore.InfoLevel)
+	return zapr.NewLogger(zap.New(core))
+}
+
+func serve(args []string, stderr io.Writer) int {
+	var o serveOptions
+	fs := serveFlags(&o)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return exitOK
+		}
+		return exitBadData
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", fs.Args())
+		return exitBadData
+	}
+	log := newLogger(stderr)
+	staticCIDRs, err := o.validate()
+	if err != nil {
+		log.Error(err, "invalid flags")
+		return exitBadData
+	}
+	ctrl.SetLogger(log)
+	klog.SetLogger(log.V(o.logLevel))
+	flags := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) { flags[f.Name] = f.Value.String() })
+	log.Info("starting clusterip-policy webhook", "version", version, "commit", commit, "flags", flags)
+
+	if err := runServer(o, staticCIDRs, log); err != nil {
+		log.Error(err, "webhook stopped")
+		return exitDenied
+	}
+	return exitOK
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) error {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "clusterip-policy/" + version
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+
+	view := allocview.NewView()
+	m := newMetrics(defaultRegistry, view)
+	policies := newPolicyStore(o.policyPath, log.WithName("policy"), m)
+	if err := policies.reload(); err != nil {
+		return err // no good policy to fall back to at start
+	}
+	source := kubesource.New(client, view, log.WithName("view"))
+	rev := &reviewer{policies: policies, view: view, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
+
+	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir})
+	server.Register(mutatePath, &webhook.Admission{Handler: mutatingHandler{rev}})
+	server.Register(validatePath, &webhook.Admission{Handler: validatingHandler{rev}})
+
+	var draining atomic.Bool
+	ready := map[string]healthz.Checker{
+		"webhook": server.StartedChecker(),
+		"policy": func(*http.Request) error {
+			if policies.Current() == nil {
+				return errors.New("no policy loaded")
+			}
+			return nil
+		},
+		"view": func(*http.Request) error {
+			if !source.HasSynced() {
+				return errors.New("view of ServiceCIDRs and IPAddresses not synced")
+			}
+			return nil
+		},
+		"shutdown": func(*http.Request) error {
+			if draining.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		},
+	}
+	probes := http.NewServeMux()
+	probes.Handle("/healthz", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
+	probes.Handle("/healthz/", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
+	probes.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: ready}))
+	probes.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: ready}))
+
+	signals, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+	// Two contexts: the webhook keeps serving through the shutdown delay,
+	// everything else stops after it.
+	webhookCtx, stopWebhook := context.WithCancel(context.Background())
+	defer stopWebhook()
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+
+	errs := make(chan error, 5)
+	var wg sync.WaitGroup
+	goRun := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	goRun("view", func() error { return source.Run(bgCtx) })
+	goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
+	goRun("webhook server", func() error { return server.Start(webhookCtx) })
+	goRun("health probes", func() error { return serveHTTP(bgCtx, o.healthAddr, probes) })
+	if o.metricsAddr != "0" {
+		metricsMux := http.NewServeMux()
+		metricsMux.Handle("/metrics", promhttp.HandlerFor(defaultRegistry, promhttp.HandlerOpts{}))
+		goRun("metrics", func() error { return serveHTTP(bgCtx, o.metricsAddr, metricsMux) })
+	}
+
+	var failure error
+	select {
+	case <-signals.Done():
+		log.Info("shutting down: reporting not ready, then finishing in-flight reviews", "delay", o.shutdownDelay.String())
+		draining.Store(true)
+		time.Sleep(o.shutdownDelay)
+	case failure = <-errs:
+	}
+	stopWebhook() // waits for in-flight requests (up to a minute) inside Start
+	stopBackground()
+	wg.Wait()
+	log.Info("stopped")
+	return failure
+}
+
+// serveHTTP serves plain HTTP on addr until ctx ends.
+func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

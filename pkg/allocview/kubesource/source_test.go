@@ -1,0 +1,164 @@
+package kubesource
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"clusterip-policy/pkg/allocview"
+)
+
+// servesNetworkingV1 makes the fake discovery answer as a 1.37 apiserver does.
+func servesNetworkingV1(c *fake.Clientset) {
+	c.Resources = []*metav1.APIResourceList{{
+		GroupVersion: "networking.k8s.io/v1",
+		APIResources: []metav1.APIResource{{Name: "servicecidrs"}, {Name: "ipaddresses"}},
+	}}
+}
+
+func makeServiceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
+	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+}
+
+func makeIPAddress(ip, ns, name string) *networkingv1.IPAddress {
+	return &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: ip, Labels: map[string]string{"ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}},
+		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}},
+	}
+}
+
+// eventually polls cond until it holds or a generous deadline passes.
+func eventually(t *testing.T, what string, cond func(*allocview.Snapshot) bool, v *allocview.View) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond(v.Snapshot()) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("view never showed: %s", what)
+}
+
+func TestSourceFollowsServiceCIDRsAndIPAddresses(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"), makeIPAddress("10.96.0.1", "default", "kubernetes"))
+	servesNetworkingV1(client)
+	view := allocview.NewView()
+	src := New(client, view, testr.New(t))
+	go func() {
+		if err := src.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+
+	eventually(t, "the initial state, synced", func(s *allocview.Snapshot) bool {
+		h, ok := s.Holder(netip.MustParseAddr("10.96.0.1"))
+		return s.Synced && s.TracksAllocations && ok && h.IsService("default", "kubernetes") && len(s.ServiceCIDRs()) == 1
+	}, view)
+	if !src.HasSynced() {
+		t.Fatal("HasSynced false after the synced snapshot")
+	}
+	gen := view.Snapshot().Generation
+
+	nw := client.NetworkingV1()
+	extra, err := nw.ServiceCIDRs().Create(ctx, makeServiceCIDR("extra", "10.97.0.0/24"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a ServiceCIDR added", func(s *allocview.Snapshot) bool {
+		rs := allocview.ActiveServiceCIDRs(s.ServiceCIDRs(), nil)
+		return len(rs.Active) == 2
+	}, view)
+
+	extra.Status.Conditions = []metav1.Condition{{Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionFalse, Reason: "Terminating", LastTransitionTime: metav1.Now()}}
+	if _, err := nw.ServiceCIDRs().UpdateStatus(ctx, extra, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a ServiceCIDR turned not ready", func(s *allocview.Snapshot) bool {
+		rs := allocview.ActiveServiceCIDRs(s.ServiceCIDRs(), nil)
+		return len(rs.Active) == 1 && len(rs.Excluded) == 1 && rs.Excluded[0].Reason == "not Ready"
+	}, view)
+
+	if err := nw.ServiceCIDRs().Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a ServiceCIDR deleted", func(s *allocview.Snapshot) bool { return len(s.ServiceCIDRs()) == 1 }, view)
+
+	if _, err := nw.IPAddresses().Create(ctx, makeIPAddress("10.96.0.10", "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nw.IPAddresses().Create(ctx, makeIPAddress("fd00:10:96::a", "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "IPAddresses added", func(s *allocview.Snapshot) bool {
+		h, ok := s.Holder(netip.MustParseAddr("10.96.0.10"))
+		_, ok6 := s.Holder(netip.MustParseAddr("fd00:10:96::a"))
+		return ok && ok6 && h.IsService("kube-system", "kube-dns") && s.AllocatedCount() == 3
+	}, view)
+
+	if err := nw.IPAddresses().Delete(ctx, "10.96.0.10", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "an IPAddress removed", func(s *allocview.Snapshot) bool {
+		_, ok := s.Holder(netip.MustParseAddr("10.96.0.10"))
+		return !ok && s.AllocatedCount() == 2
+	}, view)
+	if view.Snapshot().Generation <= gen {
+		t.Fatalf("generation did not grow: %d -> %d", gen, view.Snapshot().Generation)
+	}
+}
+
+func TestToServiceCIDRFollowsTheApiserversReadiness(t *testing.T) {
+	now := metav1.Now()
+	tests := []struct {
+		name   string
+		tweak  func(*networkingv1.ServiceCIDR)
+		active bool
+	}{
+		{name: "counts a ServiceCIDR without conditions as active", tweak: func(*networkingv1.ServiceCIDR) {}, active: true},
+		{name: "counts Ready=True as active", tweak: func(c *networkingv1.ServiceCIDR) {
+			c.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}
+		}, active: true},
+		{name: "counts Ready=False as inactive", tweak: func(c *networkingv1.ServiceCIDR) {
+			c.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse}}
+		}},
+		{name: "counts a ServiceCIDR being deleted as inactive", tweak: func(c *networkingv1.ServiceCIDR) { c.DeletionTimestamp = &now }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := makeServiceCIDR("x", "10.96.0.0/16", "fd00::/108")
+			tt.tweak(c)
+			got := ToServiceCIDR(c)
+			if got.Active() != tt.active || len(got.CIDRs) != 2 {
+				t.Fatalf("got %+v, active want %v", got, tt.active)
+			}
+		})
+	}
+}
+
+func TestTrimKeepsOnlyWhatTheViewReads(t *testing.T) {
+	a := makeIPAddress("10.96.0.10", "kube-system", "kube-dns")
+	a.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-apiserver"}}
+	out, _ := trim(a)
+	got := out.(*networkingv1.IPAddress)
+	if got.Name != "10.96.0.10" || got.Labels != nil || got.ManagedFields != nil || got.Spec.ParentRef.Name != "kube-dns" {
+		t.Fatalf("trimmed to %+v", got)
+	}
+}
+
+func TestSourceWithoutTheAPIMarksTheViewSyncedWithoutAllocations(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	view := allocview.NewView()
+	src := New(fake.NewClientset(), view, testr.New(t))
+	go func() { _ = src.Run(ctx) }()
+	eventually(t, "synced without allocations", func(s *allocview.Snapshot) bool { return s.Synced && !s.TracksAllocations }, view)
+}
