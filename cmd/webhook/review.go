@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsjson "sigs.k8s.io/json"
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
@@ -283,9 +284,13 @@ func servicesIn(raw []byte, where string, stderr io.Writer) ([]*corev1.Service, 
 		return out, nil
 	case head.Kind == "Service" && head.APIVersion == "v1":
 		svc := &corev1.Service{}
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields() // kubectl's default --validate=strict refuses them too
-		if err := dec.Decode(svc); err != nil {
+		// Case-sensitive and strict, as the apiserver decodes: kubectl's
+		// default --validate=strict refuses a misspelt "clusterIp" too.
+		strict, err := sigsjson.UnmarshalStrict(raw, svc, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+		if err == nil && len(strict) > 0 {
+			err = strict[0]
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s: Service %q: %v", where, head.Metadata.Name, err)
 		}
 		if svc.Name == "" {

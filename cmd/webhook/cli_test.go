@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(stdin string, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestReviewOfTheShippedExamples(t *testing.T) {
+	code, out, stderr := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
+	if code != exitDenied {
+		t.Fatalf("exit %d, want 1 (the examples include denied Services); stderr %s", code, stderr)
+	}
+	want := map[string]struct {
+		decision string
+		ips      string
+		rules    string
+	}{
+		"kube-system/kube-dns":        {"allowed", "10.96.0.10", ""},
+		"default/my-service":          {"allowed", "", ""},
+		"default/ingress-vip":         {"allowed", "10.96.0.20", ""},
+		"default/early-bird":          {"denied", "", "reserved-for-other"},
+		"default/legacy-db":           {"denied", "", "static-ip-in-dynamic-band"},
+		"default/copied-from-staging": {"denied", "", "outside-service-cidrs"},
+		"default/db-peers":            {"allowed", "None", ""},
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for _, l := range lines {
+		var r reviewResult
+		dec := json.NewDecoder(strings.NewReader(l))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		w, ok := want[r.Namespace+"/"+r.Name]
+		if !ok {
+			t.Fatalf("unexpected Service %s/%s", r.Namespace, r.Name)
+		}
+		var rules []string
+		for _, id := range r.Rules {
+			rules = append(rules, string(id))
+		}
+		if string(r.Decision) != w.decision || strings.Join(r.ClusterIPs, ",") != w.ips || strings.Join(rules, ",") != w.rules || r.Allowed != (w.decision != "denied") {
+			t.Errorf("%s/%s: got %s %v %v, want %+v", r.Namespace, r.Name, r.Decision, r.ClusterIPs, r.Rules, w)
+		}
+	}
+}
+
+func TestReviewJSONKeysArePublicAPI(t *testing.T) {
+	_, out, _ := runCLI("apiVersion: v1\nkind: Service\nmetadata: {name: kube-dns, namespace: kube-system}\nspec: {ports: [{port: 53}]}\n",
+		"review", "--policy", "../../examples/policy.yaml", "-o", "json", "-")
+	want := `{"namespace":"kube-system","name":"kube-dns","allowed":true,"decision":"patched","rules":[],"mutations":["assign-reserved"],"clusterIPs":["10.96.0.10"],"message":"assigned reserved 10.96.0.10","patch":[{"op":"add","path":"/spec/clusterIP","value":"10.96.0.10"},{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10"]}]}`
+	if strings.TrimSpace(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
+
+func TestReviewSeesEarlierServicesOfTheInput(t *testing.T) {
+	in := `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: a}
+  spec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: b}
+  spec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}
+`
+	code, out, _ := runCLI(in, "review", "--service-cidr", "10.96.0.0/16", "-o", "json", "-")
+	if code != exitDenied || !strings.Contains(out, `is already allocated to Service default/a`) {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestReviewAllocatedFlag(t *testing.T) {
+	svc := "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}\n"
+	code, out, _ := runCLI(svc, "review", "--service-cidr", "10.96.0.0/16", "--allocated", "10.96.0.30=prod/db", "-")
+	if code != exitDenied || !strings.Contains(out, "already allocated to Service prod/db") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestReviewInputErrorsNameTheFileAndTheProblem(t *testing.T) {
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "typo.yaml")
+	os.WriteFile(typo, []byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIp: 10.96.0.30}\n"), 0o644)
+	broken := filepath.Join(dir, "broken.yaml")
+	os.WriteFile(broken, []byte("apiVersion: v1\nkind: Service\nmetadata: [\n"), 0o644)
+	badPolicy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(badPolicy, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- ip: 10.96.0.300\n  service: kube-system/kube-dns\n"), 0o644)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "a missing file", args: []string{"review", "--service-cidr", "10.96.0.0/16", filepath.Join(dir, "nope.yaml")}, want: "nope.yaml: no such file or directory"},
+		{name: "an unknown Service field", args: []string{"review", "--service-cidr", "10.96.0.0/16", typo}, want: `typo.yaml: document 1: Service "web": unknown field "spec.clusterIp"`},
+		{name: "malformed YAML", args: []string{"review", "--service-cidr", "10.96.0.0/16", broken}, want: "broken.yaml: document 1:"},
+		{name: "a bad policy", args: []string{"review", "--policy", badPolicy, "--service-cidr", "10.96.0.0/16", typo}, want: `reservations[0] (line 4): ip "10.96.0.300" is not an IP address`},
+		{name: "no ranges", args: []string{"review", typo}, want: "no Service CIDRs to review against"},
+		{name: "a bad --service-cidr", args: []string{"review", "--service-cidr", "10.96.0.1/16", typo}, want: "did you mean 10.96.0.0/16?"},
+		{name: "a bad --allocated", args: []string{"review", "--service-cidr", "10.96.0.0/16", "--allocated", "10.96.0.30", typo}, want: "write IP=NAMESPACE/NAME"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI("", tt.args...)
+			if code != exitBadData || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestBandsReproducesTheFactsTable(t *testing.T) {
+	code, out, _ := runCLI("", "bands", "-o", "json", "10.96.0.0/12", "10.96.0.0/27", "10.96.0.0/28", "10.96.0.0/31", "fd00::/64", "fd00::/120")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	want := `{"cidr":"10.96.0.0/12","usable":"10.96.0.1-10.111.255.254","static":"10.96.0.1-10.96.1.0","dynamic":"10.96.1.1-10.111.255.254","offset":256}
+{"cidr":"10.96.0.0/27","usable":"10.96.0.1-10.96.0.30","static":"10.96.0.1-10.96.0.16","dynamic":"10.96.0.17-10.96.0.30","offset":16}
+{"cidr":"10.96.0.0/28","usable":"10.96.0.1-10.96.0.14","static":"none","dynamic":"10.96.0.1-10.96.0.14","offset":0}
+{"cidr":"10.96.0.0/31","usable":"none","static":"none","dynamic":"none","offset":0}
+{"cidr":"fd00::/64","usable":"fd00::1-fd00::ffff:ffff:ffff:ffff","static":"fd00::1-fd00::100","dynamic":"fd00::101-fd00::ffff:ffff:ffff:ffff","offset":256}
+{"cidr":"fd00::/120","usable":"fd00::1-fd00::ff","static":"fd00::1-fd00::10","dynamic":"fd00::11-fd00::ff","offset":16}
+`
+	if out != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+	if code, _, stderr := runCLI("", "bands", "10.96.0.5/16"); code != exitBadData || !strings.Contains(stderr, "did you mean 10.96.0.0/16?") {
+		t.Fatalf("bad CIDR: exit %d %s", code, stderr)
+	}
+}
+
+func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve"}, "--policy is required"},
+		{[]string{"serve", "--policy", "p.yaml", "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there or run `make certs`"},
+		{[]string{"serve", "--policy", "p.yaml", "--port", "70000"}, "--port 70000 is not a TCP port"},
+	}
+	for _, tt := range tests {
+		code, _, stderr := runCLI("", tt.args...)
+		if code != exitBadData || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d stderr %s; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, _ := runCLI("", args...)
+		if code != exitOK || !strings.HasPrefix(out, "clusterip-policy webhook dev (commit unknown") {
+			t.Fatalf("%v: exit %d %q", args, code, out)
+		}
+	}
+}
