@@ -312,4 +312,3 @@ func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 		t.Fatalf("good reload not applied: generation %d action %s", cur.generation, cur.policy.DefaultAction)
 	}
 }
-
