@@ -77,7 +77,9 @@ type allocEntry struct {
 
 // txToken marks the nodes a transaction has already copied: those it may
 // change in place, since no published snapshot can see them yet.
-type txToken struct{}
+// It must not be zero-sized: Go may give every new zero-sized value the
+// same address, and then every transaction would own every node.
+type txToken struct{ _ byte }
 
 func slot(a netip.Addr) (mid, leaf int) {
 	b := a.As16()
