@@ -1,0 +1,72 @@
+package policy
+
+import (
+	"net/netip"
+	"testing"
+
+	"clusterip-policy/pkg/allocview"
+)
+
+// benchEnv is a /12 cluster with 100,000 allocated IPs and the DNS policy.
+func benchEnv(b *testing.B) Env {
+	b.Helper()
+	v := allocview.NewView()
+	snap := v.Update(func(tx *allocview.Tx) {
+		tx.SetServiceCIDR(serviceCIDR("kubernetes", true, "10.96.0.0/12", "fd00:10:96::/108"))
+		ip := netip.MustParseAddr("10.96.16.0")
+		for i := 0; i < 100_000; i++ {
+			ip = ip.Next()
+			tx.SetAllocation(ip, allocview.ServiceHolder("bench", "svc"))
+		}
+		tx.MarkSynced(true)
+	})
+	return Env{Policy: mustPolicy(b, dnsPolicy), Snapshot: snap}
+}
+
+func BenchmarkMutateStaticRequest(b *testing.B) {
+	env := benchEnv(b)
+	req := Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.20"))}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d := Mutate(env, req); !d.Allowed {
+			b.Fatal(d.Message)
+		}
+	}
+}
+
+func BenchmarkMutateAssignReserved(b *testing.B) {
+	env := benchEnv(b)
+	req := Request{Operation: Create, Service: makeService("kube-system/kube-dns")}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d := Mutate(env, req); d.Outcome != Patched {
+			b.Fatal(d.Message)
+		}
+	}
+}
+
+func BenchmarkMutateDenied(b *testing.B) {
+	env := benchEnv(b)
+	req := Request{Operation: Create, Service: makeService("default/web", clusterIP("10.100.0.5"))}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d := Mutate(env, req); d.Allowed {
+			b.Fatal("allowed")
+		}
+	}
+}
+
+func BenchmarkValidateDynamicAllocation(b *testing.B) {
+	env := benchEnv(b)
+	req := Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.100.7.9"))}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d := Validate(env, req); !d.Allowed {
+			b.Fatal(d.Message)
+		}
+	}
+}
