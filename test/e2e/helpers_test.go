@@ -1,0 +1,218 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"clusterip-policy/test/e2e/framework"
+)
+
+const (
+	mutating   = framework.MutatingWebhookName
+	validating = framework.ValidatingWebhookName
+)
+
+// service builds a ClusterIP Service with one TCP port and the tweaks.
+func service(namespace, name string, tweaks ...func(*corev1.Service)) *corev1.Service {
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: map[string]string{"app": name},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	for _, tw := range tweaks {
+		tw(s)
+	}
+	return s
+}
+
+func clusterIP(ip string) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.ClusterIP = ip }
+}
+
+func externalName(host string) func(*corev1.Service) {
+	return func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeExternalName
+		s.Spec.ExternalName = host
+		s.Spec.Selector = nil
+	}
+}
+
+// kubeDNS is the Service of the Kubernetes docs (CoreDNS's deployment
+// manifest), as kubectl users apply it.
+const kubeDNS = `apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  annotations:
+    prometheus.io/port: "9153"
+    prometheus.io/scrape: "true"
+  labels:
+    k8s-app: kube-dns
+    kubernetes.io/cluster-service: "true"
+    kubernetes.io/name: "CoreDNS"
+spec:
+  selector:
+    k8s-app: kube-dns
+  clusterIP: 10.96.0.10
+  ports:
+  - name: dns
+    port: 53
+    protocol: UDP
+  - name: dns-tcp
+    port: 53
+    protocol: TCP
+  - name: metrics
+    port: 9153
+    protocol: TCP
+`
+
+// kubeDNSWithoutIP is the same Service without a clusterIP.
+var kubeDNSWithoutIP = strings.Replace(kubeDNS, "  clusterIP: 10.96.0.10\n", "", 1)
+
+// namespace creates a namespace for this test; its Services are deleted when
+// the test ends. (Namespaces themselves are never removed: without a
+// kube-controller-manager they would stay Terminating.)
+func namespace(t *testing.T, c *framework.Cluster, prefix string) string {
+	t.Helper()
+	ctx := testContext(t, 30e9)
+	ns, err := c.Client(0).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	t.Cleanup(func() { deleteServices(t, c.Client(0), ns.Name) })
+	return ns.Name
+}
+
+func deleteServices(t *testing.T, cs kubernetes.Interface, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60e9)
+	defer cancel()
+	l, err := cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("list Services of %s for clean-up: %v", ns, err)
+		return
+	}
+	for _, s := range l.Items {
+		if err := cs.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete Service %s/%s: %v", ns, s.Name, err)
+		}
+	}
+}
+
+func create(ctx context.Context, cs kubernetes.Interface, s *corev1.Service) (*corev1.Service, error) {
+	return cs.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+}
+
+func dryRunCreate(ctx context.Context, cs kubernetes.Interface, s *corev1.Service) (*corev1.Service, error) {
+	return cs.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+}
+
+// mustCreate creates s and fails the test unless it is admitted.
+func mustCreate(t *testing.T, ctx context.Context, cs kubernetes.Interface, s *corev1.Service) *corev1.Service {
+	t.Helper()
+	got, err := create(ctx, cs, s)
+	if err != nil {
+		t.Fatalf("create Service %s/%s (clusterIP %q): %v", s.Namespace, s.Name, s.Spec.ClusterIP, err)
+	}
+	return got
+}
+
+// deniedBy reports whether err is the denial of webhook (the admission
+// webhook's name as the apiserver quotes it).
+func deniedBy(err error, webhook string) bool {
+	return err != nil && strings.Contains(err.Error(), fmt.Sprintf("admission webhook %q denied the request", webhook))
+}
+
+// requireDenied fails the test unless err is webhook's denial and its
+// message holds every part.
+func requireDenied(t *testing.T, err error, webhook string, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("request admitted, want a denial by %s containing %q", webhook, parts)
+	}
+	if !deniedBy(err, webhook) {
+		t.Fatalf("want a denial by %s, got: %v", webhook, err)
+	}
+	var se *apierrors.StatusError
+	if !errors.As(err, &se) {
+		t.Fatalf("want an API status error, got %T: %v", err, err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("denial lacks %q:\n%v", p, err)
+		}
+	}
+}
+
+// Bands of 10.96.0.0/16, the shared cluster's range (FACTS.md).
+var (
+	staticBand16  = band{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.1.0")}
+	dynamicBand16 = band{netip.MustParseAddr("10.96.1.1"), netip.MustParseAddr("10.96.255.254")}
+)
+
+type band struct{ first, last netip.Addr }
+
+func (b band) contains(ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	return err == nil && a.Compare(b.first) >= 0 && a.Compare(b.last) <= 0
+}
+
+func (b band) String() string { return b.first.String() + "-" + b.last.String() }
+
+// ipAddressExists reports whether an IPAddress object holds ip.
+func ipAddressExists(t *testing.T, ctx context.Context, cs kubernetes.Interface, ip string) bool {
+	t.Helper()
+	_, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("get IPAddress %s: %v", ip, err)
+	}
+	return true
+}
+
+// decisionsFor are the webhook's audit lines about namespace/name.
+func decisionsFor(c *framework.Cluster, namespace, name string) []framework.Decision {
+	var out []framework.Decision
+	for _, w := range c.Webhooks {
+		for _, d := range w.Decisions() {
+			if d.Namespace == namespace && d.Name == name {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// eventuallyDenied retries do for up to 5 seconds while it fails for another
+// reason than webhook's denial (for example the apiserver's own "already
+// allocated" while the webhook's informer is a few milliseconds behind), then
+// requires webhook's denial with every part.
+func eventuallyDenied(t *testing.T, webhook string, do func() error, parts ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := do()
+		if err == nil || deniedBy(err, webhook) || time.Now().After(deadline) {
+			requireDenied(t, err, webhook, parts...)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

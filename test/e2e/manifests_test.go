@@ -1,0 +1,300 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"clusterip-policy/certs"
+	"clusterip-policy/test/e2e/framework"
+)
+
+// selfSignedOverlay copies manifests/base and the self-signed overlay into a
+// temporary tree, runs gencerts there (as `make certs` does in the
+// repository) and returns the overlay directory and its rendered objects.
+func selfSignedOverlay(t *testing.T, root string) (string, []*unstructured.Unstructured) {
+	t.Helper()
+	tmp := t.TempDir()
+	copyDir(t, filepath.Join(root, "manifests", "base"), filepath.Join(tmp, "manifests", "base"))
+	overlay := filepath.Join(tmp, "manifests", "overlays", "self-signed")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, filepath.Join(root, "manifests", "overlays", "self-signed", "kustomization.yaml"), filepath.Join(overlay, "kustomization.yaml"))
+	gencerts := exec.Command("go", "run", "./certs/cmd/gencerts",
+		"--out-dir="+filepath.Join(overlay, "tls"),
+		"--cabundle-patch="+filepath.Join(overlay, "cabundle-patch.yaml"),
+		"--webhook-configurations="+filepath.Join(tmp, "manifests", "base", "webhook-configurations.yaml"))
+	gencerts.Dir = root
+	if out, err := gencerts.CombinedOutput(); err != nil {
+		t.Fatalf("go run ./certs/cmd/gencerts: %v\n%s", err, out)
+	}
+	kustomize := exec.Command(framework.DefaultBinaries(root).Kubectl, "kustomize", overlay)
+	var stderr bytes.Buffer
+	kustomize.Stderr = &stderr
+	out, err := kustomize.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", overlay, err, stderr.String())
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("parse the rendered overlay: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	return overlay, objs
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			copyFile(t, filepath.Join(from, e.Name()), filepath.Join(to, e.Name()))
+		}
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The deployment manifests, applied as an operator would, on a cluster of
+// their own: every object is accepted, the webhook runs as their service
+// account with their RBAC and their policy, and their webhook configurations,
+// pointed at the local webhook (clientConfig only), guard Services.
+func TestDeploymentManifests(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, objs := selfSignedOverlay(t, root)
+	var policy string
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "clusterip-policy" {
+			policy, _, _ = unstructured.NestedString(o.Object, "data", "policy.yaml")
+		}
+	}
+	if policy == "" {
+		t.Fatal("the rendered overlay has no ConfigMap clusterip-policy with a policy.yaml")
+	}
+	c := own(t, framework.Options{Policy: policy, NoRBAC: true, NoRegister: true})
+	cs := c.Client(0)
+	ctx := testContext(t, 3*60e9)
+
+	t.Run("kubectl apply --server-side -k manifests/overlays/self-signed accepts every object", func(t *testing.T) {
+		out, _, err := c.Kubectl(ctx, "", "apply", "--server-side", "-k", overlay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("kubectl apply:\n%s", out)
+		for _, o := range objs {
+			res, _, err := c.Kubectl(ctx, "", "get", o.GetKind()+"/"+o.GetName(), "-n", o.GetNamespace(), "-o", "name")
+			if err != nil {
+				t.Errorf("%s %s/%s not found after apply: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+				continue
+			}
+			if !strings.Contains(out, strings.TrimSpace(res)+" serverside-applied") {
+				t.Errorf("kubectl apply did not report %s as serverside-applied", strings.TrimSpace(res))
+			}
+		}
+		t.Logf("e2e: manifests: %d objects of the self-signed overlay applied and found", len(objs))
+	})
+
+	t.Run("the webhook runs as the manifests' service account with only their RBAC", func(t *testing.T) {
+		rbac, err := framework.LoadRBAC(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.RBAC = rbac
+		if c.WebhookCA, err = certs.LoadCA(filepath.Join(overlay, "tls")); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.StartWebhooks(ctx, 1); err != nil {
+			t.Fatalf("a webhook with the manifests' RBAC never got ready: %v", err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("the applied webhook configurations, patched in clientConfig only, guard Services", func(t *testing.T) {
+		adm := cs.AdmissionregistrationV1()
+		mBefore, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vBefore, err := adm.ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []struct {
+			kind string
+			path string
+		}{
+			{"mutatingwebhookconfiguration", *mBefore.Webhooks[0].ClientConfig.Service.Path},
+			{"validatingwebhookconfiguration", *vBefore.Webhooks[0].ClientConfig.Service.Path},
+		} {
+			patch := fmt.Sprintf(`[{"op":"remove","path":"/webhooks/0/clientConfig/service"},{"op":"add","path":"/webhooks/0/clientConfig/url","value":"https://%s%s"}]`, c.Webhooks[0].Addr(), p.path)
+			if _, _, err := c.Kubectl(ctx, "", "patch", p.kind, "clusterip-policy", "--type=json", "-p", patch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mAfter, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vAfter, err := adm.ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Only clientConfig changed, and the caBundle from gencerts stayed.
+		for i := range mAfter.Webhooks {
+			if !bytes.Equal(mAfter.Webhooks[i].ClientConfig.CABundle, mBefore.Webhooks[i].ClientConfig.CABundle) {
+				t.Error("the mutating webhook's caBundle changed")
+			}
+			mAfter.Webhooks[i].ClientConfig = mBefore.Webhooks[i].ClientConfig
+		}
+		for i := range vAfter.Webhooks {
+			if !bytes.Equal(vAfter.Webhooks[i].ClientConfig.CABundle, vBefore.Webhooks[i].ClientConfig.CABundle) {
+				t.Error("the validating webhook's caBundle changed")
+			}
+			vAfter.Webhooks[i].ClientConfig = vBefore.Webhooks[i].ClientConfig
+		}
+		if !reflect.DeepEqual(mAfter.Webhooks, mBefore.Webhooks) || !reflect.DeepEqual(vAfter.Webhooks, vBefore.Webhooks) {
+			t.Fatal("the patch changed more than clientConfig")
+		}
+		if err := c.WaitWebhooksCalled(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		ns := namespace(t, c, "manifests")
+		_, err = create(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
+		_, err = create(ctx, cs, service(ns, "in-dynamic-band", clusterIP("10.96.200.5")))
+		requireDenied(t, err, mutating, "lies in the dynamic band 10.96.1.1-10.96.255.254")
+		out, _, err := c.Kubectl(ctx, kubeDNSWithoutIP, "create", "-f", "-", "-o", "jsonpath={.spec.clusterIP}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteServices(t, cs, "kube-system") })
+		if out != "10.96.0.10" {
+			t.Fatalf("kube-dns got %s, want 10.96.0.10", out)
+		}
+		// The webhook's own namespace is excluded, so its Service never
+		// depends on it.
+		if _, err := create(ctx, cs, service("clusterip-policy", "in-dynamic-band", clusterIP("10.96.200.6"))); err != nil {
+			t.Errorf("a Service in the webhook's own namespace was refused: %v", err)
+		}
+		t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })
+	})
+
+	t.Run("the webhook's service account may only read ServiceCIDRs and IPAddresses", func(t *testing.T) {
+		sa := c.RBAC.UserName()
+		// What every service account may do (discovery, reviewing itself,
+		// whatever the Kubernetes release grants all authenticated users):
+		// an account no manifest mentions, in a namespace of its own.
+		const nobody = "system:serviceaccount:e2e-baseline:nobody"
+		want := map[string]canIRow{
+			"servicecidrs.networking.k8s.io []": {resource: "servicecidrs.networking.k8s.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
+			"ipaddresses.networking.k8s.io []":  {resource: "ipaddresses.networking.k8s.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
+		}
+		for _, ns := range []string{"default", "clusterip-policy", "kube-system"} {
+			out, _, err := c.Kubectl(ctx, "", "auth", "can-i", "--list", "--as="+sa, "-n", ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			baseOut, _, err := c.Kubectl(ctx, "", "auth", "can-i", "--list", "--as="+nobody, "-n", ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := map[canIRow]bool{}
+			for _, r := range parseCanIList(t, baseOut) {
+				base[r] = true
+			}
+			extra := map[string]canIRow{}
+			for _, r := range parseCanIList(t, out) {
+				if !base[r] {
+					extra[r.resource+" "+r.nonResource] = r
+				}
+			}
+			if !reflect.DeepEqual(extra, want) {
+				t.Errorf("in namespace %s the webhook may, beyond what every account may:\n%v\nwant exactly:\n%v\nfull list:\n%s", ns, extra, want, out)
+			}
+			for r := range base {
+				if r.resource != "" && !strings.HasPrefix(r.resource, "selfsubject") && r.verbs != "[get list watch]" && r.verbs != "[get]" {
+					t.Errorf("every service account may %s %s: more than reading", r.verbs, r.resource)
+				}
+			}
+			if ns == "default" {
+				t.Logf("kubectl auth can-i --list --as=%s:\n%s", sa, out)
+				t.Logf("e2e: the webhook's service account may, beyond what every account may: %v", extra)
+			}
+		}
+	})
+}
+
+type canIRow struct{ resource, nonResource, names, verbs string }
+
+// parseCanIList reads the table of `kubectl auth can-i --list`, whose
+// columns are aligned under the header and whose cells may hold spaces.
+func parseCanIList(t *testing.T, out string) []canIRow {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	header := lines[0]
+	cols := []int{0, strings.Index(header, "Non-Resource URLs"), strings.Index(header, "Resource Names"), strings.Index(header, "Verbs")}
+	if !strings.HasPrefix(header, "Resources") || cols[1] < 0 || cols[2] < 0 || cols[3] < 0 {
+		t.Fatalf("unexpected can-i header %q", header)
+	}
+	cell := func(line string, i int) string {
+		if cols[i] >= len(line) {
+			return ""
+		}
+		end := len(line)
+		if i+1 < len(cols) && cols[i+1] < end {
+			end = cols[i+1]
+		}
+		return strings.TrimSpace(line[cols[i]:end])
+	}
+	var rows []canIRow
+	for _, l := range lines[1:] {
+		rows = append(rows, canIRow{cell(l, 0), cell(l, 1), cell(l, 2), cell(l, 3)})
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].resource < rows[j].resource })
+	return rows
+}
