@@ -64,6 +64,12 @@ func (r *reviewer) review(stage policy.Stage, req admission.Request) admission.R
 // decide builds the response; d is nil when no policy decision was made
 // (a malformed request, or not ready).
 func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *auditLine) (admission.Response, *policy.Decision) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		// Only CREATE and UPDATE allocate; a configuration that also sends
+		// DELETE must not make every delete fail on a missing object.
+		line.Decision, line.Skipped = policy.Allowed, fmt.Sprintf("operation %s allocates no IP", req.Operation)
+		return admission.Allowed(line.Skipped), nil
+	}
 	if req.Kind.Kind != "Service" || req.Kind.Group != "" {
 		line.Message = fmt.Sprintf("expected a core/v1 Service, got %s", req.Kind)
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", req.Kind)), nil

@@ -312,3 +312,17 @@ func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 		t.Fatalf("good reload not applied: generation %d action %s", cur.generation, cur.policy.DefaultAction)
 	}
 }
+
+func TestHandlersAllowOperationsThatAllocateNothing(t *testing.T) {
+	r := newTestReviewer(t, testPolicy, true)
+	body := loadReview(t, "mutate-001-create-wh-auto.json")
+	body = bytes.Replace(body, []byte(`"operation":"CREATE"`), []byte(`"operation":"DELETE"`), 1)
+	body = bytes.Replace(body, []byte(`"object":{`), []byte(`"oldObject":{`), 1)
+	resp := post(t, validatingHandler{r.reviewer}, body)
+	if !resp.Allowed {
+		t.Fatalf("DELETE denied: %+v", resp.Result)
+	}
+	if line := auditOf(t, r.auditBuf); line["decision"] != "allowed" || line["skipped"] != "operation DELETE allocates no IP" {
+		t.Fatalf("audit = %v", line)
+	}
+}

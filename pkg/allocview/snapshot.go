@@ -289,10 +289,13 @@ func (rs RangeSet) Place(ip netip.Addr) Placement {
 	return p
 }
 
-// IsNetworkAddress reports whether ip is the network address of an active
-// range: the placeholder a dry-run create shows validating webhooks.
+// IsNetworkAddress reports whether ip is the network address of any known
+// range, active or excluded: the placeholder a dry-run create shows
+// validating webhooks (the apiserver picks it from its own ranges, which
+// know nothing of the policy's allowedCIDRs).
 func (rs RangeSet) IsNetworkAddress(ip netip.Addr) bool {
-	return slices.ContainsFunc(rs.Active, func(r ActiveRange) bool { return r.Prefix.Addr() == ip })
+	return slices.ContainsFunc(rs.Active, func(r ActiveRange) bool { return r.Prefix.Addr() == ip }) ||
+		slices.ContainsFunc(rs.Excluded, func(e Excluded) bool { return e.Range.Prefix.Addr() == ip })
 }
 
 // Describe lists the active ranges for a message:

@@ -279,6 +279,7 @@ func TestValidateChecksFinalIPs(t *testing.T) {
 		{name: "allows the dry-run placeholder", req: Request{Operation: Create, DryRun: true, Service: makeService("default/web", clusterIPs("10.96.0.0"))}},
 		{name: "denies the network address outside a dry run", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.0"))}, rule: RuleOutsideServiceCIDRs},
 		{name: "allows both dry-run placeholders of a dual-stack create", cidrs: dualStack, req: Request{Operation: Create, DryRun: true, Service: makeService("default/web", clusterIPs("10.96.0.0", "fd00:10:96::"))}},
+		{name: "allows a dry-run placeholder from a range outside allowedCIDRs", cidrs: unapproved, req: Request{Operation: Create, DryRun: true, Service: makeService("default/web", clusterIPs("192.168.0.0"))}},
 		{name: "passes an update that keeps the IPs", req: Request{Operation: Update, OldService: makeService("default/web", clusterIPs("192.168.0.5")), Service: makeService("default/web", clusterIPs("192.168.0.5"))}},
 		{name: "does not care about the dynamic band (the allocator put it there)", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.255.254"))}},
 		{name: "passes a headless Service", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("None"))}},
