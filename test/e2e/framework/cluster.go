@@ -451,11 +451,15 @@ type Decision struct {
 }
 
 // Decisions parses the audit lines ("msg":"admission decision") of the log.
-func (w *Webhook) Decisions() []Decision {
+func (w *Webhook) Decisions() []Decision { return w.DecisionsFrom(0) }
+
+// DecisionsFrom parses the audit lines after byte offset from.
+func (w *Webhook) DecisionsFrom(from int64) []Decision {
 	data, err := os.ReadFile(w.LogPath)
-	if err != nil {
+	if err != nil || from > int64(len(data)) {
 		return nil
 	}
+	data = data[from:]
 	var out []Decision
 	for _, line := range bytes.Split(data, []byte("\n")) {
 		if !bytes.Contains(line, []byte(`"admission decision"`)) {
