@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,6 +78,24 @@ func TestUpdates(t *testing.T) {
 		}
 		if got.Spec.ClusterIP != "10.96.0.54" {
 			t.Fatalf("clusterIP %s, want 10.96.0.54", got.Spec.ClusterIP)
+		}
+	})
+
+	t.Run("kube-dns changed from ExternalName to ClusterIP without a clusterIP gets 10.96.0.10", func(t *testing.T) {
+		dns := mustCreate(t, ctx, cs, service("kube-system", "kube-dns", externalName("dns.example.com")))
+		t.Cleanup(func() {
+			_ = cs.CoreV1().Services("kube-system").Delete(context.Background(), "kube-dns", metav1.DeleteOptions{})
+		})
+		dns.Spec.Type = corev1.ServiceTypeClusterIP
+		dns.Spec.ExternalName = ""
+		dns.Spec.Selector = map[string]string{"k8s-app": "kube-dns"}
+		dns.Spec.Ports = []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}
+		got, err := cs.CoreV1().Services("kube-system").Update(ctx, dns, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.ClusterIP != "10.96.0.10" {
+			t.Fatalf("kube-dns got %s, want its reserved 10.96.0.10", got.Spec.ClusterIP)
 		}
 	})
 
