@@ -901,6 +901,66 @@ func serviceRoutesToWebhook(o *objects) []string {
 	return p
 }
 
+// installLabel is the label a two-step install filters on: apply
+// everything but the webhook configurations, wait for ready pods, then apply
+// the rest (docs/deploying.md).
+const installLabel = "app.kubernetes.io/component"
+
+func (o *objects) metas() []metav1.ObjectMeta {
+	var out []metav1.ObjectMeta
+	for _, x := range o.Namespaces {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.ServiceAccounts {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.ConfigMaps {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.Services {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.Deployments {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.PDBs {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.ClusterRoles {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.ClusterRoleBindings {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.Roles {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.RoleBindings {
+		out = append(out, x.ObjectMeta)
+	}
+	return out
+}
+
+func webhookConfigurationsApplyLast(o *objects) []string {
+	var p []string
+	for _, c := range o.Mutating {
+		if c.Labels[installLabel] != "webhook-configuration" {
+			p = append(p, problemf("MutatingWebhookConfiguration %s lacks %s=webhook-configuration", c.Name, installLabel))
+		}
+	}
+	for _, c := range o.Validating {
+		if c.Labels[installLabel] != "webhook-configuration" {
+			p = append(p, problemf("ValidatingWebhookConfiguration %s lacks %s=webhook-configuration", c.Name, installLabel))
+		}
+	}
+	for _, m := range o.metas() {
+		if m.Labels[installLabel] == "webhook-configuration" {
+			p = append(p, problemf("%s carries %s=webhook-configuration and would be held back by a two-step install", m.Name, installLabel))
+		}
+	}
+	return p
+}
+
 var safetyChecks = []struct {
 	name  string
 	check check
@@ -932,6 +992,7 @@ var safetyChecks = []struct {
 	{"gives the shutdown delay and in-flight reviews time before SIGKILL", gracefulShutdown},
 	{"sets resource requests and a memory limit", resourcesSet},
 	{"routes the webhook Service to the webhook port", serviceRoutesToWebhook},
+	{"labels the webhook configurations, and only them, for a two-step install", webhookConfigurationsApplyLast},
 }
 
 func TestBaseIsSafe(t *testing.T) {
@@ -1095,6 +1156,10 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { ctr(o).Resources.Requests = nil }, "requests no CPU"},
 		{"rejects a Service whose targetPort misses the webhook", serviceRoutesToWebhook,
 			func(o *objects) { o.Services[0].Spec.Ports[0].TargetPort = intstr.FromInt32(8443) }, "targetPort 8443"},
+		{"rejects a webhook configuration a two-step install would apply first", webhookConfigurationsApplyLast,
+			func(o *objects) { delete(o.Validating[0].Labels, installLabel) }, "lacks"},
+		{"rejects a Deployment a two-step install would hold back", webhookConfigurationsApplyLast,
+			func(o *objects) { deploy(o).Labels[installLabel] = "webhook-configuration" }, "held back"},
 		{"rejects a Service that selects other pods", serviceRoutesToWebhook,
 			func(o *objects) { o.Services[0].Spec.Selector = map[string]string{"app": "other"} }, "does not select"},
 	}
