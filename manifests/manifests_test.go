@@ -1437,3 +1437,22 @@ func TestCertManagerOverlayInjectsTheCAIntoBothWebhooks(t *testing.T) {
 		}
 	})
 }
+
+// The base ConfigMap ships the example policy: `make review` and the
+// deployed webhook must not drift apart.
+func TestTheShippedPolicyIsTheExamplePolicy(t *testing.T) {
+	o := loadBase(t)
+	example, err := os.ReadFile(filepath.Join("..", "examples", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range o.ConfigMaps {
+		if cm.Name == policyConfigMap {
+			if got := cm.Data["policy.yaml"]; got != string(example) {
+				t.Fatalf("ConfigMap %s differs from examples/policy.yaml; copy the example into manifests/base/configmap.yaml", cm.Name)
+			}
+			return
+		}
+	}
+	t.Fatalf("no ConfigMap %s in the base", policyConfigMap)
+}
