@@ -181,23 +181,16 @@ func Validate(env Env, req Request) Decision {
 }
 
 func mutateSkips(req Request) string {
-	svc := req.Service
-	switch {
-	case svc.Spec.Type == corev1.ServiceTypeExternalName:
-		return "ExternalName Service: no ClusterIP"
-	case isHeadless(svc):
-		return "headless Service (clusterIP None)"
-	case req.Operation == Create:
-		return ""
-	case req.Operation == Update && (changesFromExternalName(req) || len(newIPs(req)) > 0):
-		return ""
-	case req.Operation == Update:
-		return "UPDATE that allocates no IP"
-	}
-	return fmt.Sprintf("operation %s allocates no IP", req.Operation)
+	return skips(req, changesFromExternalName(req) || len(newIPs(req)) > 0, "UPDATE that allocates no IP")
 }
 
 func validateSkips(req Request) string {
+	return skips(req, len(newIPs(req)) > 0, "UPDATE that does not change the IPs")
+}
+
+// skips says why a stage does not apply to req, or "" when it does: it
+// applies to every CREATE, and to an UPDATE when updateApplies.
+func skips(req Request, updateApplies bool, updateSkip string) string {
 	svc := req.Service
 	switch {
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
@@ -206,10 +199,10 @@ func validateSkips(req Request) string {
 		return "headless Service (clusterIP None)"
 	case req.Operation == Create:
 		return ""
-	case req.Operation == Update && len(newIPs(req)) > 0:
+	case req.Operation == Update && updateApplies:
 		return ""
 	case req.Operation == Update:
-		return "UPDATE that does not change the IPs"
+		return updateSkip
 	}
 	return fmt.Sprintf("operation %s allocates no IP", req.Operation)
 }
