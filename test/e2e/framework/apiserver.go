@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -68,8 +69,13 @@ func StartAPIServer(ctx context.Context, binary, dir string, pki *PKI, admin *Id
 			return nil, fmt.Errorf("a second apiserver needs unshare(1) for its own UTS namespace: %w", err)
 		}
 		// unshare execs sh, which sets the host name and execs the
-		// apiserver: one pid, one process group, killed as one.
-		argv = append([]string{unshare, "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, o.Hostname}, argv...)
+		// apiserver: one pid, one process group, killed as one. Without
+		// root, a user namespace grants the right to a UTS namespace.
+		ns := []string{unshare, "--uts"}
+		if os.Geteuid() != 0 {
+			ns = []string{unshare, "--user", "--map-root-user", "--uts"}
+		}
+		argv = append(append(ns, "--", "sh", "-c", `hostname "$0" && exec "$@"`, o.Hostname), argv...)
 	}
 	p, err := StartProcess(o.Name, filepath.Join(dir, "logs", o.Name+".log"), argv, po)
 	if err != nil {

@@ -144,7 +144,10 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		return err
 	}
 	c.Admin = &Identity{User: "e2e-admin", Groups: []string{"system:masters"}, Cert: adminCert}
-	if c.Etcd, err = StartEtcd(ctx, c.Bin.Etcd, c.Dir, po); err != nil {
+	if err := retryPortClash(func() (err error) {
+		c.Etcd, err = StartEtcd(ctx, c.Bin.Etcd, c.Dir, po)
+		return err
+	}); err != nil {
 		return err
 	}
 	for i, ao := range c.opts.APIServers {
@@ -157,8 +160,11 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		if i > 0 && ao.Hostname == "" {
 			ao.Hostname = fmt.Sprintf("e2e-apiserver-%d", i+1)
 		}
-		a, err := StartAPIServer(ctx, c.Bin.KubeAPIServer, c.Dir, c.PKI, c.Admin, c.Etcd.URL, ao, po)
-		if err != nil {
+		var a *APIServer
+		if err := retryPortClash(func() (err error) {
+			a, err = StartAPIServer(ctx, c.Bin.KubeAPIServer, c.Dir, c.PKI, c.Admin, c.Etcd.URL, ao, po)
+			return err
+		}); err != nil {
 			return err
 		}
 		c.APIServers = append(c.APIServers, a)
@@ -302,12 +308,15 @@ func (c *Cluster) StartWebhooks(ctx context.Context, n int) error {
 			return err
 		}
 		start := time.Now()
-		w, err := StartWebhook(ctx, c.Bin.Webhook, c.Dir, c.WebhookCA, WebhookOptions{
-			Name:       name,
-			Kubeconfig: kubeconfig,
-			Policy:     c.PolicyFile,
-		}, ProcessOptions{Detach: c.opts.Detach})
-		if err != nil {
+		var w *Webhook
+		if err := retryPortClash(func() (err error) {
+			w, err = StartWebhook(ctx, c.Bin.Webhook, c.Dir, c.WebhookCA, WebhookOptions{
+				Name:       name,
+				Kubeconfig: kubeconfig,
+				Policy:     c.PolicyFile,
+			}, ProcessOptions{Detach: c.opts.Detach})
+			return err
+		}); err != nil {
 			return err
 		}
 		c.Webhooks = append(c.Webhooks, w)

@@ -133,3 +133,15 @@ func (p *Process) exitedErr() error {
 	}
 	return nil
 }
+
+// retryPortClash runs start up to three times while it fails because a port
+// FreePort handed out was taken by someone else before the process bound it.
+func retryPortClash(start func() error) error {
+	var err error
+	for range 3 {
+		if err = start(); err == nil || !errors.Is(err, errExited) || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+	}
+	return err
+}
