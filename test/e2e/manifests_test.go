@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,9 +15,14 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"clusterip-policy/certs"
@@ -65,6 +71,29 @@ func selfSignedOverlay(t *testing.T, root string) (string, []*unstructured.Unstr
 		}
 	}
 	return overlay, objs
+}
+
+// serviceReview is the AdmissionReview an apiserver sends for a Service
+// CREATE.
+func serviceReview(t *testing.T, svc *corev1.Service) *admissionv1.AdmissionReview {
+	t.Helper()
+	svc.APIVersion, svc.Kind = "v1", "Service"
+	raw, err := json.Marshal(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       types.UID("e2e-" + svc.Name),
+			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Service"},
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "services"},
+			Namespace: svc.Namespace,
+			Name:      svc.Name,
+			Operation: admissionv1.Create,
+			Object:    runtime.RawExtension{Raw: raw},
+		},
+	}
 }
 
 func copyDir(t *testing.T, from, to string) {
@@ -117,6 +146,44 @@ func TestDeploymentManifests(t *testing.T) {
 	cs := c.Client(0)
 	ctx := testContext(t, 3*60e9)
 
+	// The webhook starts before its RBAC exists, as when its pods come up
+	// before an operator's RBAC change reached the cluster. It runs as the
+	// manifests' service account, with a serving certificate from their CA.
+	if c.RBAC, err = framework.LoadRBAC(root); err != nil {
+		t.Fatal(err)
+	}
+	if c.WebhookCA, err = certs.LoadCA(filepath.Join(overlay, "tls")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.StartWebhookUnready(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := w.Pid()
+
+	t.Run("without its RBAC the webhook is not ready and denies every review as not ready", func(t *testing.T) {
+		// Wait until its informers have been refused at least once.
+		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
+			if log, _ := w.Log(); strings.Contains(log, "forbidden") {
+				break
+			}
+		}
+		if err := w.WaitReady(ctx, 500*time.Millisecond); err == nil {
+			t.Fatal("/readyz is ok although the webhook may not list ServiceCIDRs and IPAddresses")
+		}
+		for _, path := range []string{framework.MutatePath, framework.ValidatePath} {
+			resp, err := w.Review(ctx, path, serviceReview(t, service("default", "while-unready", clusterIP("10.96.0.20"))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "not ready") {
+				t.Errorf("%s answered allowed=%v %+v, want a not-ready denial", path, resp.Allowed, resp.Result)
+			} else {
+				t.Logf("%s: %d %s", path, resp.Result.Code, resp.Result.Message)
+			}
+		}
+	})
+
 	t.Run("kubectl apply --server-side -k manifests/overlays/self-signed accepts every object", func(t *testing.T) {
 		out, _, err := c.Kubectl(ctx, "", "apply", "--server-side", "-k", overlay)
 		if err != nil {
@@ -136,18 +203,15 @@ func TestDeploymentManifests(t *testing.T) {
 		t.Logf("e2e: manifests: %d objects of the self-signed overlay applied and found", len(objs))
 	})
 
-	t.Run("the webhook runs as the manifests' service account with only their RBAC", func(t *testing.T) {
-		rbac, err := framework.LoadRBAC(root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.RBAC = rbac
-		if c.WebhookCA, err = certs.LoadCA(filepath.Join(overlay, "tls")); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.StartWebhooks(ctx, 1); err != nil {
+	t.Run("with the manifests' RBAC the same webhook process gets ready", func(t *testing.T) {
+		start := time.Now()
+		if err := w.WaitReady(ctx, 90*time.Second); err != nil {
 			t.Fatalf("a webhook with the manifests' RBAC never got ready: %v", err)
 		}
+		if w.Pid() != pid {
+			t.Fatalf("the webhook restarted (pid %d, was %d)", w.Pid(), pid)
+		}
+		t.Logf("e2e: the webhook got ready %s after its RBAC was applied, without a restart", time.Since(start).Round(time.Millisecond))
 	})
 	if t.Failed() {
 		return

@@ -273,10 +273,23 @@ func EnsureNamespace(ctx context.Context, cs kubernetes.Interface, name string) 
 }
 
 // StartWebhooks starts n webhook processes with serving certificates from
-// one webhook CA. They authenticate as the service account of the
-// manifests' RBAC (a client certificate for that name), or as admin when no
-// RBAC was applied yet.
+// one webhook CA, and waits until each is ready. They authenticate as the
+// service account of the manifests' RBAC (a client certificate for that
+// name), or as admin when c.RBAC is nil.
 func (c *Cluster) StartWebhooks(ctx context.Context, n int) error {
+	return c.startWebhooks(ctx, n, true)
+}
+
+// StartWebhookUnready starts one more webhook like StartWebhooks but does
+// not wait for it to get ready.
+func (c *Cluster) StartWebhookUnready(ctx context.Context) (*Webhook, error) {
+	if err := c.startWebhooks(ctx, 1, false); err != nil {
+		return nil, err
+	}
+	return c.Webhooks[len(c.Webhooks)-1], nil
+}
+
+func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 	var err error
 	if c.WebhookCA == nil {
 		if c.WebhookCA, err = certs.NewCA("clusterip-policy-e2e-webhook-ca", certValidity); err != nil {
@@ -308,19 +321,25 @@ func (c *Cluster) StartWebhooks(ctx context.Context, n int) error {
 			return err
 		}
 		start := time.Now()
+		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile}
+		po := ProcessOptions{Detach: c.opts.Detach}
 		var w *Webhook
 		if err := retryPortClash(func() (err error) {
-			w, err = StartWebhook(ctx, c.Bin.Webhook, c.Dir, c.WebhookCA, WebhookOptions{
-				Name:       name,
-				Kubeconfig: kubeconfig,
-				Policy:     c.PolicyFile,
-			}, ProcessOptions{Detach: c.opts.Detach})
+			if wait {
+				w, err = StartWebhook(ctx, c.Bin.Webhook, c.Dir, c.WebhookCA, o, po)
+			} else {
+				w, err = StartWebhookUnready(c.Bin.Webhook, c.Dir, c.WebhookCA, o, po)
+			}
 			return err
 		}); err != nil {
 			return err
 		}
 		c.Webhooks = append(c.Webhooks, w)
-		c.Logf("e2e: %s (%d of %d) ready in %s on %s, talking to %s as %s", name, i+1, n, time.Since(start).Round(time.Millisecond), w.Addr(), a.URL, id.User)
+		state := "ready"
+		if !wait {
+			state = "started"
+		}
+		c.Logf("e2e: %s (%d of %d) %s in %s on %s, talking to %s as %s", name, i+1, n, state, time.Since(start).Round(time.Millisecond), w.Addr(), a.URL, id.User)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package framework
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -14,6 +16,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
 
 	"clusterip-policy/certs"
 )
@@ -42,6 +46,20 @@ type Webhook struct {
 // which it is only once its view of the cluster has synced and the policy
 // has loaded.
 func StartWebhook(ctx context.Context, binary, dir string, ca *certs.CA, o WebhookOptions, po ProcessOptions) (*Webhook, error) {
+	w, err := StartWebhookUnready(binary, dir, ca, o, po)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.WaitReady(ctx, 60*time.Second); err != nil {
+		w.Stop(5 * time.Second)
+		return nil, err
+	}
+	return w, nil
+}
+
+// StartWebhookUnready starts the webhook like StartWebhook but returns
+// without waiting for it to get ready.
+func StartWebhookUnready(binary, dir string, ca *certs.CA, o WebhookOptions, po ProcessOptions) (*Webhook, error) {
 	if o.Name == "" {
 		o.Name = "webhook"
 	}
@@ -77,11 +95,46 @@ func StartWebhook(ctx context.Context, binary, dir string, ca *certs.CA, o Webho
 		return nil, err
 	}
 	w.Process = p
-	if err := w.WaitReady(ctx, 60*time.Second); err != nil {
-		p.Stop(5 * time.Second)
+	return w, nil
+}
+
+// Review posts an AdmissionReview to the webhook's path (MutatePath or
+// ValidatePath) over a new TLS connection that trusts only the webhook CA,
+// and returns the response.
+func (w *Webhook) Review(ctx context.Context, path string, review *admissionv1.AdmissionReview) (*admissionv1.AdmissionResponse, error) {
+	body, err := json.Marshal(review)
+	if err != nil {
 		return nil, err
 	}
-	return w, nil
+	hc, err := httpsClient(w.CA.CertPEM, nil)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+w.Addr()+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("POST %s: %s: %s", path, resp.Status, data)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("POST %s: %w: %s", path, err, data)
+	}
+	if out.Response == nil {
+		return nil, fmt.Errorf("POST %s: no response in %s", path, data)
+	}
+	return out.Response, nil
 }
 
 // WaitReady polls /readyz until it answers 200.
