@@ -254,7 +254,7 @@ func newIPs(req Request) []string {
 
 // fieldFor names the field an IP came from the way the apiserver does.
 func fieldFor(svc *corev1.Service, i int) string {
-	if len(svc.Spec.ClusterIPs) > 1 {
+	if len(svc.Spec.ClusterIPs) > 1 || (len(svc.Spec.ClusterIPs) == 1 && svc.Spec.ClusterIP == "") {
 		return fmt.Sprintf("spec.clusterIPs[%d]", i)
 	}
 	return "spec.clusterIP"
@@ -295,7 +295,13 @@ func (c checker) checkRequested(field, raw string) {
 		c.violate(RuleStaticIPInDynamicBand, field, raw, "lies in the dynamic band %s of %s; %s or ask for a reservation", pl.DynamicIn.Dynamic(), pl.DynamicIn.Name(), c.chooseStatic(ip))
 		return
 	}
-	c.checkAllocated(field, raw, ip)
+	if c.checkAllocated(field, raw, ip) {
+		return
+	}
+	if own, ok := c.env.Policy.ReservationsOf(c.self(), c.rs)[allocview.FamilyOf(ip)]; ok && own.IP != ip && !own.Implicit {
+		// Allowed, but the reservation then guards an address nobody uses.
+		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("%s: %s is reserved for Service %s, which asks for %s instead; the reserved address stays unused", field, own.IP, c.self(), raw))
+	}
 }
 
 func (c checker) checkAllocated(field, raw string, ip netip.Addr) bool {

@@ -211,6 +211,24 @@ func TestMutateAssignsReservedIPs(t *testing.T) {
 	}
 }
 
+func TestMutateWarnsAnOwnerThatAsksForAnotherAddress(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIP("10.96.0.11"))})
+	want := "spec.clusterIP: 10.96.0.10 is reserved for Service kube-system/kube-dns, which asks for 10.96.0.11 instead; the reserved address stays unused"
+	if !d.Allowed || d.Outcome != Warned || len(d.Warnings) != 1 || d.Warnings[0] != want {
+		t.Fatalf("%s %q", d.Outcome, d.Warnings)
+	}
+}
+
+func TestMutateNamesTheFieldTheIPCameFrom(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	svc := makeService("default/web", func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.200.5"} })
+	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: svc})
+	if !strings.HasPrefix(d.Message, `spec.clusterIPs[0]: Invalid value: "10.96.200.5"`) {
+		t.Fatalf("message %s", d.Message)
+	}
+}
+
 func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
 	p := mustPolicy(t, dnsPolicy)
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
