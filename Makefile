@@ -51,8 +51,8 @@ down: ## stop what `make up` started
 demo: up ## start the local cluster and apply the example Services with kubectl
 	hack/demo.sh
 
-certs: ## create a CA and serving certificate for the self-signed overlay
-	$(GO) run ./certs/cmd/gencerts
+certs: ## create a CA and serving certificate for the self-signed overlay (rotate: make certs CERTS_ARGS=--reuse-ca)
+	$(GO) run ./certs/cmd/gencerts $(CERTS_ARGS)
 
 image: ## build the container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t clusterip-policy:$(VERSION) .
