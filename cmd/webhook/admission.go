@@ -34,6 +34,12 @@ type reviewer struct {
 	staticCIDRs []netip.Prefix
 	audit       logr.Logger
 	metrics     *metrics
+	// staleFor reports how long the view may have been missing changes
+	// (a failed watch), and which resource; nil when nothing watches.
+	staleFor func(time.Time) (time.Duration, string)
+	// maxStaleness is how long a failed watch is tolerated (and flagged in
+	// the audit log) before reviews are denied as not ready.
+	maxStaleness time.Duration
 }
 
 var (
@@ -102,6 +108,17 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 		return notReady(), nil
 	}
 	line.PolicyGeneration, line.PolicyDigest = pol.generation, pol.policy.Digest
+	if r.staleFor != nil {
+		stale, which := r.staleFor(time.Now())
+		line.ViewStale = stale
+		if stale > r.maxStaleness {
+			line.Decision = policy.Denied
+			line.Message = staleMessage(which, stale)
+			resp := notReady()
+			resp.Result.Message = line.Message
+			return resp, nil
+		}
+	}
 
 	env := policy.Env{Policy: pol.policy, Snapshot: snap, StaticCIDRs: r.staticCIDRs}
 	preq := policy.Request{
@@ -128,6 +145,10 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 		resp.Patches = append(resp.Patches, jsonpatch.JsonPatchOperation{Operation: op.Op, Path: op.Path, Value: op.Value})
 	}
 	return resp, &d
+}
+
+func staleMessage(resource string, d time.Duration) string {
+	return fmt.Sprintf("clusterip-policy is not ready: its watch of %s has failed for %s, so its view of allocated addresses may be out of date; retry once it recovers", resource, d.Round(time.Second))
 }
 
 func notReady() admission.Response {

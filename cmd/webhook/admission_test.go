@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -323,6 +324,30 @@ func TestHandlersAllowOperationsThatAllocateNothing(t *testing.T) {
 		t.Fatalf("DELETE denied: %+v", resp.Result)
 	}
 	if line := auditOf(t, r.auditBuf); line["decision"] != "allowed" || line["skipped"] != "operation DELETE allocates no IP" {
+		t.Fatalf("audit = %v", line)
+	}
+}
+
+func TestHandlersDenyOnAViewStaleForTooLong(t *testing.T) {
+	r := newTestReviewer(t, testPolicy, true)
+	r.maxStaleness = 30 * time.Second
+	stale := 10 * time.Second
+	r.staleFor = func(time.Time) (time.Duration, string) { return stale, "ipaddresses" }
+	resp := post(t, validatingHandler{r.reviewer}, loadReview(t, "validate-002-create-wh-auto.json"))
+	if !resp.Allowed {
+		t.Fatalf("denied within the tolerated staleness: %+v", resp.Result)
+	}
+	if line := auditOf(t, r.auditBuf); line["viewStaleSeconds"] != 10.0 {
+		t.Fatalf("audit viewStaleSeconds = %v", line["viewStaleSeconds"])
+	}
+	r.auditBuf.Reset()
+	stale = 45 * time.Second
+	resp = post(t, validatingHandler{r.reviewer}, loadReview(t, "validate-002-create-wh-auto.json"))
+	want := "clusterip-policy is not ready: its watch of ipaddresses has failed for 45s, so its view of allocated addresses may be out of date; retry once it recovers"
+	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != want {
+		t.Fatalf("got %+v", resp.Result)
+	}
+	if line := auditOf(t, r.auditBuf); line["decision"] != "denied" || line["message"] != want {
 		t.Fatalf("audit = %v", line)
 	}
 }

@@ -28,6 +28,7 @@ type auditLine struct {
 	PolicyGeneration uint64
 	PolicyDigest     string
 	ViewGeneration   uint64
+	ViewStale        time.Duration
 	Took             time.Duration
 }
 
@@ -67,6 +68,7 @@ func (l auditLine) keysAndValues() []any {
 		"policyGeneration", l.PolicyGeneration,
 		"policyDigest", l.PolicyDigest,
 		"viewGeneration", l.ViewGeneration,
+		"viewStaleSeconds", l.ViewStale.Seconds(),
 		"durationSeconds", l.Took.Seconds(),
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -46,6 +47,7 @@ type serveOptions struct {
 	reloadInterval time.Duration
 	shutdownDelay  time.Duration
 	logLevel       int
+	maxStaleness   time.Duration
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -60,6 +62,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR to use when the cluster serves no ServiceCIDR objects (before Kubernetes 1.33). Repeatable, primary family first; replaces the policy's serviceCIDRs.")
 	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
+	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long a failed watch of ServiceCIDRs or IPAddresses is tolerated (each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
 	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity of the Kubernetes client libraries (the audit log is always written).")
 	return fs
 }
@@ -80,6 +83,9 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	}
 	if o.reloadInterval <= 0 {
 		return nil, fmt.Errorf("--policy-reload-interval %s must be positive", o.reloadInterval)
+	}
+	if o.maxStaleness <= 0 {
+		return nil, fmt.Errorf("--max-view-staleness %s must be positive", o.maxStaleness)
 	}
 	if o.shutdownDelay < 0 {
 		return nil, fmt.Errorf("--shutdown-delay %s must not be negative", o.shutdownDelay)
@@ -169,7 +175,12 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		return err // no good policy to fall back to at start
 	}
 	source := kubesource.New(client, view, log.WithName("view"))
-	rev := &reviewer{policies: policies, view: view, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
+	defaultRegistry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "clusterip_policy_view_stale_seconds",
+		Help: "How long a watch of ServiceCIDRs or IPAddresses has been failing (0 when healthy); past --max-view-staleness reviews are denied as not ready.",
+	}, func() float64 { d, _ := source.StaleFor(time.Now()); return d.Seconds() }))
+	rev := &reviewer{policies: policies, view: view, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m,
+		staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
 
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir})
 	server.Register(mutatePath, &webhook.Admission{Handler: mutatingHandler{rev}})
@@ -187,6 +198,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		"view": func(*http.Request) error {
 			if !source.HasSynced() {
 				return errors.New("view of ServiceCIDRs and IPAddresses not synced")
+			}
+			if d, which := source.StaleFor(time.Now()); d > o.maxStaleness {
+				return errors.New(staleMessage(which, d))
 			}
 			return nil
 		},

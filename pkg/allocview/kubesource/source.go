@@ -28,6 +28,10 @@ type Source struct {
 	view   *allocview.View
 	log    logr.Logger
 	synced atomic.Bool
+	// staleSince is, per watched resource, when its watch last failed
+	// (UnixNano), or 0 once events flow again: the view may then miss
+	// changes, and the webhook must say so rather than decide silently.
+	staleSince [2]atomic.Int64
 
 	mu      sync.Mutex
 	pending []func(*allocview.Tx)
@@ -41,6 +45,43 @@ func New(client kubernetes.Interface, view *allocview.View, log logr.Logger) *So
 
 // HasSynced reports whether the view holds the cluster's initial state.
 func (s *Source) HasSynced() bool { return s.synced.Load() }
+
+// The resources watched, as indexes of staleSince.
+const (
+	serviceCIDRs = iota
+	ipAddresses
+)
+
+var resourceNames = [2]string{"servicecidrs", "ipaddresses"}
+
+// StaleFor returns how long the view has possibly been missing changes
+// (a watch failed and has not delivered an event since), and which
+// resource; zero when both watches are healthy.
+func (s *Source) StaleFor(now time.Time) (time.Duration, string) {
+	var worst time.Duration
+	var which string
+	for i := range s.staleSince {
+		if since := s.staleSince[i].Load(); since != 0 {
+			if d := now.Sub(time.Unix(0, since)); d > worst {
+				worst, which = d, resourceNames[i]
+			}
+		}
+	}
+	return worst, which
+}
+
+func (s *Source) watchFailed(resource int, err error) {
+	if s.staleSince[resource].CompareAndSwap(0, time.Now().UnixNano()) {
+		s.log.Error(err, "watch failed; the view may miss changes until it recovers", "resource", resourceNames[resource])
+	}
+}
+
+// seen records that a watch delivers events again.
+func (s *Source) seen(resource int) {
+	if s.staleSince[resource].Swap(0) != 0 {
+		s.log.Info("watch recovered", "resource", resourceNames[resource])
+	}
+}
 
 // Run watches the cluster until ctx ends. It returns an error only when it
 // cannot start at all.
@@ -62,6 +103,15 @@ func (s *Source) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0, informers.WithTransform(trim))
 	cidrs := factory.Networking().V1().ServiceCIDRs().Informer()
 	ips := factory.Networking().V1().IPAddresses().Informer()
+	for i, inf := range []cache.SharedIndexInformer{cidrs, ips} {
+		err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+			s.watchFailed(i, err)
+		})
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", resourceNames[i], err)
+		}
+	}
 	cidrReg, err := cidrs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.setServiceCIDR,
 		UpdateFunc: func(_, obj any) { s.setServiceCIDR(obj) },
@@ -163,6 +213,7 @@ func (s *Source) apply(ctx context.Context) {
 }
 
 func (s *Source) setServiceCIDR(obj any) {
+	s.seen(serviceCIDRs)
 	c, ok := obj.(*networkingv1.ServiceCIDR)
 	if !ok {
 		return
@@ -172,6 +223,7 @@ func (s *Source) setServiceCIDR(obj any) {
 }
 
 func (s *Source) deleteServiceCIDR(obj any) {
+	s.seen(serviceCIDRs)
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -183,6 +235,7 @@ func (s *Source) deleteServiceCIDR(obj any) {
 }
 
 func (s *Source) setIPAddress(obj any) {
+	s.seen(ipAddresses)
 	a, ok := obj.(*networkingv1.IPAddress)
 	if !ok {
 		return
@@ -197,6 +250,7 @@ func (s *Source) setIPAddress(obj any) {
 }
 
 func (s *Source) deleteIPAddress(obj any) {
+	s.seen(ipAddresses)
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}

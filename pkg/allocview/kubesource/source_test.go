@@ -2,14 +2,18 @@ package kubesource
 
 import (
 	"context"
+	"errors"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/pkg/allocview"
 )
@@ -161,4 +165,45 @@ func TestSourceWithoutTheAPIMarksTheViewSyncedWithoutAllocations(t *testing.T) {
 	src := New(fake.NewClientset(), view, testr.New(t))
 	go func() { _ = src.Run(ctx) }()
 	eventually(t, "synced without allocations", func(s *allocview.Snapshot) bool { return s.Synced && !s.TracksAllocations }, view)
+}
+
+func TestAFailedWatchMarksTheViewStaleUntilEventsFlowAgain(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"), makeIPAddress("10.96.0.1", "default", "kubernetes"))
+	servesNetworkingV1(client)
+	var failWatch atomic.Bool
+	failWatch.Store(true)
+	client.PrependWatchReactor("ipaddresses", func(k8stesting.Action) (bool, watch.Interface, error) {
+		if failWatch.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	view := allocview.NewView()
+	src := New(client, view, testr.New(t))
+	go func() { _ = src.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if d, which := src.StaleFor(time.Now()); d > 0 && which == "ipaddresses" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a failing watch never marked the view stale")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	failWatch.Store(false)
+	// The reflector retries with backoff, relists and delivers the objects
+	// again, which clears the mark.
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		if d, _ := src.StaleFor(time.Now()); d == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the view stayed stale after the watch recovered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
