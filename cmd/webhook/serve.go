@@ -46,7 +46,6 @@ type serveOptions struct {
 	serviceCIDRs   []string
 	reloadInterval time.Duration
 	shutdownDelay  time.Duration
-	logLevel       int
 	maxStaleness   time.Duration
 }
 
@@ -63,7 +62,6 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long a failed watch of ServiceCIDRs or IPAddresses is tolerated (each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
-	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity of the Kubernetes client libraries (the audit log is always written).")
 	return fs
 }
 
@@ -130,7 +128,7 @@ func serve(args []string, stderr io.Writer) int {
 		return exitBadData
 	}
 	ctrl.SetLogger(log)
-	klog.SetLogger(log.V(o.logLevel))
+	klog.SetLogger(log.WithName("client")) // client-go's warnings and errors, as JSON too
 	flags := map[string]string{}
 	fs.VisitAll(func(f *pflag.Flag) { flags[f.Name] = f.Value.String() })
 	log.Info("starting clusterip-policy webhook", "version", version, "commit", commit, "flags", flags)
