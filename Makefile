@@ -36,8 +36,15 @@ fmt-check:
 tools: ## build etcd, kube-apiserver and kubectl into .local/bin (cached)
 	hack/build-tools.sh
 
+# The console shows each test and its e2e: figures; the whole verbose log is in
+# .local/e2e.log, and is printed in full when a test fails (it holds the
+# process logs the harness dumps for a failing test).
 e2e: tools build ## end-to-end tests against a real etcd + kube-apiserver
-	$(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/... 2>&1 | tee .local/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' ; exit $${PIPESTATUS[0]}
+	@mkdir -p .local
+	$(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/... > .local/e2e.log 2>&1; rc=$$?; \
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' .local/e2e.log; \
+	if [ $$rc -ne 0 ]; then echo "=== e2e failed (exit $$rc); full log follows (.local/e2e.log)"; cat .local/e2e.log; fi; \
+	exit $$rc
 
 bench: ## benchmarks of the decision functions and the view
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
