@@ -123,31 +123,13 @@ func (d Decision) Rules() []RuleID {
 // Mutate decides the mutating stage: it checks each IP the user asked for
 // and, when the Service asks for none but owns reservations, assigns them.
 func Mutate(env Env, req Request) Decision {
-	svc := req.Service
-	d := Decision{Stage: StageMutate, RequestedIPs: requestedIPs(svc)}
-	d.FinalIPs = d.RequestedIPs
-	if why := mutateSkips(req); why != "" {
-		d.Skipped = why
-		return d.finish(env.Policy)
-	}
-	if why := env.Policy.Exempt(svc.Namespace, req.User, req.Groups); why != "" {
-		d.Skipped = why
-		return d.finish(env.Policy)
-	}
-	rs := env.Ranges()
-	c := checker{env: env, rs: rs, svc: svc, d: &d}
-	if len(d.RequestedIPs) == 0 {
-		if req.Operation == Create || changesFromExternalName(req) {
-			c.assignReserved()
-		}
-		return d.finish(env.Policy)
-	}
-	old := oldIPs(req)
-	for i, raw := range d.RequestedIPs {
-		if slices.Contains(old, raw) {
-			continue // kept from the stored object: not being allocated now
-		}
-		c.checkRequested(fieldFor(svc, i), raw)
+	d, c := begin(StageMutate, env, req, mutateSkips(req))
+	switch {
+	case c == nil:
+	case len(d.RequestedIPs) > 0:
+		c.eachNewIP(req, c.checkRequested)
+	case req.Operation == Create || changesFromExternalName(req):
+		c.assignReserved()
 	}
 	return d.finish(env.Policy)
 }
@@ -157,27 +139,40 @@ func Mutate(env Env, req Request) Decision {
 // catches what the mutating stage cannot see: dynamic allocations, a
 // divergent apiserver's range, a ServiceCIDR removed meanwhile.
 func Validate(env Env, req Request) Decision {
-	svc := req.Service
-	d := Decision{Stage: StageValidate, RequestedIPs: requestedIPs(svc)}
-	d.FinalIPs = d.RequestedIPs
-	if why := validateSkips(req); why != "" {
-		d.Skipped = why
-		return d.finish(env.Policy)
-	}
-	if why := env.Policy.Exempt(svc.Namespace, req.User, req.Groups); why != "" {
-		d.Skipped = why
-		return d.finish(env.Policy)
-	}
-	rs := env.Ranges()
-	c := checker{env: env, rs: rs, svc: svc, d: &d}
-	old := oldIPs(req)
-	for i, raw := range d.RequestedIPs {
-		if slices.Contains(old, raw) {
-			continue // held before this request; a later range change does not revoke it
-		}
-		c.checkFinal(fieldFor(svc, i), raw, req.DryRun)
+	d, c := begin(StageValidate, env, req, validateSkips(req))
+	if c != nil {
+		c.eachNewIP(req, func(field, raw string) { c.checkFinal(field, raw, req.DryRun) })
 	}
 	return d.finish(env.Policy)
+}
+
+// begin starts a decision. It returns no checker when the stage does not
+// apply (skip is not empty) or the request is exempt: the decision is then
+// final as it is.
+func begin(stage Stage, env Env, req Request, skip string) (*Decision, *checker) {
+	svc := req.Service
+	d := &Decision{Stage: stage, RequestedIPs: requestedIPs(svc)}
+	d.FinalIPs = d.RequestedIPs
+	if skip == "" {
+		skip = env.Policy.Exempt(svc.Namespace, req.User, req.Groups)
+	}
+	if skip != "" {
+		d.Skipped = skip
+		return d, nil
+	}
+	return d, &checker{env: env, rs: env.Ranges(), svc: svc, d: d}
+}
+
+// eachNewIP calls check for every IP of the Service that the stored object
+// did not already hold: an IP kept from before is not being allocated now,
+// and a later range change does not revoke it.
+func (c checker) eachNewIP(req Request, check func(field, raw string)) {
+	old := oldIPs(req)
+	for i, raw := range c.d.RequestedIPs {
+		if !slices.Contains(old, raw) {
+			check(fieldFor(c.svc, i), raw)
+		}
+	}
 }
 
 func mutateSkips(req Request) string {
