@@ -147,13 +147,18 @@ func TestBandsReproducesTheFactsTable(t *testing.T) {
 
 func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte(testPolicy), 0o644)
+	os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644)
 	tests := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"serve"}, "--policy is required"},
-		{[]string{"serve", "--policy", "p.yaml", "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there or run `make certs`"},
-		{[]string{"serve", "--policy", "p.yaml", "--port", "70000"}, "--port 70000 is not a TCP port"},
+		{[]string{"serve", "--policy", "nope.yaml"}, "--policy: read policy: open nope.yaml: no such file or directory"},
+		{[]string{"serve", "--policy", bad}, `--policy: policy ` + bad + `: line 3: unknown field \"reservation\"`},
+		{[]string{"serve", "--policy", good, "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there or run `make certs`"},
+		{[]string{"serve", "--policy", good, "--port", "70000"}, "--port 70000 is not a TCP port"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI("", tt.args...)

@@ -33,6 +33,7 @@ import (
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/policy"
 )
 
 type serveOptions struct {
@@ -70,6 +71,9 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	if o.policyPath == "" {
 		return nil, errors.New("--policy is required: the path of a ClusterIPPolicy file (see examples/policy.yaml)")
+	}
+	if _, err := policy.LoadFile(o.policyPath); err != nil {
+		return nil, fmt.Errorf("--policy: %w", err)
 	}
 	if o.port <= 0 || o.port > 65535 {
 		return nil, fmt.Errorf("--port %d is not a TCP port; use 1-65535", o.port)
