@@ -216,3 +216,5 @@ func eventuallyDenied(t *testing.T, webhook string, do func() error, parts ...st
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

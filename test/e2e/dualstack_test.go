@@ -1,0 +1,92 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/test/e2e/framework"
+)
+
+// dualStackPolicy reserves both kube-dns addresses of a dual-stack cluster.
+const dualStackPolicy = `apiVersion: clusterip-policy/v1alpha1
+kind: ClusterIPPolicy
+reservations:
+- ip: 10.96.0.10
+  service: kube-system/kube-dns
+  note: cluster DNS
+- ip: fd00:10:96::a
+  service: kube-system/kube-dns
+  note: cluster DNS (IPv6)
+`
+
+func families(f ...corev1.IPFamily) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.IPFamilies = f }
+}
+
+func familyPolicy(p corev1.IPFamilyPolicy) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.IPFamilyPolicy = &p }
+}
+
+// A dual-stack apiserver (--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/108):
+// the default ServiceCIDR holds both CIDRs, IPv4 first.
+func TestDualStack(t *testing.T) {
+	c := own(t, framework.Options{
+		APIServers: []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16,fd00:10:96::/108"}},
+		Policy:     dualStackPolicy,
+		Webhooks:   1,
+	})
+	ctx := testContext(t, 2*60e9)
+	ns := namespace(t, c, "dual-stack")
+	cs := c.Client(0)
+
+	t.Run("kube-dns without a clusterIP and RequireDualStack gets both reserved addresses in order", func(t *testing.T) {
+		got := mustCreate(t, ctx, cs, service("kube-system", "kube-dns", familyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
+		if want := []string{"10.96.0.10", "fd00:10:96::a"}; !slices.Equal(got.Spec.ClusterIPs, want) {
+			t.Fatalf("kube-dns got %v, want %v", got.Spec.ClusterIPs, want)
+		}
+	})
+
+	t.Run("a static IPv6 address in the dynamic band is denied, naming the IPv6 bands", func(t *testing.T) {
+		_, err := create(ctx, cs, service(ns, "v6-dynamic", clusterIP("fd00:10:96::5000"), families(corev1.IPv6Protocol)))
+		requireDenied(t, err, mutating, `"fd00:10:96::5000"`, "lies in the dynamic band fd00:10:96::101-fd00:10:96::f:ffff", "static band fd00:10:96::1-fd00:10:96::100")
+	})
+
+	t.Run("the IPv6 DNS address in a non-canonical spelling is denied to another Service", func(t *testing.T) {
+		_, err := create(ctx, cs, service(ns, "v6-squatter", clusterIP("fd00:10:96:0::a"), families(corev1.IPv6Protocol)))
+		requireDenied(t, err, mutating, `"fd00:10:96:0::a"`, "is reserved for Service kube-system/kube-dns (cluster DNS (IPv6))")
+	})
+
+	t.Run("a single-stack Service that grows to dual-stack may add only a static-band IPv6 address", func(t *testing.T) {
+		svc := mustCreate(t, ctx, cs, service(ns, "grows", clusterIP("10.96.0.40")))
+		grow := func(v6 string) (*corev1.Service, error) {
+			u := svc.DeepCopy()
+			p := corev1.IPFamilyPolicyRequireDualStack
+			u.Spec.IPFamilyPolicy = &p
+			u.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+			u.Spec.ClusterIPs = []string{"10.96.0.40", v6}
+			return cs.CoreV1().Services(ns).Update(ctx, u, metav1.UpdateOptions{})
+		}
+		_, err := grow("fd00:10:96::5000")
+		requireDenied(t, err, mutating, `spec.clusterIPs[1]: Invalid value: "fd00:10:96::5000": lies in the dynamic band`)
+		got, err := grow("fd00:10:96::50")
+		if err != nil {
+			t.Fatalf("growing with a static-band IPv6 address: %v", err)
+		}
+		if want := []string{"10.96.0.40", "fd00:10:96::50"}; !slices.Equal(got.Spec.ClusterIPs, want) {
+			t.Fatalf("clusterIPs %v, want %v", got.Spec.ClusterIPs, want)
+		}
+	})
+
+	t.Run("a dynamic dual-stack Service gets an address in each dynamic band", func(t *testing.T) {
+		got := mustCreate(t, ctx, cs, service(ns, "dynamic", familyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
+		v6Dynamic := band{mustAddr("fd00:10:96::101"), mustAddr("fd00:10:96::f:ffff")}
+		if len(got.Spec.ClusterIPs) != 2 || !dynamicBand16.contains(got.Spec.ClusterIPs[0]) || !v6Dynamic.contains(got.Spec.ClusterIPs[1]) {
+			t.Fatalf("clusterIPs %v, want one in %s and one in %s", got.Spec.ClusterIPs, dynamicBand16, v6Dynamic)
+		}
+	})
+}
