@@ -1,0 +1,54 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// FuzzParse: any file is either a policy or an error, never a panic.
+// `go test -fuzz FuzzParse ./pkg/policy` explores beyond the seeds.
+func FuzzParse(f *testing.F) {
+	f.Add("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + dnsPolicy)
+	f.Add("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nallowedCIDRs: [10.96.0.0/12]\nenforcement: {default: warn, rules: {invalid-ip: audit}}\n")
+	f.Add("reservations: [{ip: '::ffff:1.2.3.4', service: a/b}]")
+	f.Add("- - -\n")
+	f.Fuzz(func(t *testing.T, body string) {
+		p, err := Parse([]byte(body))
+		if (p == nil) == (err == nil) {
+			t.Fatalf("Parse returned policy %v and error %v", p, err)
+		}
+	})
+}
+
+// FuzzMutateAndValidate: any requested IPs get a decision with a message,
+// never a panic, and a denial always names a rule.
+func FuzzMutateAndValidate(f *testing.F) {
+	f.Add("10.96.0.10", "", "kube-system/kube-dns")
+	f.Add("10.96.200.5", "fd00:10:96::5000", "default/web")
+	f.Add("fd00:10:96:0::a", "10.96.0.0", "default/web")
+	f.Add("None", "", "default/web")
+	f.Add("::ffff:10.96.0.1", "1.2.3.4%eth0", "default/web")
+	env := Env{Policy: mustPolicy(f, dnsPolicy), Snapshot: makeSnapshot(dualStack, "10.96.0.20=default/other")}
+	f.Fuzz(func(t *testing.T, ip1, ip2, owner string) {
+		o, err := parseOwner(owner)
+		if err != nil {
+			o = Owner{"default", "web"}
+		}
+		var ips []string
+		for _, ip := range []string{ip1, ip2} {
+			if ip != "" && !strings.ContainsAny(ip, "\x00") {
+				ips = append(ips, ip)
+			}
+		}
+		svc := makeService(o.String(), clusterIPs(ips...))
+		for _, req := range []Request{{Operation: Create, Service: svc}, {Operation: Create, Service: svc, DryRun: true}, {Operation: Update, Service: svc, OldService: makeService(o.String(), serviceType(corev1.ServiceTypeExternalName))}} {
+			for _, d := range []Decision{Mutate(env, req), Validate(env, req)} {
+				if !d.Allowed && (len(d.Rules()) == 0 || d.Message == "") {
+					t.Fatalf("%s denied %v without a rule or message: %+v", d.Stage, ips, d)
+				}
+			}
+		}
+	})
+}
