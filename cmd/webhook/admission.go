@@ -105,7 +105,7 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 	if pol == nil || !snap.Synced {
 		line.Decision = policy.Denied
 		line.Message = notReadyMessage
-		return notReady(), nil
+		return notReady(line.Message), nil
 	}
 	line.PolicyGeneration, line.PolicyDigest = pol.generation, pol.policy.Digest
 	if r.staleFor != nil {
@@ -114,9 +114,7 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 		if stale > r.maxStaleness {
 			line.Decision = policy.Denied
 			line.Message = staleMessage(which, stale)
-			resp := notReady()
-			resp.Result.Message = line.Message
-			return resp, nil
+			return notReady(line.Message), nil
 		}
 	}
 
@@ -151,8 +149,9 @@ func staleMessage(resource string, d time.Duration) string {
 	return fmt.Sprintf("clusterip-policy is not ready: its watch of %s has failed for %s, so its view of allocated addresses may be out of date; retry once it recovers", resource, d.Round(time.Second))
 }
 
-func notReady() admission.Response {
-	resp := admission.Denied(notReadyMessage)
+// notReady is a denial with 503, which tells the client to retry.
+func notReady(message string) admission.Response {
+	resp := admission.Denied(message)
 	resp.Result.Code = http.StatusServiceUnavailable
 	resp.Result.Reason = metav1.StatusReasonServiceUnavailable
 	return resp
