@@ -70,13 +70,48 @@ func (s *Source) StaleFor(now time.Time) (time.Duration, string) {
 	return worst, which
 }
 
-func (s *Source) watchFailed(resource int, err error) {
-	if s.staleSince[resource].CompareAndSwap(0, time.Now().UnixNano()) {
-		s.log.Error(err, "watch failed; the view may miss changes until it recovers", "resource", resourceNames[resource])
+// watchFailed marks resource stale and starts probing the apiserver. In a
+// quiet cluster a recovered watch delivers no event (it resumes from its
+// resourceVersion), so events alone cannot clear the mark: a successful
+// LIST of the resource does. The watch replays what it missed once it
+// reconnects, or relists when its resourceVersion has expired.
+func (s *Source) watchFailed(ctx context.Context, resource int, err error) {
+	if !s.staleSince[resource].CompareAndSwap(0, time.Now().UnixNano()) {
+		return // already stale; a probe is running
+	}
+	s.log.Error(err, "watch failed; the view may miss changes until it recovers", "resource", resourceNames[resource])
+	go s.probe(ctx, resource)
+}
+
+// probe lists resource (one item) every probeInterval until that works,
+// then clears the stale mark.
+func (s *Source) probe(ctx context.Context, resource int) {
+	t := time.NewTicker(probeInterval)
+	defer t.Stop()
+	for s.staleSince[resource].Load() != 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		opts := metav1.ListOptions{Limit: 1}
+		var err error
+		if resource == serviceCIDRs {
+			_, err = s.client.NetworkingV1().ServiceCIDRs().List(ctx, opts)
+		} else {
+			_, err = s.client.NetworkingV1().IPAddresses().List(ctx, opts)
+		}
+		if err == nil {
+			s.seen(resource)
+			return
+		}
 	}
 }
 
-// seen records that a watch delivers events again.
+// probeInterval is how often a stale resource is probed.
+var probeInterval = time.Second
+
+// seen records that the resource can be read again.
 func (s *Source) seen(resource int) {
 	if s.staleSince[resource].Swap(0) != 0 {
 		s.log.Info("watch recovered", "resource", resourceNames[resource])
@@ -106,7 +141,7 @@ func (s *Source) Run(ctx context.Context) error {
 	for i, inf := range []cache.SharedIndexInformer{cidrs, ips} {
 		err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 			cache.DefaultWatchErrorHandler(ctx, r, err)
-			s.watchFailed(i, err)
+			s.watchFailed(ctx, i, err)
 		})
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", resourceNames[i], err)

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -167,43 +168,56 @@ func TestSourceWithoutTheAPIMarksTheViewSyncedWithoutAllocations(t *testing.T) {
 	eventually(t, "synced without allocations", func(s *allocview.Snapshot) bool { return s.Synced && !s.TracksAllocations }, view)
 }
 
-func TestAFailedWatchMarksTheViewStaleUntilEventsFlowAgain(t *testing.T) {
+func TestAFailedWatchMarksTheViewStaleUntilTheResourceCanBeReadAgain(t *testing.T) {
+	probeInterval = 50 * time.Millisecond
+	t.Cleanup(func() { probeInterval = time.Second })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"), makeIPAddress("10.96.0.1", "default", "kubernetes"))
 	servesNetworkingV1(client)
-	var failWatch atomic.Bool
-	failWatch.Store(true)
+	view := allocview.NewView()
+	src := New(client, view, testr.New(t))
+	// The apiserver becomes unreachable for IPAddresses right after the
+	// initial list: watches and later lists (relists, probes) fail.
+	var unreachable atomic.Bool
+	unreachable.Store(true)
 	client.PrependWatchReactor("ipaddresses", func(k8stesting.Action) (bool, watch.Interface, error) {
-		if failWatch.Load() {
+		if unreachable.Load() {
 			return true, nil, errors.New("connection refused")
 		}
 		return false, nil, nil
 	})
-	view := allocview.NewView()
-	src := New(client, view, testr.New(t))
+	client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if unreachable.Load() && src.HasSynced() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
 	go func() { _ = src.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if d, which := src.StaleFor(time.Now()); d > 0 && which == "ipaddresses" {
-			break
+
+	waitFor := func(what string, limit time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(limit)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("a failing watch never marked the view stale")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	failWatch.Store(false)
-	// The reflector retries with backoff, relists and delivers the objects
-	// again, which clears the mark.
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		if d, _ := src.StaleFor(time.Now()); d == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the view stayed stale after the watch recovered")
-		}
-		time.Sleep(20 * time.Millisecond)
+	waitFor("a failing watch never marked the view stale", 10*time.Second, func() bool {
+		d, which := src.StaleFor(time.Now())
+		return src.HasSynced() && d > 0 && which == "ipaddresses"
+	})
+	time.Sleep(5 * probeInterval)
+	if d, _ := src.StaleFor(time.Now()); d == 0 {
+		t.Fatal("the mark cleared while the apiserver still refused reads")
 	}
+	// Once reads work again the probe clears the mark, although a quiet
+	// cluster sends no event.
+	unreachable.Store(false)
+	waitFor("the view stayed stale after the apiserver became reachable", 5*time.Second, func() bool {
+		d, _ := src.StaleFor(time.Now())
+		return d == 0
+	})
 }
