@@ -259,10 +259,7 @@ func (s *Source) setServiceCIDR(obj any) {
 
 func (s *Source) deleteServiceCIDR(obj any) {
 	s.seen(serviceCIDRs)
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	c, ok := obj.(*networkingv1.ServiceCIDR)
+	c, ok := withoutTombstone(obj).(*networkingv1.ServiceCIDR)
 	if !ok {
 		return
 	}
@@ -286,16 +283,22 @@ func (s *Source) setIPAddress(obj any) {
 
 func (s *Source) deleteIPAddress(obj any) {
 	s.seen(ipAddresses)
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	a, ok := obj.(*networkingv1.IPAddress)
+	a, ok := withoutTombstone(obj).(*networkingv1.IPAddress)
 	if !ok {
 		return
 	}
 	if ip, err := netip.ParseAddr(a.Name); err == nil {
 		s.enqueue(func(tx *allocview.Tx) { tx.DeleteAllocation(ip) })
 	}
+}
+
+// withoutTombstone returns the last known object of a delete the informer
+// missed while its watch was down.
+func withoutTombstone(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
 }
 
 // ToServiceCIDR keeps what the view needs of a ServiceCIDR: the apiserver

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -87,19 +86,7 @@ func StartAPIServer(ctx context.Context, binary, dir string, pki *PKI, admin *Id
 		p.Stop(5 * time.Second)
 		return nil, err
 	}
-	err = poll(ctx, o.Name+" ready", 90*time.Second, 250*time.Millisecond, []*Process{p}, func(ctx context.Context) (bool, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.URL+"/readyz", nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false, err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return false, fmt.Errorf("%s: %s", resp.Status, body)
-		}
-		return true, nil
-	})
+	err = poll(ctx, o.Name+" ready", 90*time.Second, 250*time.Millisecond, []*Process{p}, getOK(hc, a.URL+"/readyz"))
 	if err != nil {
 		p.Stop(5 * time.Second)
 		return nil, err

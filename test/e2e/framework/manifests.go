@@ -22,8 +22,7 @@ import (
 // each webhook's clientConfig.
 const WebhookConfigurationsFile = "manifests/base/webhook-configurations.yaml"
 
-// Webhook names and paths of the built-in definitions, used only while the
-// manifests do not exist yet.
+// Webhook names and paths, as manifests/base and the webhook binary name them.
 const (
 	MutatingWebhookName   = "mutate-services.clusterip-policy.io"
 	ValidatingWebhookName = "validate-services.clusterip-policy.io"
@@ -34,19 +33,17 @@ const (
 // WebhookConfigurations are the Mutating- and ValidatingWebhookConfiguration
 // of the project.
 type WebhookConfigurations struct {
-	Source     string // the file they came from, or "built-in"
+	Source     string // the file they came from
 	Mutating   *admissionv1.MutatingWebhookConfiguration
 	Validating *admissionv1.ValidatingWebhookConfiguration
 }
 
-// LoadWebhookConfigurations reads WebhookConfigurationsFile under root.
-// Without that file it returns the built-in equivalent and says so in Source.
+// LoadWebhookConfigurations reads WebhookConfigurationsFile under root. A
+// missing file is an error: the suite must test the shipped definitions,
+// never a copy of them.
 func LoadWebhookConfigurations(root string) (*WebhookConfigurations, error) {
 	path := filepath.Join(root, WebhookConfigurationsFile)
 	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return builtinWebhookConfigurations(), nil
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -93,53 +90,6 @@ func clientConfig(old admissionv1.WebhookClientConfig, defaultPath, addr string,
 	}
 	url := "https://" + addr + path
 	return admissionv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
-}
-
-func builtinWebhookConfigurations() *WebhookConfigurations {
-	fail := admissionv1.Fail
-	none := admissionv1.SideEffectClassNone
-	equivalent := admissionv1.Equivalent
-	never := admissionv1.NeverReinvocationPolicy
-	timeout := int32(10)
-	rules := []admissionv1.RuleWithOperations{{
-		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
-		Rule: admissionv1.Rule{
-			APIGroups:   []string{""},
-			APIVersions: []string{"v1"},
-			Resources:   []string{"services"},
-		},
-	}}
-	meta := metav1.ObjectMeta{Name: "clusterip-policy", Labels: map[string]string{"app.kubernetes.io/name": "clusterip-policy"}}
-	return &WebhookConfigurations{
-		Source: "built-in (" + WebhookConfigurationsFile + " not found)",
-		Mutating: &admissionv1.MutatingWebhookConfiguration{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
-			ObjectMeta: meta,
-			Webhooks: []admissionv1.MutatingWebhook{{
-				Name:                    MutatingWebhookName,
-				Rules:                   rules,
-				FailurePolicy:           &fail,
-				MatchPolicy:             &equivalent,
-				SideEffects:             &none,
-				TimeoutSeconds:          &timeout,
-				AdmissionReviewVersions: []string{"v1"},
-				ReinvocationPolicy:      &never,
-			}},
-		},
-		Validating: &admissionv1.ValidatingWebhookConfiguration{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
-			ObjectMeta: meta,
-			Webhooks: []admissionv1.ValidatingWebhook{{
-				Name:                    ValidatingWebhookName,
-				Rules:                   rules,
-				FailurePolicy:           &fail,
-				MatchPolicy:             &equivalent,
-				SideEffects:             &none,
-				TimeoutSeconds:          &timeout,
-				AdmissionReviewVersions: []string{"v1"},
-			}},
-		},
-	}
 }
 
 // RBAC is what the manifests grant the webhook's service account, cluster
@@ -211,9 +161,6 @@ func LoadRBAC(root string) (*RBAC, error) {
 			}
 		}
 	}
-	if len(r.ClusterRoleBindings) == 0 {
-		return builtinRBAC(), nil
-	}
 	for _, b := range r.ClusterRoleBindings {
 		for _, s := range b.Subjects {
 			if s.Kind == rbacv1.ServiceAccountKind {
@@ -223,27 +170,6 @@ func LoadRBAC(root string) (*RBAC, error) {
 		}
 	}
 	return nil, fmt.Errorf("no ClusterRoleBinding in %s binds a ServiceAccount", dir)
-}
-
-func builtinRBAC() *RBAC {
-	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "clusterip-policy", Name: "clusterip-policy-webhook"}
-	return &RBAC{
-		Source:         "built-in (no ClusterRoleBinding in manifests/base)",
-		ServiceAccount: sa,
-		ClusterRoles: []*rbacv1.ClusterRole{{
-			ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy-webhook"},
-			Rules: []rbacv1.PolicyRule{{
-				APIGroups: []string{"networking.k8s.io"},
-				Resources: []string{"servicecidrs", "ipaddresses"},
-				Verbs:     []string{"get", "list", "watch"},
-			}},
-		}},
-		ClusterRoleBindings: []*rbacv1.ClusterRoleBinding{{
-			ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy-webhook"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "clusterip-policy-webhook"},
-			Subjects:   []rbacv1.Subject{sa},
-		}},
-	}
 }
 
 // splitYAML splits a multi-document YAML stream into JSON documents.

@@ -3,6 +3,8 @@ package framework
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"time"
 )
 
@@ -29,5 +31,26 @@ func poll(ctx context.Context, what string, timeout, interval time.Duration, wat
 			return fmt.Errorf("%s not reached within %s: last error: %v", what, timeout, last)
 		case <-time.After(interval):
 		}
+	}
+}
+
+// getOK is a poll check that GETs url and is done on 200; any other answer
+// is the error that poll reports if time runs out.
+func getOK(hc *http.Client, url string) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("%s %s: %s", url, resp.Status, body)
+		}
+		return true, nil
 	}
 }

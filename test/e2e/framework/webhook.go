@@ -140,19 +140,7 @@ func (w *Webhook) Review(ctx context.Context, path string, review *admissionv1.A
 // WaitReady polls /readyz until it answers 200.
 func (w *Webhook) WaitReady(ctx context.Context, timeout time.Duration) error {
 	hc := &http.Client{Timeout: 2 * time.Second}
-	return poll(ctx, w.Name+" ready", timeout, 100*time.Millisecond, []*Process{w.Process}, func(ctx context.Context) (bool, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.HealthAddr+"/readyz", nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false, err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return false, fmt.Errorf("/readyz %s: %s", resp.Status, body)
-		}
-		return true, nil
-	})
+	return poll(ctx, w.Name+" ready", timeout, 100*time.Millisecond, []*Process{w.Process}, getOK(hc, "http://"+w.HealthAddr+"/readyz"))
 }
 
 // Addr is the host:port of the admission endpoints.
