@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: help build test unit e2e tools vet fmt-check up down demo image certs bench review
+.PHONY: help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -20,7 +20,7 @@ review: build ## review the shipped example Services against the example policy,
 	@# exit 1 means "some Service is denied", which the examples show on purpose
 	$(BIN_DIR)/webhook review --policy examples/policy.yaml -o text examples/services/; test $$? -le 1
 
-test: vet fmt-check unit e2e ## everything CI runs: vet, gofmt, unit tests, end-to-end tests
+test: vet fmt-check unit e2e chaos ## everything CI runs: vet, gofmt, unit tests, end-to-end tests, fault scenarios
 
 unit: ## unit and handler tests (fast, no cluster)
 	$(GO) test -count=1 ./...
@@ -41,9 +41,18 @@ tools: ## build etcd, kube-apiserver and kubectl into .local/bin (cached)
 # process logs the harness dumps for a failing test).
 e2e: tools build ## end-to-end tests against a real etcd + kube-apiserver
 	@mkdir -p .local
-	$(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e/... > .local/e2e.log 2>&1; rc=$$?; \
+	$(GO) test -tags e2e -count=1 -timeout 40m -v -skip '^TestChaos' ./test/e2e/... > .local/e2e.log 2>&1; rc=$$?; \
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' .local/e2e.log; \
 	if [ $$rc -ne 0 ]; then echo "=== e2e failed (exit $$rc); full log follows (.local/e2e.log)"; cat .local/e2e.log; fi; \
+	exit $$rc
+
+# The fault scenarios: three apiservers behind haproxy, two webhook replicas,
+# 8 clients, one fault each (RELIABILITY.md). Needs haproxy on the machine.
+chaos: tools build ## fault scenarios under load behind haproxy; prints the figures
+	@mkdir -p .local
+	$(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestChaos' ./test/e2e/... > .local/chaos.log 2>&1; rc=$$?; \
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' .local/chaos.log; \
+	if [ $$rc -ne 0 ]; then echo "=== chaos failed (exit $$rc); full log follows (.local/chaos.log)"; cat .local/chaos.log; fi; \
 	exit $$rc
 
 bench: ## benchmarks of the decision functions and the view

@@ -39,9 +39,14 @@ type Options struct {
 	Policy     string
 	PolicyFile string
 	// Webhooks is the number of webhook processes; webhook i talks to
-	// apiserver i modulo the number of apiservers. Several webhooks are
-	// registered behind a TCP round-robin on loopback.
+	// apiserver i modulo the number of apiservers, or to the load balancer.
+	// Several webhooks are registered behind a haproxy on loopback, as a
+	// Service in front of the replicas would be.
 	Webhooks int
+	// LoadBalancer puts a haproxy in front of the apiservers, health
+	// checked on /readyz, and sends the webhooks' watches through it, as
+	// in a highly available control plane. LBClient talks through it.
+	LoadBalancer bool
 	// NoRBAC skips creating the webhook's roles from manifests/base, and
 	// NoRegister skips registering the webhook configurations: for a test
 	// that applies the deployment manifests itself.
@@ -65,7 +70,12 @@ type Cluster struct {
 	PolicyFile      string
 	WebhookCA       *certs.CA
 	Webhooks        []*Webhook
-	RoundRobin      *RoundRobin
+	// APIServerLB fronts the apiservers (Options.LoadBalancer); WebhookLB
+	// fronts the webhook replicas when there are several.
+	APIServerLB *HAProxy
+	WebhookLB   *HAProxy
+	// LBKubeconfig is the admin kubeconfig through APIServerLB.
+	LBKubeconfig string
 	Configs         *WebhookConfigurations
 	RBAC            *RBAC
 
@@ -181,6 +191,22 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		}
 	}
 	c.AdminKubeconfig = c.AdminKubeconfigFor(0)
+	if c.opts.LoadBalancer {
+		var backends []Backend
+		for _, a := range c.APIServers {
+			backends = append(backends, Backend{Name: a.Name, Addr: strings.TrimPrefix(a.URL, "https://")})
+		}
+		// Watches last minutes; client-go ends them itself after 5-10.
+		lb, err := StartHAProxy(ctx, c.Dir, backends, HAProxyOptions{Name: "apiserver-lb", CheckTLS: true, Timeout: 15 * time.Minute}, po)
+		if err != nil {
+			return err
+		}
+		c.APIServerLB = lb
+		c.LBKubeconfig = filepath.Join(c.Dir, "admin-lb.kubeconfig")
+		if err := c.Admin.WriteKubeconfig(c.LBKubeconfig, lb.URL(), c.PKI.CA.CertPEM); err != nil {
+			return err
+		}
+	}
 	c.Logf("e2e: control plane up in %s: etcd %s, apiservers %s (dir %s)", time.Since(start).Round(time.Millisecond), c.Etcd.URL, c.apiserverURLs(), c.Dir)
 	return nil
 }
@@ -209,6 +235,17 @@ func (c *Cluster) RESTConfig(i int) *rest.Config {
 // Client is an admin clientset of apiserver i.
 func (c *Cluster) Client(i int) kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(c.RESTConfig(i))
+}
+
+// LBRESTConfig is the admin client configuration through the apiservers'
+// load balancer (Options.LoadBalancer).
+func (c *Cluster) LBRESTConfig() *rest.Config {
+	return c.Admin.RESTConfig(c.APIServerLB.URL(), c.PKI.CA.CertPEM)
+}
+
+// LBClient is an admin clientset through the apiservers' load balancer.
+func (c *Cluster) LBClient() kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(c.LBRESTConfig())
 }
 
 func (c *Cluster) waitDefaultServiceCIDR(ctx context.Context) error {
@@ -315,9 +352,12 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 		if len(c.Webhooks) > 0 || n > 1 {
 			name = fmt.Sprintf("webhook-%d", len(c.Webhooks)+1)
 		}
-		a := c.APIServers[len(c.Webhooks)%len(c.APIServers)]
+		server := c.APIServers[len(c.Webhooks)%len(c.APIServers)].URL
+		if c.APIServerLB != nil {
+			server = c.APIServerLB.URL()
+		}
 		kubeconfig := filepath.Join(c.Dir, name+".kubeconfig")
-		if err := id.WriteKubeconfig(kubeconfig, a.URL, c.PKI.CA.CertPEM); err != nil {
+		if err := id.WriteKubeconfig(kubeconfig, server, c.PKI.CA.CertPEM); err != nil {
 			return err
 		}
 		start := time.Now()
@@ -339,38 +379,40 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 		if !wait {
 			state = "started"
 		}
-		c.Logf("e2e: %s (%d of %d) %s in %s on %s, talking to %s as %s", name, i+1, n, state, time.Since(start).Round(time.Millisecond), w.Addr(), a.URL, id.User)
+		c.Logf("e2e: %s (%d of %d) %s in %s on %s, talking to %s as %s", name, i+1, n, state, time.Since(start).Round(time.Millisecond), w.Addr(), server, id.User)
 	}
 	return nil
 }
 
 // WebhookEndpoint is the host:port the apiservers are sent to: the only
-// webhook, or the round-robin in front of several.
-func (c *Cluster) WebhookEndpoint() (string, error) {
+// webhook, or a haproxy in front of several that sends new connections
+// only to replicas whose /readyz answers 200, as the endpoints of the
+// webhook's Service would.
+func (c *Cluster) WebhookEndpoint(ctx context.Context) (string, error) {
 	switch {
 	case len(c.Webhooks) == 0:
 		return "", errors.New("no webhook is running")
 	case len(c.Webhooks) == 1:
 		return c.Webhooks[0].Addr(), nil
-	case c.RoundRobin == nil:
-		var backends []string
+	case c.WebhookLB == nil:
+		var backends []Backend
 		for _, w := range c.Webhooks {
-			backends = append(backends, w.Addr())
+			backends = append(backends, Backend{Name: w.Name, Addr: w.Addr(), CheckAddr: w.HealthAddr})
 		}
-		rr, err := StartRoundRobin(backends)
+		lb, err := StartHAProxy(ctx, c.Dir, backends, HAProxyOptions{Name: "webhook-lb", Timeout: 30 * time.Second}, ProcessOptions{Detach: c.opts.Detach})
 		if err != nil {
 			return "", err
 		}
-		c.RoundRobin = rr
+		c.WebhookLB = lb
 	}
-	return c.RoundRobin.Addr(), nil
+	return c.WebhookLB.Addr(), nil
 }
 
 // RegisterWebhooks creates (or replaces) the webhook configurations of the
 // manifests, pointed at WebhookEndpoint, and waits until every apiserver
 // calls both webhooks.
 func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
-	addr, err := c.WebhookEndpoint()
+	addr, err := c.WebhookEndpoint(ctx)
 	if err != nil {
 		return err
 	}
@@ -464,6 +506,7 @@ func (c *Cluster) WaitWebhooksCalled(ctx context.Context) error {
 // Decision is one audit line of the webhook.
 type Decision struct {
 	Msg          string   `json:"msg"`
+	TS           string   `json:"ts"`
 	UID          string   `json:"uid"`
 	Stage        string   `json:"stage"`
 	Operation    string   `json:"operation"`
@@ -475,6 +518,7 @@ type Decision struct {
 	DryRun       bool     `json:"dryRun"`
 	RequestedIPs []string `json:"requestedIPs"`
 	FinalIPs     []string `json:"finalIPs"`
+	ViewStale    float64  `json:"viewStaleSeconds"`
 	Raw          string   `json:"-"`
 }
 
@@ -512,17 +556,21 @@ func (c *Cluster) Processes() []*Process {
 	for _, a := range c.APIServers {
 		ps = append(ps, a.Process)
 	}
+	if c.APIServerLB != nil {
+		ps = append(ps, c.APIServerLB.Process)
+	}
 	for _, w := range c.Webhooks {
 		ps = append(ps, w.Process)
+	}
+	if c.WebhookLB != nil {
+		ps = append(ps, c.WebhookLB.Process)
 	}
 	return ps
 }
 
-// Stop stops the webhooks, the apiservers and etcd, in that order.
+// Stop stops the load balancers, the webhooks, the apiservers and etcd, in
+// reverse start order.
 func (c *Cluster) Stop() {
-	if c.RoundRobin != nil {
-		c.RoundRobin.Close()
-	}
 	ps := c.Processes()
 	for i := len(ps) - 1; i >= 0; i-- {
 		ps[i].Stop(10 * time.Second)

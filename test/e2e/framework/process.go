@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -19,6 +20,9 @@ type Process struct {
 	LogPath string
 	Args    []string
 
+	opts ProcessOptions
+
+	mu      sync.Mutex // guards cmd, done and waitErr across a Restart
 	cmd     *exec.Cmd
 	done    chan struct{}
 	waitErr error
@@ -36,40 +40,89 @@ type ProcessOptions struct {
 
 // StartProcess starts argv with its output in logPath.
 func StartProcess(name, logPath string, argv []string, o ProcessOptions) (*Process, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open log of %s: %w", name, err)
+	p := &Process{Name: name, LogPath: logPath, Args: argv, opts: o}
+	if err := p.start(); err != nil {
+		return nil, err
 	}
-	defer logFile.Close() // the child holds its own descriptor
-	fmt.Fprintf(logFile, "### %s: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
-
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	cmd.Dir = o.Dir
-	cmd.Env = append(os.Environ(), o.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if !o.Detach {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &Process{Name: name, LogPath: logPath, Args: argv, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
 	return p, nil
 }
 
+func (p *Process) start() error {
+	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open log of %s: %w", p.Name, err)
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	fmt.Fprintf(logFile, "### %s: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.Args, " "))
+
+	cmd := exec.Command(p.Args[0], p.Args[1:]...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.Dir = p.opts.Dir
+	cmd.Env = append(os.Environ(), p.opts.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if !p.opts.Detach {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done, p.waitErr = cmd, done, nil
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		if p.done == done {
+			p.waitErr = err
+		}
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// Restart starts an exited process again with the same arguments, the same
+// log file (appended to) and so the same ports: a crashed apiserver or
+// webhook replica coming back where the load balancer expects it.
+func (p *Process) Restart() error {
+	if exited, _ := p.Exited(); !exited {
+		return fmt.Errorf("restart %s: still running (pid %d)", p.Name, p.Pid())
+	}
+	return p.start()
+}
+
+// Kill sends SIGKILL to the process group, as a crash or an OOM kill would
+// end it, and waits until it is gone.
+func (p *Process) Kill() {
+	if exited, _ := p.Exited(); exited {
+		return
+	}
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	<-p.doneChan()
+}
+
+func (p *Process) doneChan() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
 // Pid is the process id, also the id of its process group.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
 
 // Exited reports whether the process has ended, and how.
 func (p *Process) Exited() (bool, error) {
+	done := p.doneChan()
 	select {
-	case <-p.done:
+	case <-done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return true, p.waitErr
 	default:
 		return false, nil
@@ -81,12 +134,13 @@ func (p *Process) Stop(grace time.Duration) {
 	if exited, _ := p.Exited(); exited {
 		return
 	}
+	done := p.doneChan()
 	_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-done:
 	case <-time.After(grace):
 		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
-		<-p.done
+		<-done
 	}
 }
 

@@ -1,0 +1,116 @@
+package framework
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Faults the chaos scenarios inject, and the readings they take.
+
+// CrashAPIServer kills apiserver i with SIGKILL, as a crash or an OOM kill
+// would: no graceful shutdown, connections cut.
+func (c *Cluster) CrashAPIServer(i int) { c.APIServers[i].Kill() }
+
+// RestartAPIServer starts a crashed apiserver i again on its port and waits
+// until its /readyz answers ok.
+func (c *Cluster) RestartAPIServer(ctx context.Context, i int) error {
+	a := c.APIServers[i]
+	if err := a.Restart(); err != nil {
+		return err
+	}
+	hc, err := httpsClient(c.PKI.CA.CertPEM, c.Admin)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, a.Name+" ready after restart", 90*time.Second, 100*time.Millisecond, []*Process{a.Process}, getOK(hc, a.URL+"/readyz"))
+}
+
+// RestartWebhook starts a crashed webhook replica again on its ports and
+// waits until its /readyz answers ok.
+func (c *Cluster) RestartWebhook(ctx context.Context, i int) error {
+	w := c.Webhooks[i]
+	if err := w.Restart(); err != nil {
+		return err
+	}
+	return w.WaitReady(ctx, 60*time.Second)
+}
+
+// APIServerMetric sums the samples of a Prometheus metric of apiserver i
+// whose labels contain every one of match (`resource="ipaddresses"`, ...).
+func (c *Cluster) APIServerMetric(ctx context.Context, i int, name string, match ...string) (float64, error) {
+	hc, err := httpsClient(c.PKI.CA.CertPEM, c.Admin)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.APIServers[i].URL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s/metrics: %s", c.APIServers[i].URL, resp.Status)
+	}
+	return SumMetric(resp.Body, name, match...)
+}
+
+// WebhookMetric sums the samples of a metric of webhook replica i.
+func (c *Cluster) WebhookMetric(ctx context.Context, i int, name string, match ...string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Webhooks[i].MetricsAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return SumMetric(resp.Body, name, match...)
+}
+
+// SumMetric sums the samples of name in a Prometheus text exposition whose
+// labels contain every one of match.
+func SumMetric(r io.Reader, name string, match ...string) (float64, error) {
+	var sum float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue // a longer name with this prefix
+		}
+		ok := true
+		for _, m := range match {
+			if !strings.Contains(rest, m) {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
