@@ -80,8 +80,8 @@ type loadResult struct {
 	Live map[string]string
 	// CreatedAt is when each create was answered.
 	CreatedAt map[string]time.Time
-	// Deleted are the Services the clients were told are deleted.
-	Deleted map[string]bool
+	// Deleted are the Services the clients were told are deleted, and when.
+	Deleted map[string]time.Time
 	// Unknown are creates whose every attempt failed: they may or may not
 	// have gone through.
 	Unknown map[string]bool
@@ -146,9 +146,13 @@ func (r *loadResult) disruption(from time.Time) time.Duration {
 }
 
 // loadClientConfig is a client through the load balancer without client-side
-// rate limiting, with a per-request timeout above the webhooks' 5 s.
+// rate limiting, with a per-request timeout above the webhooks' 5 s. Its
+// own dialer keeps client-go from sharing one cached transport (and so one
+// HTTP/2 connection, to one apiserver) among all clients: each client is a
+// separate connection, as separate programs would be.
 func loadClientConfig(c *framework.Cluster) *rest.Config {
 	cfg := c.LBRESTConfig()
+	cfg.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	cfg.QPS, cfg.Burst = 1000, 2000
 	cfg.Timeout = 15 * time.Second
 	cfg.UserAgent = "clusterip-policy-chaos"
@@ -162,7 +166,7 @@ func runLoad(ctx context.Context, t *testing.T, c *framework.Cluster, o loadOpti
 	if o.Forbidden == nil {
 		o.Forbidden = defaultForbidden
 	}
-	res := &loadResult{Live: map[string]string{}, CreatedAt: map[string]time.Time{}, Deleted: map[string]bool{}, Unknown: map[string]bool{}}
+	res := &loadResult{Live: map[string]string{}, CreatedAt: map[string]time.Time{}, Deleted: map[string]time.Time{}, Unknown: map[string]bool{}}
 	var mu sync.Mutex
 	deadline := time.Now().Add(o.Duration)
 	var wg sync.WaitGroup
@@ -406,7 +410,7 @@ func (w *loadClient) delete(ctx context.Context, name string) {
 		delete(w.live, name)
 		w.mu.Lock()
 		delete(w.res.Live, w.key(name))
-		w.res.Deleted[w.key(name)] = true
+		w.res.Deleted[w.key(name)] = time.Now()
 		w.mu.Unlock()
 	} else {
 		op.Class, op.Err = classError, err.Error()
@@ -422,7 +426,7 @@ type clusterCheck struct {
 	Outside     []string // Services whose clusterIP breaks the policy
 	Duplicates  []string // one address on two Services
 	Orphaned    []string // Services on a ServiceCIDR deleted after they were admitted
-	Leftovers   []string // IPAddresses whose Service is gone
+	Leftovers   []leftover // IPAddresses whose Service is gone
 	Services    int
 }
 
@@ -516,12 +520,44 @@ func checkCluster(ctx context.Context, t *testing.T, c *framework.Cluster, res *
 	for ip, owner := range ipas {
 		if strings.HasPrefix(owner, ns+"/") {
 			if _, ok := exists[owner]; !ok {
-				out.Leftovers = append(out.Leftovers, ip+" for "+owner)
+				out.Leftovers = append(out.Leftovers, leftover{IP: ip, Service: owner, DeletedAt: res.Deleted[owner]})
 			}
 		}
 	}
-	sort.Strings(out.Leftovers)
+	sort.Slice(out.Leftovers, func(i, j int) bool { return out.Leftovers[i].IP < out.Leftovers[j].IP })
 	return out
+}
+
+// leftover is an IPAddress that outlived its Service.
+type leftover struct {
+	IP, Service string
+	DeletedAt   time.Time // when the client was told the Service is deleted; zero if it never was
+}
+
+func (l leftover) String() string { return l.IP + " for " + l.Service }
+
+// waitLeftoversGone polls until no IPAddress of the list still names its
+// gone Service, at most timeout, and returns how long each lived after its
+// Service was deleted (nil for those still there).
+func waitLeftoversGone(ctx context.Context, cs kubernetes.Interface, list []leftover, timeout time.Duration) map[leftover]time.Duration {
+	lived := map[leftover]time.Duration{}
+	deadline := time.Now().Add(timeout)
+	for len(lived) < len(list) && time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, l := range list {
+			if _, done := lived[l]; done {
+				continue
+			}
+			a, err := cs.NetworkingV1().IPAddresses().Get(ctx, l.IP, metav1.GetOptions{})
+			gone := apierrors.IsNotFound(err) || (err == nil && (a.Spec.ParentRef == nil || a.Spec.ParentRef.Namespace+"/"+a.Spec.ParentRef.Name != l.Service))
+			if gone && !l.DeletedAt.IsZero() {
+				lived[l] = time.Since(l.DeletedAt)
+			} else if gone {
+				lived[l] = -1
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	return lived
 }
 
 // breaksChaosPolicy says why a Service's address breaks the chaos policy,

@@ -60,9 +60,12 @@ func chaosCluster(t *testing.T, ranges ...string) *framework.Cluster {
 func TestChaos(t *testing.T) {
 	c := chaosCluster(t, "10.96.0.0/16", "10.96.0.0/16", "10.96.0.0/16")
 	ctx := testContext(t, 15*time.Minute)
+	var leftovers []leftover
+	run := func(t *testing.T, sc chaosScenario) { leftovers = append(leftovers, runChaos(ctx, t, c, sc)...) }
+	defer func() { reportLeftovers(ctx, t, c, leftovers) }()
 
 	t.Run("kill -9 of one apiserver, restarted a few seconds later", func(t *testing.T) {
-		runChaos(ctx, t, c, chaosScenario{name: "apiserver killed", fault: func(ctx context.Context) (string, error) {
+		run(t, chaosScenario{name: "apiserver killed", fault: func(ctx context.Context) (string, error) {
 			c.CrashAPIServer(1)
 			killed := time.Now()
 			time.Sleep(4 * time.Second)
@@ -74,7 +77,7 @@ func TestChaos(t *testing.T) {
 	})
 
 	t.Run("kill -9 of one webhook replica, restarted later", func(t *testing.T) {
-		runChaos(ctx, t, c, chaosScenario{name: "webhook replica killed", fault: func(ctx context.Context) (string, error) {
+		run(t, chaosScenario{name: "webhook replica killed", fault: func(ctx context.Context) (string, error) {
 			c.Webhooks[0].Kill()
 			killed := time.Now()
 			time.Sleep(6 * time.Second)
@@ -104,7 +107,7 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("cannot tell which apiserver carries the webhooks' IPAddress watch: WATCH counts %v", counts)
 		}
 		t.Logf("IPAddress WATCH requests per apiserver: %v; killing %s", counts, c.APIServers[victim].Name)
-		runChaos(ctx, t, c, chaosScenario{name: "watch apiserver killed", watchDecisions: true, fault: func(ctx context.Context) (string, error) {
+		run(t, chaosScenario{name: "watch apiserver killed", watchDecisions: true, fault: func(ctx context.Context) (string, error) {
 			c.CrashAPIServer(victim)
 			killed := time.Now()
 			time.Sleep(4 * time.Second)
@@ -117,7 +120,7 @@ func TestChaos(t *testing.T) {
 
 	t.Run("a broken policy file written while requests flow", func(t *testing.T) {
 		failuresBefore := reloadFailures(ctx, c)
-		runChaos(ctx, t, c, chaosScenario{name: "broken policy file", fault: func(ctx context.Context) (string, error) {
+		run(t, chaosScenario{name: "broken policy file", fault: func(ctx context.Context) (string, error) {
 			if err := certs.WriteFileAtomic(c.PolicyFile, []byte("reservations: [this is not: a policy\n"), 0o644); err != nil {
 				return "", err
 			}
@@ -147,7 +150,7 @@ func TestChaos(t *testing.T) {
 		}
 		deleted := []netip.Prefix{netip.MustParsePrefix("10.97.0.0/24")}
 		var deletedAt time.Time
-		runChaos(ctx, t, c, chaosScenario{
+		run(t, chaosScenario{
 			name: "ServiceCIDR deleted",
 			staticPool: func(i int) []string {
 				return append([]string{fmt.Sprintf("10.97.0.%d", 2+i)}, chaosStaticPool(i)...)
@@ -177,7 +180,7 @@ func TestChaos(t *testing.T) {
 func TestChaosDivergentRange(t *testing.T) {
 	c := chaosCluster(t, "10.96.0.0/16", "10.96.0.0/16", "192.168.0.0/24")
 	ctx := testContext(t, 5*time.Minute)
-	runChaos(ctx, t, c, chaosScenario{
+	leftovers := runChaos(ctx, t, c, chaosScenario{
 		name: "divergent apiserver range",
 		forbidden: func(rng *rand.Rand, name string) (*corev1.Service, string) {
 			if rng.IntN(3) == 0 {
@@ -191,6 +194,7 @@ func TestChaosDivergentRange(t *testing.T) {
 			return c.APIServers[2].Name + " runs with --service-cluster-ip-range=192.168.0.0/24 throughout", nil
 		},
 	})
+	reportLeftovers(ctx, t, c, leftovers)
 }
 
 // chaosScenario is one fault under load.
@@ -209,7 +213,9 @@ type chaosScenario struct {
 	watchDecisions bool
 }
 
-func runChaos(ctx context.Context, t *testing.T, c *framework.Cluster, sc chaosScenario) {
+// runChaos runs one scenario and returns the IPAddresses that outlived
+// their Services.
+func runChaos(ctx context.Context, t *testing.T, c *framework.Cluster, sc chaosScenario) []leftover {
 	t.Helper()
 	ns := namespace(t, c, "chaos")
 	if sc.staticPool == nil {
@@ -253,24 +259,11 @@ func runChaos(ctx context.Context, t *testing.T, c *framework.Cluster, sc chaosS
 		deletedAt = *sc.deletedAt
 	}
 	chk := checkCluster(ctx, t, c, res, ns, sc.deleted, deletedAt)
-	leftoverNote := ""
-	if len(chk.Leftovers) > 0 {
-		// IPAddresses whose Service is gone: say how long they live,
-		// within a bound.
-		waited := time.Now()
-		remaining := chk.Leftovers
-		for time.Since(waited) < 15*time.Second && len(remaining) > 0 {
-			time.Sleep(time.Second)
-			remaining = checkCluster(ctx, t, c, res, ns, sc.deleted, deletedAt).Leftovers
-		}
-		leftoverNote = fmt.Sprintf(" (%d still there %s later: %v)", len(remaining), time.Since(waited).Round(time.Second), head(remaining, 3))
-	}
-
 	tl := res.tally()
-	t.Logf("e2e: chaos %s: %d requests in %s (%d attempts, %d retried), %d succeeded (%d after retries), %d expected denials, %d refused as still held, %d real errors; clients disturbed for %s after the fault; admitted outside policy %d, Services lost %d, resurrected %d, duplicate IPs %d, orphaned by a deleted ServiceCIDR %d; Services in the cluster %d; leftover IPAddresses %d%s; max view staleness per replica %v; fault: %s",
+	t.Logf("e2e: chaos %s: %d requests in %s (%d attempts, %d retried), %d succeeded (%d after retries), %d expected denials, %d refused as still held, %d real errors; clients disturbed for %s after the fault; admitted outside policy %d, Services lost %d, resurrected %d, duplicate IPs %d, orphaned by a deleted ServiceCIDR %d; Services in the cluster %d; leftover IPAddresses %d; max view staleness per replica %v; fault: %s",
 		sc.name, tl.Sent, loadTook.Round(100*time.Millisecond), tl.Attempts, tl.RetriedAttempts, tl.Succeeded, tl.RetriedOK, tl.ExpectedDenials, tl.Held, tl.RealErrors,
 		res.disruption(faultAt).Round(10*time.Millisecond), len(res.AdmittedOutside)+len(chk.Outside), len(chk.Lost), len(chk.Resurrected), len(chk.Duplicates), len(chk.Orphaned),
-		chk.Services, len(chk.Leftovers), leftoverNote, staleMax, faultInfo)
+		chk.Services, len(chk.Leftovers), staleMax, faultInfo)
 	if sc.watchDecisions {
 		logDecisionsSince(t, c, marks)
 	}
@@ -291,6 +284,34 @@ func runChaos(ctx context.Context, t *testing.T, c *framework.Cluster, sc chaosS
 	}
 	if tl.RealErrors > 0 {
 		t.Errorf("%d requests failed for real: %s", tl.RealErrors, strings.Join(res.realErrors(10), "\n  "))
+	}
+	return chk.Leftovers
+}
+
+// reportLeftovers waits (bounded) until the apiservers' repair loops have
+// removed the IPAddresses that outlived their Services, and says how long
+// they lived.
+func reportLeftovers(ctx context.Context, t *testing.T, c *framework.Cluster, list []leftover) {
+	if len(list) == 0 {
+		t.Logf("e2e: chaos leftovers: no IPAddress outlived its Service")
+		return
+	}
+	lived := waitLeftoversGone(ctx, c.LBClient(), list, 150*time.Second)
+	var ds []time.Duration
+	for _, d := range lived {
+		if d >= 0 {
+			ds = append(ds, d)
+		}
+	}
+	slices.Sort(ds)
+	still := len(list) - len(lived)
+	summary := "none removed"
+	if len(ds) > 0 {
+		summary = fmt.Sprintf("lived %s-%s after their Service was deleted (median %s)", ds[0].Round(time.Second), ds[len(ds)-1].Round(time.Second), ds[len(ds)/2].Round(time.Second))
+	}
+	t.Logf("e2e: chaos leftovers: %d IPAddresses outlived their Services; %s; %d still there after 150s", len(list), summary, still)
+	if still > 0 {
+		t.Errorf("%d IPAddresses were never cleaned up by the apiservers' repair loop", still)
 	}
 }
 
