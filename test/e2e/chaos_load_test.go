@@ -421,11 +421,11 @@ func (w *loadClient) delete(ctx context.Context, name string) {
 // clusterCheck is the state of the cluster after a run, held against the
 // policy and against what the clients were told.
 type clusterCheck struct {
-	Lost        []string // told created, not there
-	Resurrected []string // told deleted, still there
-	Outside     []string // Services whose clusterIP breaks the policy
-	Duplicates  []string // one address on two Services
-	Orphaned    []string // Services on a ServiceCIDR deleted after they were admitted
+	Lost        []string   // told created, not there
+	Resurrected []string   // told deleted, still there
+	Outside     []string   // Services whose clusterIP breaks the policy
+	Duplicates  []string   // one address on two Services
+	Orphaned    []string   // Services on a ServiceCIDR deleted after they were admitted
 	Leftovers   []leftover // IPAddresses whose Service is gone
 	Services    int
 }

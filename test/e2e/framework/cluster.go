@@ -76,8 +76,8 @@ type Cluster struct {
 	WebhookLB   *HAProxy
 	// LBKubeconfig is the admin kubeconfig through APIServerLB.
 	LBKubeconfig string
-	Configs         *WebhookConfigurations
-	RBAC            *RBAC
+	Configs      *WebhookConfigurations
+	RBAC         *RBAC
 
 	opts Options
 	// Logf reports progress; tests point it at their own t.Logf.

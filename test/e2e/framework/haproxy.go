@@ -156,4 +156,3 @@ func (h *HAProxy) Addr() string { return hostPort(h.Port) }
 
 // URL is the frontend as an https URL.
 func (h *HAProxy) URL() string { return "https://" + h.Addr() }
-
