@@ -184,13 +184,26 @@ func (s *clientCAs) watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// aeadSuitesTLS12 are the TLS 1.2 cipher suites the admission port accepts,
+// for an ECDSA (gencerts, the cert-manager overlay) or an RSA serving key.
+var aeadSuitesTLS12 = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // tlsOptions configures the TLS of the admission port, on top of
 // controller-runtime's server (which adds the reloading serving
 // certificate):
 //
-//   - TLS 1.2 at least. Go's default TLS 1.2 cipher suites are ECDHE with
-//     AES-GCM or ChaCha20-Poly1305 only, and TLS 1.3 suites are not
-//     configurable, so the suites are left at Go's defaults.
+//   - TLS 1.2 at least, and for TLS 1.2 only ECDHE with AES-GCM or
+//     ChaCha20-Poly1305 (aeadSuitesTLS12). Go's defaults (Go 1.26) still
+//     include ECDHE with AES-CBC-SHA; every client that speaks TLS 1.2 to a
+//     webhook (Go's, in the apiserver) has the AEAD suites. TLS 1.3 suites
+//     are all AEAD and not configurable.
 //   - HTTP/1.1 only. controller-runtime's server offers h2 by ALPN unless
 //     told otherwise; HTTP/2 brings the rapid-reset class of
 //     denial-of-service bugs (CVE-2023-44487, CVE-2023-39325) and nothing
@@ -203,6 +216,7 @@ func (s *clientCAs) watch(ctx context.Context, interval time.Duration) {
 func tlsOptions(cas *clientCAs) []func(*tls.Config) {
 	return []func(*tls.Config){func(cfg *tls.Config) {
 		cfg.MinVersion = tls.VersionTLS12
+		cfg.CipherSuites = aeadSuitesTLS12
 		cfg.NextProtos = []string{"http/1.1"}
 		if cas == nil {
 			return

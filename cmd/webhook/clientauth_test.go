@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,9 +232,27 @@ func TestAdmissionPortSpeaksTLS12OrNewerAndHTTP1Only(t *testing.T) {
 	if err := s.handshake(&tls.Config{MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12}); err != nil {
 		t.Fatalf("a TLS 1.2 client: %v", err)
 	}
-	// Without --client-ca-file any client is served, as before.
+	// TLS 1.2: AEAD suites only; Go's default would also take AES-CBC-SHA.
+	for _, cs := range tls.CipherSuites() {
+		if !slices.Contains(cs.SupportedVersions, tls.VersionTLS12) {
+			continue
+		}
+		err := s.handshake(&tls.Config{MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{cs.ID}})
+		aead := strings.Contains(cs.Name, "_GCM_") || strings.Contains(cs.Name, "_CHACHA20_POLY1305")
+		switch {
+		case aead && strings.Contains(cs.Name, "ECDSA") && err != nil: // the test server's key is ECDSA
+			t.Errorf("TLS 1.2 with %s: %v", cs.Name, err)
+		case !aead && (err == nil || !strings.Contains(err.Error(), "handshake failure")):
+			t.Errorf("TLS 1.2 with %s: %v; want a handshake failure", cs.Name, err)
+		}
+	}
+	// Without --client-ca-file any client is served, as before, and a
+	// client certificate offered anyway is not asked for.
 	if err := s.handshake(&tls.Config{}); err != nil {
 		t.Fatalf("a client without a certificate: %v", err)
+	}
+	if proto, err := s.get(presenting(clientCert(t, newTestCA(t, "any", time.Hour)), tls.VersionTLS13)); err != nil || proto != "HTTP/1.1" {
+		t.Fatalf("a client with a certificate: %q, %v", proto, err)
 	}
 }
 
