@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -416,5 +417,40 @@ func TestReadinessCheckCompletesTheHandshakeWhenClientCertificatesAreRequired(t 
 	// and the readiness check of a stopped server fails.
 	if err := readyChecker(s.server, cas, host, 1)(nil); err == nil || !strings.Contains(err.Error(), "webhook server is not reachable") {
 		t.Fatalf("readyChecker on a closed port: %v", err)
+	}
+}
+
+func TestStdlibLogLinesBecomeBoundedJSONLines(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	w := &stdlibLog{log: newLogger(&buf), now: func() time.Time { return now }}
+	for i := range 25 {
+		line := "http: TLS handshake error from 127.0.0.1:" + strconv.Itoa(40000+i) + ": tls: client didn't provide a certificate\n"
+		if n, err := w.Write([]byte(line)); n != len(line) || err != nil {
+			t.Fatalf("Write: %d, %v", n, err)
+		}
+	}
+	now = now.Add(time.Second)
+	_, _ = w.Write([]byte(strings.Repeat("x", 5000) + "\n"))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != stdlibLogPerSecond+1 {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), stdlibLogPerSecond+1, buf.String())
+	}
+	for i, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("line %d is not JSON: %v: %s", i, err, l)
+		}
+		if rec["msg"] != "net/http" || rec["level"] != "error" {
+			t.Errorf("line %d: %s", i, l)
+		}
+		if i == 0 && rec["line"] != "http: TLS handshake error from 127.0.0.1:40000: tls: client didn't provide a certificate" {
+			t.Errorf("first line: %v", rec["line"])
+		}
+		if i == len(lines)-1 {
+			if rec["suppressedBefore"] != float64(15) || len(rec["line"].(string)) > stdlibLogMaxLine+len("…") {
+				t.Errorf("last line: suppressedBefore %v, %d bytes of line", rec["suppressedBefore"], len(rec["line"].(string)))
+			}
+		}
 	}
 }

@@ -144,6 +144,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.VisitAll(func(f *pflag.Flag) { flags[f.Name] = f.Value.String() })
 	log.Info("starting clusterip-policy webhook", "version", version, "commit", commit, "flags", flags)
 
+	routeStdlibLog(log.WithName("http"))
 	if err := runServer(o, staticCIDRs, log); err != nil {
 		log.Error(err, "webhook stopped")
 		return exitDenied

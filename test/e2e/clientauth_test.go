@@ -150,9 +150,23 @@ func TestWebhookRequiresTheAPIServersClientCertificate(t *testing.T) {
 		if err == nil || !strings.HasSuffix(err.Error(), "remote error: tls: unknown certificate authority") {
 			t.Fatalf("POST with a foreign certificate: %v", err)
 		}
+		// The refusals are logged as JSON lines like everything else.
 		log, _ := w.Log()
-		if !strings.Contains(log, "tls: client didn't provide a certificate") || !strings.Contains(log, "certificate signed by unknown authority") {
-			t.Errorf("the webhook log does not show the refused handshakes:\n%s", lastLines(log, 10))
+		var refusals []string
+		for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+			if strings.HasPrefix(line, "### ") {
+				continue // the harness's header: the command line and start time
+			}
+			var rec struct{ Msg, Line string }
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Errorf("webhook log line is not JSON: %s", line)
+			} else if rec.Msg == "net/http" {
+				refusals = append(refusals, rec.Line)
+			}
+		}
+		all := strings.Join(refusals, "\n")
+		if !strings.Contains(all, "TLS handshake error from 127.0.0.1:") || !strings.Contains(all, "tls: client didn't provide a certificate") || !strings.Contains(all, "certificate signed by unknown authority") {
+			t.Errorf("the webhook log does not show the refused handshakes: %q", refusals)
 		}
 	})
 
