@@ -21,35 +21,45 @@ import (
 // The apiserver authenticates to the webhook: its admission configuration
 // gives both webhook admission plugins a kubeconfig with a client
 // certificate, and the webhook runs with --client-ca-file. Requests through
-// the apiserver are reviewed as before; anyone else calling the admission
-// port directly is refused at the TLS handshake.
+// the apiservers are reviewed as before; anyone else calling the admission
+// port directly is refused at the TLS handshake. Two apiservers and two
+// webhook replicas behind the round-robin: every apiserver presents the
+// certificate and every replica requires it (the harness waits until each
+// apiserver has had a dry run reviewed).
 func TestWebhookRequiresTheAPIServersClientCertificate(t *testing.T) {
-	c := own(t, framework.Options{Policy: sharedPolicy, Webhooks: 1, WebhookClientAuth: true})
+	c := own(t, framework.Options{
+		APIServers:        []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16"}, {ServiceClusterIPRange: "10.96.0.0/16"}},
+		Policy:            sharedPolicy,
+		Webhooks:          2,
+		WebhookClientAuth: true,
+	})
 	ctx := testContext(t, 2*60e9)
 	cs := c.Client(0)
 	ns := namespace(t, c, "client-auth")
 	w := c.Webhooks[0]
 	t.Cleanup(func() { deleteServices(t, cs, "kube-system") })
 
-	t.Run("the webhook says it requires client certificates, and its readiness probes cause no handshake errors", func(t *testing.T) {
-		log, err := w.Log()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(log, `"msg":"client certificates required on the admission port"`) || !strings.Contains(log, "CN=clusterip-policy-e2e-apiserver-client-ca (until ") {
-			t.Errorf("no start-up line naming the client CA in the webhook log")
-		}
-		// The harness polled /readyz until ready, and the apiserver has
-		// called the webhook (registration waits for it): neither may
-		// leave a failed handshake behind.
-		if n := strings.Count(log, "TLS handshake error"); n != 0 {
-			t.Errorf("%d TLS handshake errors in the webhook log before any stranger called it:\n%s", n, lastLines(log, 20))
+	t.Run("each webhook says it requires client certificates, and its readiness probes cause no handshake errors", func(t *testing.T) {
+		for _, w := range c.Webhooks {
+			log, err := w.Log()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(log, `"msg":"client certificates required on the admission port"`) || !strings.Contains(log, "CN=clusterip-policy-e2e-apiserver-client-ca (until ") {
+				t.Errorf("%s: no start-up line naming the client CA", w.Name)
+			}
+			// The harness polled /readyz until ready, and each apiserver
+			// has called the webhooks (registration waits for it):
+			// neither may leave a failed handshake behind.
+			if n := strings.Count(log, "TLS handshake error"); n != 0 {
+				t.Errorf("%s: %d TLS handshake errors before any stranger called it:\n%s", w.Name, n, lastLines(log, 20))
+			}
 		}
 	})
 
-	t.Run("Service creates through the apiserver are reviewed: kube-dns gets 10.96.0.10, another Service asking for it is denied", func(t *testing.T) {
+	t.Run("Service creates through either apiserver are reviewed: kube-dns gets 10.96.0.10, another Service asking for it is denied", func(t *testing.T) {
 		mustCreate(t, ctx, cs, service("kube-system", "kube-dns", clusterIP("10.96.0.10")))
-		_, err := create(ctx, cs, service(ns, "grabs-dns-ip", clusterIP("10.96.0.10")))
+		_, err := create(ctx, c.Client(1), service(ns, "grabs-dns-ip", clusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, `spec.clusterIP: Invalid value: "10.96.0.10"`, "is reserved for Service kube-system/kube-dns")
 		stages := map[string]string{}
 		for _, d := range decisionsFor(c, "kube-system", "kube-dns") {
