@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -452,5 +453,60 @@ func TestStdlibLogLinesBecomeBoundedJSONLines(t *testing.T) {
 				t.Errorf("last line: suppressedBefore %v, %d bytes of line", rec["suppressedBefore"], len(rec["line"].(string)))
 			}
 		}
+	}
+}
+
+// A certificate from a CA that has been removed from the file does not get
+// back in by resuming a TLS session it opened while the CA was trusted: Go
+// (1.21 and later) verifies a resumed session's chains against the CAs of
+// the config in force, which GetConfigForClient builds per handshake.
+func TestARemovedClientCAIsNotResumedPast(t *testing.T) {
+	dir := t.TempDir()
+	oldCA, newCA := newTestCA(t, "old-ca", time.Hour), newTestCA(t, "new-ca", time.Hour)
+	caFile := writeTestFile(t, dir, "ca.crt", oldCA.CertPEM)
+	cas, err := newClientCAs(caFile, newLogger(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startTLSTestServer(t, cas)
+	cache := tls.NewLRUClientSessionCache(8)
+	oldCert := clientCert(t, oldCA)
+	// request sends one request on a new connection that may resume a
+	// session from cache, and reports whether it did.
+	request := func() (resumed bool, err error) {
+		cfg := presenting(oldCert, tls.VersionTLS13)
+		cfg.ClientSessionCache = cache
+		pool := x509.NewCertPool()
+		pool.AddCert(s.ca.Cert)
+		cfg.RootCAs = pool
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", s.addr, cfg)
+		if err != nil {
+			return false, err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := io.WriteString(conn, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return false, err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return conn.ConnectionState().DidResume, err
+		}
+		resp.Body.Close()
+		return conn.ConnectionState().DidResume, nil
+	}
+	if _, err := request(); err != nil {
+		t.Fatalf("first connection, old CA in force: %v", err)
+	}
+	if resumed, err := request(); err != nil || !resumed {
+		t.Fatalf("second connection, old CA in force: resumed %v, %v; want a resumed session (else this test proves nothing)", resumed, err)
+	}
+	writeTestFile(t, dir, "ca.crt", newCA.CertPEM)
+	if _, err := cas.reload(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := request()
+	if err == nil || err.Error() != "remote error: tls: unknown certificate authority" {
+		t.Fatalf("after the old CA was removed: resumed %v, %v; want unknown certificate authority", resumed, err)
 	}
 }
