@@ -31,8 +31,8 @@ import (
 const maxClientCAFileBytes = 1 << 20
 
 // clientCAReloadInterval is how often the client CA file is checked for
-// changes: the interval controller-runtime's certwatcher polls the serving
-// certificate at, so both halves of a rotation land within the same time.
+// changes: the interval at which controller-runtime's certwatcher polls the
+// serving certificate too.
 const clientCAReloadInterval = 10 * time.Second
 
 // clientCABundle is a parsed --client-ca-file.
@@ -42,6 +42,10 @@ type clientCABundle struct {
 	digest  string // first 12 hex digits of the file's SHA-256, for the logs
 	subject string // "CN=a (until 2036-11-29), CN=b (until ...)" for the logs
 }
+
+// maxLoggedCAs bounds the CAs named in a log line; a bundle of 1 MiB may
+// hold thousands.
+const maxLoggedCAs = 5
 
 // parseClientCABundle reads a PEM file of CA certificates. Everything in it
 // must be a currently valid CA certificate: a private key means the
@@ -89,7 +93,9 @@ func parseClientCABundle(path string, now time.Time) (*clientCABundle, error) {
 		}
 		b.pool.AddCert(c)
 		b.certs = append(b.certs, c)
-		subjects = append(subjects, fmt.Sprintf("%s (until %s)", name, c.NotAfter.UTC().Format(time.DateOnly)))
+		if len(subjects) < maxLoggedCAs {
+			subjects = append(subjects, fmt.Sprintf("%s (until %s)", name, c.NotAfter.UTC().Format(time.DateOnly)))
+		}
 	}
 	if len(b.certs) == 0 {
 		return nil, fmt.Errorf("%s holds no PEM certificate; it should hold the CA certificate (-----BEGIN CERTIFICATE-----) that signs the apiservers' client certificates", path)
@@ -100,6 +106,9 @@ func parseClientCABundle(path string, now time.Time) (*clientCABundle, error) {
 	sum := sha256.Sum256(data)
 	b.digest = hex.EncodeToString(sum[:])[:12]
 	b.subject = strings.Join(subjects, ", ")
+	if n := len(b.certs) - len(subjects); n > 0 {
+		b.subject += fmt.Sprintf(" and %d more", n)
+	}
 	return b, nil
 }
 

@@ -85,6 +85,14 @@ func TestClientCAFileRefusesWhatIsNotACABundle(t *testing.T) {
 	if len(b.certs) != 2 || !strings.Contains(b.subject, "CN=client-ca (until ") || !strings.Contains(b.subject, "CN=other-ca (until ") || len(b.digest) != 12 {
 		t.Fatalf("bundle of two CAs: %d certs, subject %q, digest %q", len(b.certs), b.subject, b.digest)
 	}
+	var many []byte
+	for range maxLoggedCAs + 3 {
+		many = append(many, newTestCA(t, "ca", time.Hour).CertPEM...)
+	}
+	b, err = parseClientCABundle(writeTestFile(t, dir, "many.crt", many), time.Now())
+	if err != nil || len(b.certs) != maxLoggedCAs+3 || strings.Count(b.subject, "CN=ca (until ") != maxLoggedCAs || !strings.HasSuffix(b.subject, " and 3 more") {
+		t.Fatalf("bundle of %d CAs: %v, subject %q", maxLoggedCAs+3, err, b.subject)
+	}
 }
 
 func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
