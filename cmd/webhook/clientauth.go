@@ -53,14 +53,15 @@ const maxLoggedCAs = 5
 // CA's key), and a leaf certificate would make that one certificate a
 // trust anchor, so whoever holds its key could call the webhook.
 func parseClientCABundle(path string, now time.Time) (*clientCABundle, error) {
+	const fix = "; give the path of the CA certificate file, for a mounted Secret DIR/ca.crt"
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w%s", err, fix)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxClientCAFileBytes+1))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w%s", err, fix)
 	}
 	if len(data) > maxClientCAFileBytes {
 		return nil, fmt.Errorf("%s is larger than %d bytes; it should hold only the PEM certificates of the CA that signs the apiservers' client certificates", path, maxClientCAFileBytes)
@@ -182,7 +183,7 @@ func (s *clientCAs) watch(ctx context.Context, interval time.Duration) {
 		case err != nil && err.Error() != lastErr:
 			lastErr = err.Error()
 			cur := s.cur.Load()
-			s.log.Error(err, "refused the changed client CA file; the last good one stays in force", "path", s.path, "digest", cur.digest)
+			s.log.Error(err, "refused the client CA file; the last good one stays in force", "path", s.path, "digest", cur.digest)
 		case err == nil:
 			lastErr = ""
 			if changed {
