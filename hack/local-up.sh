@@ -5,6 +5,9 @@
 #   SERVICE_CIDR  --service-cluster-ip-range of the apiserver (default 10.96.0.0/16)
 #   POLICY        policy file the webhook reads, and re-reads when it changes
 #                 (default examples/policy.yaml)
+#   CLIENT_AUTH   non-empty: the apiserver presents a client certificate and the
+#                 webhook requires it (--client-ca-file; files in
+#                 .local/cluster/webhook-client-auth)
 #
 # Everything lives in .local/cluster (etcd data, certificates, logs; emptied on
 # every start); the admin kubeconfig is copied to .local/kubeconfig. It uses
@@ -41,4 +44,4 @@ fi
 go build -o .local/bin/localcluster ./test/e2e/cmd/localcluster
 
 exec .local/bin/localcluster up --dir "$dir" --kubeconfig .local/kubeconfig \
-	--service-cidr "$SERVICE_CIDR" --policy "$POLICY"
+	--service-cidr "$SERVICE_CIDR" --policy "$POLICY" ${CLIENT_AUTH:+--client-auth}

@@ -48,6 +48,7 @@ type serveOptions struct {
 	reloadInterval time.Duration
 	shutdownDelay  time.Duration
 	maxStaleness   time.Duration
+	clientCAFile   string
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -63,6 +64,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long a failed watch of ServiceCIDRs or IPAddresses is tolerated (each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
+	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
 	return fs
 }
 
@@ -91,6 +93,11 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	}
 	if o.shutdownDelay < 0 {
 		return nil, fmt.Errorf("--shutdown-delay %s must not be negative", o.shutdownDelay)
+	}
+	if o.clientCAFile != "" {
+		if _, err := parseClientCABundle(o.clientCAFile, time.Now()); err != nil {
+			return nil, fmt.Errorf("--client-ca-file: %w", err)
+		}
 	}
 	var cidrs []netip.Prefix
 	for _, s := range o.serviceCIDRs {
@@ -137,6 +144,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.VisitAll(func(f *pflag.Flag) { flags[f.Name] = f.Value.String() })
 	log.Info("starting clusterip-policy webhook", "version", version, "commit", commit, "flags", flags)
 
+	routeStdlibLog(log.WithName("http"))
 	if err := runServer(o, staticCIDRs, log); err != nil {
 		log.Error(err, "webhook stopped")
 		return exitDenied
@@ -184,13 +192,23 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	rev := &reviewer{policies: policies, view: view, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m,
 		staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
 
-	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir})
+	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
+	// only from inside --cert-dir (see clientauth.go).
+	var cas *clientCAs
+	if o.clientCAFile != "" {
+		if cas, err = newClientCAs(o.clientCAFile, log.WithName("tls")); err != nil {
+			return fmt.Errorf("--client-ca-file: %w", err)
+		}
+		b := cas.cur.Load()
+		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", b.digest, "cas", b.subject)
+	}
+	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOptions(cas)})
 	server.Register(mutatePath, &webhook.Admission{Handler: mutatingHandler{rev}})
 	server.Register(validatePath, &webhook.Admission{Handler: validatingHandler{rev}})
 
 	var draining atomic.Bool
 	ready := map[string]healthz.Checker{
-		"webhook": server.StartedChecker(),
+		"webhook": readyChecker(server, cas, o.bindAddress, o.port),
 		"policy": func(*http.Request) error {
 			if policies.Current() == nil {
 				return errors.New("no policy loaded")
@@ -242,6 +260,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	goRun("view", func() error { return source.Run(bgCtx) })
 	goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
 	goRun("webhook server", func() error { return server.Start(webhookCtx) })
+	if cas != nil {
+		goRun("client CA watcher", func() error { cas.watch(bgCtx, clientCAReloadInterval); return nil })
+	}
 	goRun("health probes", func() error { return serveHTTP(bgCtx, o.healthAddr, probes) })
 	if o.metricsAddr != "0" {
 		metricsMux := http.NewServeMux()

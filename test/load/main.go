@@ -33,14 +33,16 @@ func main() {
 	reviewFile := flag.String("review", "cmd/webhook/testdata/admissionreviews/validate-002-create-wh-auto.json", "AdmissionReview request body to send")
 	duration := flag.Duration("duration", 10*time.Second, "how long to send (at most 5m)")
 	concurrency := flag.Int("concurrency", 8, "requests in flight")
+	certFile := flag.String("cert", "", "client certificate to present (a webhook run with --client-ca-file); with --key")
+	keyFile := flag.String("key", "", "key of --cert")
 	flag.Parse()
-	if err := run(*target, *caFile, *reviewFile, *duration, *concurrency); err != nil {
+	if err := run(*target, *caFile, *reviewFile, *duration, *concurrency, *certFile, *keyFile); err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
 }
 
-func run(target, caFile, reviewFile string, duration time.Duration, concurrency int) error {
+func run(target, caFile, reviewFile string, duration time.Duration, concurrency int, certFile, keyFile string) error {
 	u, err := url.Parse(target)
 	if err != nil || u.Scheme != "https" {
 		return fmt.Errorf("--url %q: want an https URL", target)
@@ -66,7 +68,15 @@ func run(target, caFile, reviewFile string, duration time.Duration, concurrency 
 	if err != nil {
 		return fmt.Errorf("--review: %w", err)
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: concurrency}
+	tlsConfig := &tls.Config{RootCAs: pool}
+	if certFile != "" || keyFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return fmt.Errorf("--cert/--key: %w", err)
+		}
+		tlsConfig.Certificates = []tls.Certificate{pair}
+	}
+	tr := &http.Transport{TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: concurrency}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 
 	var (

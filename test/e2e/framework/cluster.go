@@ -53,6 +53,10 @@ type Options struct {
 	NoRBAC, NoRegister bool
 	Detach             bool // leave the processes running after this process exits
 	Logf               func(format string, args ...any)
+
+	// WebhookClientAuth makes every apiserver present a client certificate
+	// to the webhooks and every webhook require it (see clientauth.go).
+	WebhookClientAuth bool
 }
 
 // Cluster is a running control plane with its webhooks.
@@ -78,6 +82,7 @@ type Cluster struct {
 	LBKubeconfig string
 	Configs      *WebhookConfigurations
 	RBAC         *RBAC
+	ClientAuth   *WebhookClientAuth // nil unless Options.WebhookClientAuth
 
 	opts Options
 	// Logf reports progress; tests point it at their own t.Logf.
@@ -154,6 +159,11 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		return err
 	}
 	c.Admin = &Identity{User: "e2e-admin", Groups: []string{"system:masters"}, Cert: adminCert}
+	if c.opts.WebhookClientAuth {
+		if c.ClientAuth, err = NewWebhookClientAuth(filepath.Join(c.Dir, "webhook-client-auth")); err != nil {
+			return err
+		}
+	}
 	if err := retryPortClash(func() (err error) {
 		c.Etcd, err = StartEtcd(ctx, c.Bin.Etcd, c.Dir, po)
 		return err
@@ -170,6 +180,7 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		if i > 0 && ao.Hostname == "" {
 			ao.Hostname = fmt.Sprintf("e2e-apiserver-%d", i+1)
 		}
+		ao.ExtraArgs = c.ClientAuth.APIServerArgs(ao.ExtraArgs)
 		var a *APIServer
 		if err := retryPortClash(func() (err error) {
 			a, err = StartAPIServer(ctx, c.Bin.KubeAPIServer, c.Dir, c.PKI, c.Admin, c.Etcd.URL, ao, po)
@@ -361,7 +372,7 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 			return err
 		}
 		start := time.Now()
-		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile}
+		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile, ExtraArgs: c.ClientAuth.WebhookArgs()}
 		po := ProcessOptions{Detach: c.opts.Detach}
 		var w *Webhook
 		if err := retryPortClash(func() (err error) {
@@ -374,6 +385,7 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 		}); err != nil {
 			return err
 		}
+		w.Client = c.ClientAuth.Identity()
 		c.Webhooks = append(c.Webhooks, w)
 		state := "ready"
 		if !wait {

@@ -39,6 +39,7 @@ type Webhook struct {
 	MetricsAddr string
 	CertDir     string
 	CA          *certs.CA
+	Client      *Identity // presented by Review; nil: no client certificate
 }
 
 // StartWebhook writes a serving certificate for 127.0.0.1 signed by ca into
@@ -106,7 +107,7 @@ func (w *Webhook) Review(ctx context.Context, path string, review *admissionv1.A
 	if err != nil {
 		return nil, err
 	}
-	hc, err := httpsClient(w.CA.CertPEM, nil)
+	hc, err := httpsClient(w.CA.CertPEM, w.Client)
 	if err != nil {
 		return nil, err
 	}

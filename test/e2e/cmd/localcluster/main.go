@@ -58,6 +58,7 @@ func up(args []string, stdout io.Writer) error {
 	kubeconfig := fl.String("kubeconfig", ".local/kubeconfig", "where to copy the admin kubeconfig")
 	serviceCIDR := fl.String("service-cidr", "10.96.0.0/16", "--service-cluster-ip-range of the kube-apiserver")
 	policy := fl.String("policy", "examples/policy.yaml", "policy file the webhook reads (and re-reads when it changes)")
+	clientAuth := fl.Bool("client-auth", false, "the apiserver presents a client certificate to the webhook, which requires it (--client-ca-file); files in DIR/webhook-client-auth")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -92,6 +93,8 @@ func up(args []string, stdout io.Writer) error {
 		Webhooks:   1,
 		Detach:     true,
 		Logf:       logf,
+
+		WebhookClientAuth: *clientAuth,
 	})
 	if err != nil {
 		if c != nil {
