@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,12 @@ import (
 type HAProxy struct {
 	*Process
 	Port       int // the frontend's loopback port
-	ConfigPath string
+	// MonitorPort answers GET /healthz with 200 while haproxy runs: a
+	// way to wait for it that opens no connection to a backend (a TCP
+	// probe of the frontend would, and leave a failed TLS handshake in
+	// the backend's log).
+	MonitorPort int
+	ConfigPath  string
 }
 
 // Backend is one server behind a HAProxy.
@@ -70,7 +76,7 @@ func HAProxyBinary() (string, error) {
 //     that died since the last check is retried on another one, so
 //     clients rarely see the fault at all;
 //   - balance roundrobin, as kubeadm's HA guide does.
-func haproxyConfig(port int, backends []Backend, o HAProxyOptions) string {
+func haproxyConfig(port, monitorPort int, backends []Backend, o HAProxyOptions) string {
 	timeout := o.Timeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
@@ -88,6 +94,11 @@ defaults
     retries 3
     option redispatch
 
+frontend %[2]s-monitor
+    mode http
+    bind 127.0.0.1:%[4]d
+    monitor-uri /healthz
+
 frontend %[2]s
     bind 127.0.0.1:%[3]d
     default_backend %[2]s-servers
@@ -97,7 +108,7 @@ backend %[2]s-servers
     option httpchk GET /readyz
     http-check expect status 200
     default-server inter 500ms fastinter 250ms downinter 500ms fall 2 rise 2
-`, timeout.Milliseconds(), o.Name, port)
+`, timeout.Milliseconds(), o.Name, port, monitorPort)
 	for _, be := range backends {
 		line := "    server " + be.Name + " " + be.Addr + " check"
 		if be.CheckAddr != "" && be.CheckAddr != be.Addr {
@@ -123,8 +134,12 @@ func StartHAProxy(ctx context.Context, dir string, backends []Backend, o HAProxy
 	if err != nil {
 		return nil, err
 	}
+	monitorPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
 	cfg := filepath.Join(dir, o.Name+".cfg")
-	if err := os.WriteFile(cfg, []byte(haproxyConfig(port, backends, o)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(haproxyConfig(port, monitorPort, backends, o)), 0o644); err != nil {
 		return nil, err
 	}
 	// Validate first: a bad configuration is a clear error, not a timeout.
@@ -135,15 +150,9 @@ func StartHAProxy(ctx context.Context, dir string, backends []Backend, o HAProxy
 	if err != nil {
 		return nil, err
 	}
-	h := &HAProxy{Process: p, Port: port, ConfigPath: cfg}
-	err = poll(ctx, o.Name+" listening", 10*time.Second, 50*time.Millisecond, []*Process{p}, func(context.Context) (bool, error) {
-		conn, err := net.DialTimeout("tcp", h.Addr(), time.Second)
-		if err != nil {
-			return false, err
-		}
-		conn.Close()
-		return true, nil
-	})
+	h := &HAProxy{Process: p, Port: port, MonitorPort: monitorPort, ConfigPath: cfg}
+	err = poll(ctx, o.Name+" listening", 10*time.Second, 50*time.Millisecond, []*Process{p},
+		getOK(&http.Client{Timeout: time.Second}, "http://"+hostPort(monitorPort)+"/healthz"))
 	if err != nil {
 		p.Stop(5 * time.Second)
 		return nil, err
