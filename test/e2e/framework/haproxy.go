@@ -19,7 +19,7 @@ import (
 // takes a backend out of rotation while its health check fails.
 type HAProxy struct {
 	*Process
-	Port       int // the frontend's loopback port
+	Port int // the frontend's loopback port
 	// MonitorPort answers GET /healthz with 200 while haproxy runs: a
 	// way to wait for it that opens no connection to a backend (a TCP
 	// probe of the frontend would, and leave a failed TLS handshake in
