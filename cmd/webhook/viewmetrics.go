@@ -27,7 +27,7 @@ var (
 		"Seconds since the view last received anything (list page, event or bookmark) for the resource. A healthy watch gets a bookmark about once a minute even in a quiet cluster.",
 		[]string{"resource"}, nil)
 	watchRestartsDesc = prometheus.NewDesc("clusterip_policy_view_watch_restarts_total",
-		"Watch restarts by resource and reason: closed (the stream ended: the apiserver's watch timeout, or a crashed apiserver), error (a watch or list refused or failed; retried every 100ms-2s), expired (410 Gone: relisted and replaced).",
+		"Watch restarts by resource and reason: closed (the stream ended: the apiserver's watch timeout, or a crashed apiserver), error (a watch or list refused or failed; retried every 100ms-2s), expired (410 Gone: relisted and replaced), idle (nothing, not even a bookmark, for 150s: re-watched).",
 		[]string{"resource", "reason"}, nil)
 )
 

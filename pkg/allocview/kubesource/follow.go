@@ -29,10 +29,15 @@ const (
 	// resume from (410 Gone); the source relists and replaces the resource's
 	// state in the view.
 	ReasonExpired = "expired"
+	// ReasonIdle: an established stream delivered nothing, not even the
+	// bookmark the apiserver's watch cache sends about once a minute, for
+	// idleTimeout: a connection that died without a reset looks like this.
+	// The source re-watches at once.
+	ReasonIdle = "idle"
 )
 
 // RestartReasons are every reason a restart is counted under.
-var RestartReasons = []string{ReasonClosed, ReasonError, ReasonExpired}
+var RestartReasons = []string{ReasonClosed, ReasonError, ReasonExpired, ReasonIdle}
 
 // feed is how one resource is listed, watched and applied to the view.
 type feed struct {
@@ -189,7 +194,7 @@ func (s *Source) follow(ctx context.Context, i int, f feed, listed chan<- struct
 		if ctx.Err() != nil {
 			return
 		}
-		if reason == ReasonClosed {
+		if reason == ReasonClosed || reason == ReasonIdle {
 			s.lost(i, reason, nil) // re-watch at once
 			continue
 		}
@@ -225,17 +230,22 @@ func (s *Source) relist(ctx context.Context, i int, f feed) (string, error) {
 // consume applies the events of one watch until it ends, keeping *rv at the
 // last resourceVersion seen, and says why it ended.
 func (s *Source) consume(ctx context.Context, i int, f feed, w watch.Interface, rv *string) (string, error) {
+	idle := time.NewTimer(s.idleTimeout)
+	defer idle.Stop()
 	for {
 		var ev watch.Event
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
+		case <-idle.C:
+			return ReasonIdle, nil
 		case ev, ok = <-w.ResultChan():
 		}
 		if !ok {
 			return ReasonClosed, nil
 		}
+		idle.Reset(s.idleTimeout)
 		s.received(i)
 		switch ev.Type {
 		case watch.Error:

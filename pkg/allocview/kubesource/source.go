@@ -38,6 +38,7 @@ type Source struct {
 	sleep          func(context.Context, time.Duration)
 	backoffInitial time.Duration
 	backoffMax     time.Duration
+	idleTimeout    time.Duration
 
 	mu      sync.Mutex
 	pending []func(*allocview.Tx)
@@ -55,7 +56,7 @@ type feedState struct {
 	// lastReceived is when anything (list page, event, bookmark) last
 	// arrived (UnixNano).
 	lastReceived atomic.Int64
-	restarts     [3]atomic.Uint64 // by RestartReasons index
+	restarts     [4]atomic.Uint64 // by RestartReasons index
 	// lossLogged is owned by the resource's follow goroutine: an outage is
 	// logged once when it starts and once when it ends, not per retry.
 	lossLogged bool
@@ -64,7 +65,9 @@ type feedState struct {
 // New returns a Source that will feed view once Run is called.
 func New(client kubernetes.Interface, view *allocview.View, log logr.Logger) *Source {
 	s := &Source{client: client, view: view, log: log, wake: make(chan struct{}, 1),
-		now: time.Now, sleep: sleepCtx, backoffInitial: 100 * time.Millisecond, backoffMax: 2 * time.Second}
+		now: time.Now, sleep: sleepCtx, backoffInitial: 100 * time.Millisecond, backoffMax: 2 * time.Second,
+		// Two and a half bookmark periods of the apiserver's watch cache.
+		idleTimeout: 150 * time.Second}
 	start := s.now().UnixNano()
 	for i := range s.state {
 		s.state[i].staleSince.Store(start)

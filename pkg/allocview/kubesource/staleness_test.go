@@ -376,3 +376,38 @@ func TestWhatArrivesIsTimestampedPerResource(t *testing.T) {
 		t.Errorf("re-watch from %v, want the bookmark's 42", rvs)
 	}
 }
+
+func TestAStreamThatDeliversNothingIsReplaced(t *testing.T) {
+	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	api := newIPAPI(client, "10")
+	servesNetworkingV1(client)
+	view := allocview.NewView()
+	var logs logLines
+	src := New(client, view, logs.logger(t))
+	// Long enough that the test's own steps never trip it by accident.
+	src.idleTimeout = 300 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = src.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "the initial sync", func(s *allocview.Snapshot) bool { return s.Synced }, view)
+
+	w := api.nextWatch(t)
+	w.Add(addEvent("10.96.0.20", "default", "web", "11"))
+	// The stream stays open but silent, like a connection whose packets
+	// are dropped: the source gives up on it and watches again.
+	start := time.Now()
+	api.nextWatch(t)
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Errorf("re-watched after %s, before the idle timeout", took)
+	}
+	if got := src.Feeds()[ipAddresses].Restarts[ReasonIdle]; got < 1 {
+		t.Errorf("idle restarts %d, want at least 1", got)
+	}
+	if _, rvs := api.counts(); rvs[1] != "11" {
+		t.Errorf("re-watch from %v, want 11 (the last event)", rvs)
+	}
+	if n := logs.count("watch lost"); n != 0 {
+		t.Errorf("an idle stream replaced at once was logged as an outage %d times", n)
+	}
+}
