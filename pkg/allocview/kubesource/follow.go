@@ -62,6 +62,15 @@ type listAcc struct {
 // requests of a few hundred KiB rather than one of 100 MiB.
 const listPageSize = 500
 
+// maxListPages bounds one relist (5 million objects, far beyond any
+// cluster's Service addresses), and listPageTimeout each page, so an
+// apiserver that keeps answering "continue" or stops answering cannot hold
+// the source forever.
+var (
+	maxListPages    = 10000
+	listPageTimeout = time.Minute
+)
+
 // watchTimeout is how long one watch may last before the apiserver ends
 // it (randomised per watch, as client-go's reflector does, so replicas do
 // not re-watch in step). It bounds how long a stream that silently stopped
@@ -209,8 +218,13 @@ func (s *Source) follow(ctx context.Context, i int, f feed, listed chan<- struct
 func (s *Source) relist(ctx context.Context, i int, f feed) (string, error) {
 	var acc listAcc
 	opts := metav1.ListOptions{Limit: listPageSize}
-	for {
-		meta, err := f.list(ctx, opts, &acc)
+	for page := 1; ; page++ {
+		if page > maxListPages {
+			return "", fmt.Errorf("more than %d pages of %d; giving up this list", maxListPages, listPageSize)
+		}
+		pageCtx, cancel := context.WithTimeout(ctx, listPageTimeout)
+		meta, err := f.list(pageCtx, opts, &acc)
+		cancel()
 		if err != nil {
 			return "", err
 		}

@@ -411,3 +411,27 @@ func TestAStreamThatDeliversNothingIsReplaced(t *testing.T) {
 		t.Errorf("an idle stream replaced at once was logged as an outage %d times", n)
 	}
 }
+
+func TestAListThatNeverEndsIsGivenUpAndRetried(t *testing.T) {
+	maxListPages = 3
+	t.Cleanup(func() { maxListPages = 10000 })
+	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	servesNetworkingV1(client)
+	var pages atomic.Int64
+	client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		pages.Add(1)
+		return true, &networkingv1.IPAddressList{ListMeta: metav1.ListMeta{ResourceVersion: "1", Continue: "more"}}, nil
+	})
+	var logs logLines
+	src := New(client, allocview.NewView(), logs.logger(t))
+	src.backoffInitial, src.backoffMax = time.Millisecond, 5*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = src.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "no retry after the page limit", 5*time.Second, func() bool { return pages.Load() >= 7 })
+	if src.HasSynced() {
+		t.Fatal("synced on a list that never ended")
+	}
+	waitFor(t, "the endless list was not logged", 5*time.Second, func() bool { return logs.count("more than 3 pages") == 1 })
+}
