@@ -153,9 +153,9 @@ func (s *Source) ipAddressFeed() feed {
 // (paginated) LIST replaces its state, then a WATCH from the list's
 // resourceVersion applies each change. A stream that ends is re-watched at
 // once from the last resourceVersion seen; 410 Gone relists and any other
-// failure retries, both after a short capped backoff (reset by every
-// established watch, so a relist after 410 waits at most backoffInitial). listed is closed after
-// the first list has been queued for the view.
+// failure retries, both after a short capped backoff (reset by a watch that
+// lasted, so a relist after 410 waits at most backoffInitial). listed is
+// closed after the first list has been queued for the view.
 func (s *Source) follow(ctx context.Context, i int, f feed, listed chan<- struct{}) {
 	rv := ""
 	needList := true
@@ -197,13 +197,20 @@ func (s *Source) follow(ctx context.Context, i int, f feed, listed chan<- struct
 			continue
 		}
 		s.established(i)
-		delay = s.backoffInitial
+		opened := time.Now()
 		reason, err := s.consume(ctx, i, f, w, &rv)
 		w.Stop()
 		if ctx.Err() != nil {
 			return
 		}
-		if reason == ReasonClosed || reason == ReasonIdle {
+		// A stream that lasted ends the backoff. One that closes as soon
+		// as it opens (a proxy or apiserver in trouble) backs off like an
+		// error, so the source never re-watches in a tight loop.
+		lasted := time.Since(opened) >= minHealthyWatch
+		if lasted {
+			delay = s.backoffInitial
+		}
+		if lasted && (reason == ReasonClosed || reason == ReasonIdle) {
 			s.lost(i, reason, nil) // re-watch at once
 			continue
 		}
@@ -211,6 +218,10 @@ func (s *Source) follow(ctx context.Context, i int, f feed, listed chan<- struct
 		failed(reason, err)
 	}
 }
+
+// minHealthyWatch is how long a watch must last for its end to count as
+// normal (re-watched at once) rather than as a failure (backed off).
+const minHealthyWatch = time.Second
 
 // relist reads every page of the resource and queues one change that
 // replaces its state in the view: objects deleted while the watch was down

@@ -141,7 +141,7 @@ func (c *fakeClock) Step(d time.Duration) { c.ns.Add(int64(d)) }
 
 // startSource runs a source on client with short backoffs and a fake
 // clock, and waits for its initial sync.
-func startSource(t *testing.T, client *fake.Clientset, logs *logLines) (*Source, *allocview.View, *fakeClock, *[]time.Duration) {
+func startSource(t *testing.T, client *fake.Clientset, logs *logLines) (*Source, *allocview.View, *fakeClock, func() []time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	servesNetworkingV1(client)
@@ -167,7 +167,12 @@ func startSource(t *testing.T, client *fake.Clientset, logs *logLines) (*Source,
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	eventually(t, "the initial sync", func(s *allocview.Snapshot) bool { return s.Synced }, view)
-	return src, view, clock, &sleeps
+	waits := func() []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Duration(nil), sleeps...)
+	}
+	return src, view, clock, waits
 }
 
 // waitFor polls cond until it holds; limit only guards against a hang.
@@ -332,7 +337,7 @@ func TestRecoveryWaitsAtMostTheCappedBackoff(t *testing.T) {
 	took := time.Since(start)
 	waitFor(t, "never recovered", 5*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
 
-	got := append([]time.Duration(nil), (*sleeps)...)
+	got := sleeps()
 	if len(got) < 7 {
 		t.Fatalf("backoff waits %v, want at least 7", got)
 	}
@@ -434,4 +439,35 @@ func TestAListThatNeverEndsIsGivenUpAndRetried(t *testing.T) {
 		t.Fatal("synced on a list that never ended")
 	}
 	waitFor(t, "the endless list was not logged", 5*time.Second, func() bool { return logs.count("more than 3 pages") == 1 })
+}
+
+func TestAWatchThatClosesAsSoonAsItOpensIsBackedOff(t *testing.T) {
+	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	api := newIPAPI(client, "10")
+	var logs logLines
+	src, _, _, sleeps := startSource(t, client, &logs)
+	// Every watch is closed the moment it opens, as a broken proxy might.
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case w := <-api.watches:
+				w.Stop()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer close(stop)
+	time.Sleep(500 * time.Millisecond)
+	_, rvs := api.counts()
+	// 5ms doubling to 40ms, jittered: about 20 attempts in 500ms, where a
+	// loop without backoff would make thousands.
+	if len(rvs) > 30 {
+		t.Fatalf("%d watch calls in 500ms against a watch that closes at once", len(rvs))
+	}
+	if len(sleeps()) == 0 {
+		t.Fatal("no backoff between watches that close at once")
+	}
+	t.Logf("%d watch calls in 500ms; restarts %v", len(rvs), src.Feeds()[ipAddresses].Restarts)
 }
