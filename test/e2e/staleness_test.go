@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestAKilledAPIServerMakesTheViewStaleAndARestartedOneIsFollowedAtOnce(t *te
 	c := own(t, framework.Options{Policy: sharedPolicy})
 	ctx := testContext(t, 4*time.Minute)
 	const maxStaleness = 3 * time.Second
-	w, err := c.StartWebhookWithArgs(ctx, "--max-view-staleness="+maxStaleness.String())
+	w, err := c.StartWebhookWithArgs(ctx, "", "--max-view-staleness="+maxStaleness.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,13 +145,13 @@ func metricsText(t *testing.T, w *framework.Webhook) string {
 }
 
 func grepLines(text, prefix string) string {
-	var out string
-	for _, l := range regexp.MustCompile(`\n`).Split(text, -1) {
-		if len(l) >= len(prefix) && l[:len(prefix)] == prefix {
-			out += l + "\n"
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
 		}
 	}
-	return out
+	return strings.Join(out, "\n")
 }
 
 func readyzCode(w *framework.Webhook) int {
@@ -178,4 +179,69 @@ func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Two apiservers behind a load balancer, as in the incident: the webhook's
+// connection goes to one of them, which is killed. Its streams end; the
+// re-watch reaches the other apiserver through the load balancer, so the
+// view must be current again within moments, not after client-go's backoff.
+func TestTheViewFollowsAnotherAPIServerBehindTheLoadBalancerAtOnce(t *testing.T) {
+	c := own(t, framework.Options{
+		Policy: sharedPolicy,
+		APIServers: []framework.APIServerOptions{
+			{ServiceClusterIPRange: "10.96.0.0/16"},
+			{ServiceClusterIPRange: "10.96.0.0/16"},
+		},
+	})
+	ctx := testContext(t, 4*time.Minute)
+	hostOf := func(url string) string { return strings.TrimPrefix(url, "https://") }
+	// The round-robin hands its first connection to the second backend in
+	// this list: the webhook's one HTTP/2 connection goes to apiserver 0.
+	lb, err := framework.StartRoundRobin([]string{hostOf(c.APIServers[1].URL), hostOf(c.APIServers[0].URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lb.Close)
+	w, err := c.StartWebhookWithArgs(ctx, "https://"+lb.Addr(), "--max-view-staleness=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedBefore := restarts(t, w, "ipaddresses", "closed")
+
+	killed := time.Now()
+	if err := syscall.Kill(-c.APIServers[0].Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the webhook's IPAddress stream through apiserver 0 to end", 5*time.Second, func() bool {
+		return restarts(t, w, "ipaddresses", "closed") > closedBefore
+	})
+	waitUntil(t, "the view to follow apiserver 1", 5*time.Second, func() bool { return staleGauge(t, w) == 0 })
+	recovered := time.Since(killed)
+	if readyzCode(w) != http.StatusOK {
+		t.Error("the webhook is not ready after following the other apiserver")
+	}
+
+	// A change made through the surviving apiserver reaches the view.
+	mustCreate(t, ctx, c.Client(1), service("default", "through-the-other", clusterIP("10.96.0.78")))
+	created := time.Now()
+	waitUntil(t, "the new IPAddress to reach the view", 5*time.Second, func() bool {
+		resp, err := w.Review(ctx, framework.MutatePath, serviceReview(t, service("default", fmt.Sprintf("steal-%d", time.Now().UnixNano()), clusterIP("10.96.0.78"))))
+		return err == nil && !resp.Allowed
+	})
+	t.Logf("e2e: apiserver 0 killed behind the load balancer: view current again through apiserver 1 within %s of the kill; a Service created through apiserver 1 seen within %s\n%s",
+		recovered.Round(time.Millisecond), time.Since(created).Round(time.Millisecond), grepLines(metricsText(t, w), "clusterip_policy_view_watch_restarts_total{"))
+	if recovered > 3*time.Second {
+		t.Errorf("the view took %s to follow the other apiserver, want within about 2s", recovered)
+	}
+}
+
+func restarts(t *testing.T, w *framework.Webhook, resource, reason string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^clusterip_policy_view_watch_restarts_total\{reason="` + reason + `",resource="` + resource + `"\} ([0-9.e+]+)$`)
+	m := re.FindStringSubmatch(metricsText(t, w))
+	if m == nil {
+		t.Fatalf("no watch restarts of %s (%s) in /metrics", resource, reason)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
 }

@@ -10,10 +10,14 @@ import (
 )
 
 // StartWebhookWithArgs starts one more webhook like StartWebhooks, talking
-// to the first apiserver, with extra `webhook serve` flags (for example a
-// short --max-view-staleness), and waits until it is ready. It is not
-// registered with the apiservers: tests send it reviews with Review.
-func (c *Cluster) StartWebhookWithArgs(ctx context.Context, args ...string) (*Webhook, error) {
+// to server (an https:// URL; the first apiserver when empty), with extra
+// `webhook serve` flags (for example a short --max-view-staleness), and
+// waits until it is ready. It is not registered with the apiservers: tests
+// send it reviews with Review.
+func (c *Cluster) StartWebhookWithArgs(ctx context.Context, server string, args ...string) (*Webhook, error) {
+	if server == "" {
+		server = c.APIServers[0].URL
+	}
 	var err error
 	if c.WebhookCA == nil {
 		if c.WebhookCA, err = certs.NewCA("clusterip-policy-e2e-webhook-ca", certValidity); err != nil {
@@ -38,7 +42,7 @@ func (c *Cluster) StartWebhookWithArgs(ctx context.Context, args ...string) (*We
 	}
 	name := fmt.Sprintf("webhook-%d", len(c.Webhooks)+1)
 	kubeconfig := filepath.Join(c.Dir, name+".kubeconfig")
-	if err := id.WriteKubeconfig(kubeconfig, c.APIServers[0].URL, c.PKI.CA.CertPEM); err != nil {
+	if err := id.WriteKubeconfig(kubeconfig, server, c.PKI.CA.CertPEM); err != nil {
 		return nil, err
 	}
 	o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile, ExtraArgs: args}
@@ -51,6 +55,6 @@ func (c *Cluster) StartWebhookWithArgs(ctx context.Context, args ...string) (*We
 		return nil, err
 	}
 	c.Webhooks = append(c.Webhooks, w)
-	c.Logf("e2e: %s ready in %s on %s with %v, talking to %s as %s", name, time.Since(start).Round(time.Millisecond), w.Addr(), args, c.APIServers[0].URL, id.User)
+	c.Logf("e2e: %s ready in %s on %s with %v, talking to %s as %s", name, time.Since(start).Round(time.Millisecond), w.Addr(), args, server, id.User)
 	return w, nil
 }
