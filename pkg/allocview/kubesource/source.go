@@ -57,9 +57,11 @@ type feedState struct {
 	// arrived (UnixNano).
 	lastReceived atomic.Int64
 	restarts     [4]atomic.Uint64 // by RestartReasons index
-	// lossLogged is owned by the resource's follow goroutine: an outage is
-	// logged once when it starts and once when it ends, not per retry.
-	lossLogged bool
+	// lossLogged and watchedOnce are owned by the resource's follow
+	// goroutine: an outage is logged once when it starts and once when it
+	// ends, not per retry.
+	lossLogged  bool
+	watchedOnce bool
 }
 
 // New returns a Source that will feed view once Run is called.
@@ -143,13 +145,18 @@ func (s *Source) lost(i int, reason string, err error) {
 	// watch timeout is no outage. If the re-watch fails, that is logged.
 	if err != nil && !st.lossLogged {
 		st.lossLogged = true
-		s.log.Error(err, "watch lost; the view may miss changes until it is re-established", "resource", resourceNames[i], "reason", reason)
+		msg := "watch lost; the view may miss changes until it is re-established"
+		if !st.watchedOnce {
+			msg = "cannot list and watch yet; retrying"
+		}
+		s.log.Error(err, msg, "resource", resourceNames[i], "reason", reason)
 	}
 }
 
 // established records that resource i has a watch stream again.
 func (s *Source) established(i int) {
 	st := &s.state[i]
+	st.watchedOnce = true
 	since := st.staleSince.Swap(0)
 	if st.lossLogged {
 		st.lossLogged = false
