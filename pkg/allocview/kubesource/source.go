@@ -156,11 +156,15 @@ func (s *Source) lost(i int, reason string, err error) {
 // established records that resource i has a watch stream again.
 func (s *Source) established(i int) {
 	st := &s.state[i]
+	msg := "watch re-established"
+	if !st.watchedOnce {
+		msg = "watch established"
+	}
 	st.watchedOnce = true
 	since := st.staleSince.Swap(0)
 	if st.lossLogged {
 		st.lossLogged = false
-		s.log.Info("watch re-established", "resource", resourceNames[i], "after", s.now().Sub(time.Unix(0, since)).Round(time.Millisecond).String())
+		s.log.Info(msg, "resource", resourceNames[i], "after", s.now().Sub(time.Unix(0, since)).Round(time.Millisecond).String())
 	}
 }
 
