@@ -81,7 +81,7 @@ items:
   spec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}
 `
 	code, out, _ := runCLI(in, "review", "--service-cidr", "10.96.0.0/16", "-o", "json", "-")
-	if code != exitDenied || !strings.Contains(out, `is already allocated to Service default/a`) {
+	if code != exitDenied || !strings.Contains(out, `is held by IPAddress 10.96.0.30 for Service default/a`) {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }
@@ -89,7 +89,7 @@ items:
 func TestReviewAllocatedFlag(t *testing.T) {
 	svc := "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}\n"
 	code, out, _ := runCLI(svc, "review", "--service-cidr", "10.96.0.0/16", "--allocated", "10.96.0.30=prod/db", "-")
-	if code != exitDenied || !strings.Contains(out, "already allocated to Service prod/db") {
+	if code != exitDenied || !strings.Contains(out, "is held by IPAddress 10.96.0.30 for Service prod/db") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -63,7 +62,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR to use when the cluster serves no ServiceCIDR objects (before Kubernetes 1.33). Repeatable, primary family first; replaces the policy's serviceCIDRs.")
 	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
-	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long a failed watch of ServiceCIDRs or IPAddresses is tolerated (each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
+	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
 	return fs
 }
@@ -185,10 +184,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		return err // no good policy to fall back to at start
 	}
 	source := kubesource.New(client, view, log.WithName("view"))
-	defaultRegistry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "clusterip_policy_view_stale_seconds",
-		Help: "How long a watch of ServiceCIDRs or IPAddresses has been failing (0 when healthy); past --max-view-staleness reviews are denied as not ready.",
-	}, func() float64 { d, _ := source.StaleFor(time.Now()); return d.Seconds() }))
+	registerViewMetrics(defaultRegistry, source)
 	rev := &reviewer{policies: policies, view: view, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m,
 		staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
 

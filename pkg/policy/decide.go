@@ -307,11 +307,19 @@ func (c checker) checkAllocated(field, raw string, ip netip.Addr) bool {
 	if !ok || h.IsService(c.svc.Namespace, c.svc.Name) {
 		return false
 	}
-	holder := h.String()
-	if h.Resource == "services" && h.Group == "" {
-		holder = "Service " + holder
+	// The IPAddress object is what blocks the address, and it may outlive
+	// its Service: the apiserver's repair loop (repairip.go, Kubernetes
+	// 1.37) rechecks every IPAddress every 3 minutes and deletes one whose
+	// Service is gone once it is older than 60 s.
+	what := "is held by IPAddress " + ip.String()
+	switch {
+	case h.Resource == "services" && h.Group == "":
+		c.violate(RuleAlreadyAllocated, field, raw, "%s for Service %s (if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes); %s, or retry then", what, h, c.chooseStatic(ip))
+	case h.Resource == "":
+		c.violate(RuleAlreadyAllocated, field, raw, "is held by %s; %s", h.Name, c.chooseStatic(ip)) // "(no parentRef) IPAddress …"
+	default:
+		c.violate(RuleAlreadyAllocated, field, raw, "%s for %s; %s", what, h, c.chooseStatic(ip))
 	}
-	c.violate(RuleAlreadyAllocated, field, raw, "is already allocated to %s; %s", holder, c.chooseStatic(ip))
 	return true
 }
 

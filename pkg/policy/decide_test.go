@@ -81,7 +81,7 @@ func TestMutateChecksEachRequestedIP(t *testing.T) {
 		{
 			name: "denies an allocated static IP, naming the holder", allocated: []string{"10.96.0.20=default/other"},
 			svc: makeService("default/web", clusterIP("10.96.0.20")), rule: RuleAlreadyAllocated,
-			message: `spec.clusterIP: Invalid value: "10.96.0.20": is already allocated to Service default/other; choose a free address in the static band 10.96.0.1-10.96.1.0`,
+			message: `spec.clusterIP: Invalid value: "10.96.0.20": is held by IPAddress 10.96.0.20 for Service default/other (if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes); choose a free address in the static band 10.96.0.1-10.96.1.0, or retry then`,
 		},
 		{name: "allows an IP its own Service still holds", allocated: []string{"10.96.0.20=default/web"}, svc: makeService("default/web", clusterIP("10.96.0.20"))},
 		{name: "allows a static IPv6 address", cidrs: dualStack, svc: makeService("default/web", clusterIP("fd00:10:96::20"))},
@@ -232,7 +232,7 @@ func TestMutateNamesTheFieldTheIPCameFrom(t *testing.T) {
 func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
 	p := mustPolicy(t, dnsPolicy)
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
-	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is already allocated to Service default/squatter; choose a free address in the static band 10.96.0.1-10.96.1.0`)
+	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is held by IPAddress 10.96.0.10 for Service default/squatter (if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes); choose a free address in the static band 10.96.0.1-10.96.1.0, or retry then`)
 	if len(d.Patch) != 0 {
 		t.Fatalf("patched although denied: %v", d.Patch)
 	}

@@ -33,7 +33,7 @@ func TestStaticAndDynamicBands(t *testing.T) {
 		eventuallyDenied(t, mutating, func() error {
 			_, err := create(ctx, cs, service(ns, "same-ip", clusterIP("10.96.0.53")))
 			return err
-		}, `"10.96.0.53"`, "is already allocated to Service "+ns+"/in-static-band")
+		}, `"10.96.0.53"`, "is held by IPAddress 10.96.0.53 for Service "+ns+"/in-static-band", "repair loop")
 	})
 
 	t.Run("a static IP outside every range is denied by the webhook, not only by the apiserver", func(t *testing.T) {

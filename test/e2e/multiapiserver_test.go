@@ -95,7 +95,7 @@ func TestTwoAPIServersWithDifferentRanges(t *testing.T) {
 				eventuallyDenied(t, mutating, func() error {
 					_, err := create(ctx, cs, service(ns, fmt.Sprintf("steal-%d", i), clusterIP(ip)))
 					return err
-				}, fmt.Sprintf("%q", ip), "is already allocated to Service "+ns+"/static-")
+				}, fmt.Sprintf("%q", ip), "is held by IPAddress "+ip+" for Service "+ns+"/static-")
 			}
 		}
 		got, err := clients[1].CoreV1().Services(ns).Get(ctx, "static-a", metav1.GetOptions{})

@@ -5,7 +5,6 @@ package kubesource
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -15,38 +14,74 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"clusterip-policy/pkg/allocview"
 )
 
-// Source feeds a View from informers.
+// Source feeds a View from its own list+watch of each resource. It keeps
+// no copy of the objects: the view is the only one (an informer's store
+// would add about 45 MiB per 100,000 IPAddresses).
 type Source struct {
 	client kubernetes.Interface
 	view   *allocview.View
 	log    logr.Logger
 	synced atomic.Bool
-	// staleSince is, per watched resource, when its watch last failed
-	// (UnixNano), or 0 once events flow again: the view may then miss
-	// changes, and the webhook must say so rather than decide silently.
-	staleSince [2]atomic.Int64
+	// watching is true once the cluster serves both resources and the
+	// source follows them (false in the no-API fallback).
+	watching atomic.Bool
+	state    [2]feedState
+
+	// now, sleep and the backoff bounds are fields so tests can shorten
+	// them.
+	now            func() time.Time
+	sleep          func(context.Context, time.Duration)
+	backoffInitial time.Duration
+	backoffMax     time.Duration
+	idleTimeout    time.Duration
 
 	mu      sync.Mutex
 	pending []func(*allocview.Tx)
 	wake    chan struct{}
 }
 
+// feedState is what the source knows of one resource's feed.
+type feedState struct {
+	// staleSince is when the resource last lost its watch stream, or when
+	// the source started until its first watch (UnixNano); 0 while a watch
+	// is established. Measured from what the source itself sees (a stream
+	// that ends, a refused watch), not from client-go error callbacks,
+	// which a crashed apiserver never triggers.
+	staleSince atomic.Int64
+	// lastReceived is when anything (list page, event, bookmark) last
+	// arrived (UnixNano).
+	lastReceived atomic.Int64
+	restarts     [4]atomic.Uint64 // by RestartReasons index
+	// lossLogged and watchedOnce are owned by the resource's follow
+	// goroutine: an outage is logged once when it starts and once when it
+	// ends, not per retry.
+	lossLogged  bool
+	watchedOnce bool
+}
+
 // New returns a Source that will feed view once Run is called.
 func New(client kubernetes.Interface, view *allocview.View, log logr.Logger) *Source {
-	return &Source{client: client, view: view, log: log, wake: make(chan struct{}, 1)}
+	s := &Source{client: client, view: view, log: log, wake: make(chan struct{}, 1),
+		now: time.Now, sleep: sleepCtx, backoffInitial: 100 * time.Millisecond, backoffMax: 2 * time.Second,
+		// Two and a half bookmark periods of the apiserver's watch cache.
+		idleTimeout: 150 * time.Second}
+	start := s.now().UnixNano()
+	for i := range s.state {
+		s.state[i].staleSince.Store(start)
+		s.state[i].lastReceived.Store(start)
+	}
+	return s
 }
 
 // HasSynced reports whether the view holds the cluster's initial state.
 func (s *Source) HasSynced() bool { return s.synced.Load() }
 
-// The resources watched, as indexes of staleSince.
+// The resources watched, as indexes of state.
 const (
 	serviceCIDRs = iota
 	ipAddresses
@@ -54,14 +89,14 @@ const (
 
 var resourceNames = [2]string{"servicecidrs", "ipaddresses"}
 
-// StaleFor returns how long the view has possibly been missing changes
-// (a watch failed and has not delivered an event since), and which
-// resource; zero when both watches are healthy.
+// StaleFor returns how long the view has possibly been missing changes (a
+// resource has had no established watch stream for that long), and which
+// resource; zero when both watches are established.
 func (s *Source) StaleFor(now time.Time) (time.Duration, string) {
 	var worst time.Duration
 	var which string
-	for i := range s.staleSince {
-		if since := s.staleSince[i].Load(); since != 0 {
+	for i := range s.state {
+		if since := s.state[i].staleSince.Load(); since != 0 {
 			if d := now.Sub(time.Unix(0, since)); d > worst {
 				worst, which = d, resourceNames[i]
 			}
@@ -70,53 +105,71 @@ func (s *Source) StaleFor(now time.Time) (time.Duration, string) {
 	return worst, which
 }
 
-// watchFailed marks resource stale and starts probing the apiserver. In a
-// quiet cluster a recovered watch delivers no event (it resumes from its
-// resourceVersion), so events alone cannot clear the mark: a successful
-// LIST of the resource does. The watch replays what it missed once it
-// reconnects, or relists when its resourceVersion has expired.
-func (s *Source) watchFailed(ctx context.Context, resource int, err error) {
-	if !s.staleSince[resource].CompareAndSwap(0, time.Now().UnixNano()) {
-		return // already stale; a probe is running
-	}
-	s.log.Error(err, "watch failed; the view may miss changes until it recovers", "resource", resourceNames[resource])
-	go s.probe(ctx, resource)
+// FeedStatus is the health of one watched resource, for metrics.
+type FeedStatus struct {
+	Resource string
+	// LastReceived is when a list page, event or bookmark last arrived.
+	LastReceived time.Time
+	// Restarts counts watch restarts by reason (RestartReasons).
+	Restarts map[string]uint64
 }
 
-// probe lists resource (one item) every probeInterval until that works,
-// then clears the stale mark.
-func (s *Source) probe(ctx context.Context, resource int) {
-	t := time.NewTicker(probeInterval)
-	defer t.Stop()
-	for s.staleSince[resource].Load() != 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// Feeds reports each watched resource; none when the cluster does not
+// serve them (static ranges).
+func (s *Source) Feeds() []FeedStatus {
+	if !s.watching.Load() {
+		return nil
+	}
+	out := make([]FeedStatus, len(s.state))
+	for i := range s.state {
+		st := &s.state[i]
+		out[i] = FeedStatus{Resource: resourceNames[i], LastReceived: time.Unix(0, st.lastReceived.Load()), Restarts: map[string]uint64{}}
+		for j, r := range RestartReasons {
+			out[i].Restarts[r] = st.restarts[j].Load()
 		}
-		opts := metav1.ListOptions{Limit: 1}
-		var err error
-		if resource == serviceCIDRs {
-			_, err = s.client.NetworkingV1().ServiceCIDRs().List(ctx, opts)
-		} else {
-			_, err = s.client.NetworkingV1().IPAddresses().List(ctx, opts)
+	}
+	return out
+}
+
+// lost records that resource i has no watch stream (any more), why, and
+// logs the start of an outage once.
+func (s *Source) lost(i int, reason string, err error) {
+	st := &s.state[i]
+	for j, r := range RestartReasons {
+		if r == reason {
+			st.restarts[j].Add(1)
 		}
-		if err == nil {
-			s.seen(resource)
-			return
+	}
+	st.staleSince.CompareAndSwap(0, s.now().UnixNano())
+	// A stream that ends cleanly is re-watched at once: an apiserver's
+	// watch timeout is no outage. If the re-watch fails, that is logged.
+	if err != nil && !st.lossLogged {
+		st.lossLogged = true
+		msg := "watch lost; the view may miss changes until it is re-established"
+		if !st.watchedOnce {
+			msg = "cannot list and watch yet; retrying"
 		}
+		s.log.Error(err, msg, "resource", resourceNames[i], "reason", reason)
 	}
 }
 
-// probeInterval is how often a stale resource is probed.
-var probeInterval = time.Second
-
-// seen records that the resource can be read again.
-func (s *Source) seen(resource int) {
-	if s.staleSince[resource].Swap(0) != 0 {
-		s.log.Info("watch recovered", "resource", resourceNames[resource])
+// established records that resource i has a watch stream again.
+func (s *Source) established(i int) {
+	st := &s.state[i]
+	msg := "watch re-established"
+	if !st.watchedOnce {
+		msg = "watch established"
+	}
+	st.watchedOnce = true
+	since := st.staleSince.Swap(0)
+	if st.lossLogged {
+		st.lossLogged = false
+		s.log.Info(msg, "resource", resourceNames[i], "after", s.now().Sub(time.Unix(0, since)).Round(time.Millisecond).String())
 	}
 }
+
+// received records that resource i delivered something.
+func (s *Source) received(i int) { s.state[i].lastReceived.Store(s.now().UnixNano()) }
 
 // Run watches the cluster until ctx ends. It returns an error only when it
 // cannot start at all.
@@ -129,49 +182,37 @@ func (s *Source) Run(ctx context.Context) error {
 		// An older cluster: ranges come from --service-cidr or the policy,
 		// and the apiserver itself refuses duplicates.
 		s.log.Info("the cluster does not serve networking.k8s.io/v1 ServiceCIDRs and IPAddresses; using static ranges, not tracking allocations")
+		for i := range s.state {
+			s.state[i].staleSince.Store(0) // nothing is watched, so nothing goes stale
+		}
 		s.view.Update(func(tx *allocview.Tx) { tx.MarkSynced(false) })
 		s.synced.Store(true)
 		<-ctx.Done()
 		return nil
 	}
 
-	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0, informers.WithTransform(trim))
-	cidrs := factory.Networking().V1().ServiceCIDRs().Informer()
-	ips := factory.Networking().V1().IPAddresses().Informer()
-	for i, inf := range []cache.SharedIndexInformer{cidrs, ips} {
-		err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			cache.DefaultWatchErrorHandler(ctx, r, err)
-			s.watchFailed(ctx, i, err)
-		})
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", resourceNames[i], err)
+	s.watching.Store(true)
+	go s.apply(ctx)
+	start := time.Now()
+	feeds := [2]feed{serviceCIDRs: s.serviceCIDRFeed(), ipAddresses: s.ipAddressFeed()}
+	listed := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range feeds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.follow(ctx, i, feeds[i], listed[i])
+		}()
+	}
+	for _, l := range listed {
+		select {
+		case <-l:
+		case <-ctx.Done():
+			return nil
 		}
 	}
-	cidrReg, err := cidrs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.setServiceCIDR,
-		UpdateFunc: func(_, obj any) { s.setServiceCIDR(obj) },
-		DeleteFunc: s.deleteServiceCIDR,
-	})
-	if err != nil {
-		return fmt.Errorf("watch ServiceCIDRs: %w", err)
-	}
-	ipReg, err := ips.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.setIPAddress,
-		UpdateFunc: func(_, obj any) { s.setIPAddress(obj) },
-		DeleteFunc: s.deleteIPAddress,
-	})
-	if err != nil {
-		return fmt.Errorf("watch IPAddresses: %w", err)
-	}
-	go s.apply(ctx)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-
-	start := time.Now()
-	if !cache.WaitForCacheSync(ctx.Done(), cidrReg.HasSynced, ipReg.HasSynced) {
-		return nil // ctx ended first
-	}
-	// Queued behind every initial event, so the snapshot that says synced
+	// Queued behind both initial lists, so the snapshot that says synced
 	// holds all of them.
 	done := make(chan struct{})
 	s.enqueue(func(tx *allocview.Tx) { tx.MarkSynced(true); close(done) })
@@ -211,7 +252,7 @@ func (s *Source) discover(ctx context.Context) (bool, error) {
 	}
 }
 
-// enqueue hands a change to the apply loop. Event handlers never wait for
+// enqueue hands a change to the apply loop. The watch loops never wait for
 // the view: changes pile up and are published together.
 func (s *Source) enqueue(fn func(*allocview.Tx)) {
 	s.mu.Lock()
@@ -223,8 +264,8 @@ func (s *Source) enqueue(fn func(*allocview.Tx)) {
 	}
 }
 
-// apply publishes queued changes, one snapshot per batch: the initial list
-// of many thousand IPAddresses becomes a handful of snapshots, not one each.
+// apply publishes queued changes, one snapshot per batch: a burst of
+// watch events becomes a handful of snapshots, not one each.
 func (s *Source) apply(ctx context.Context) {
 	for {
 		select {
@@ -245,60 +286,6 @@ func (s *Source) apply(ctx context.Context) {
 			}
 		})
 	}
-}
-
-func (s *Source) setServiceCIDR(obj any) {
-	s.seen(serviceCIDRs)
-	c, ok := obj.(*networkingv1.ServiceCIDR)
-	if !ok {
-		return
-	}
-	sc := ToServiceCIDR(c)
-	s.enqueue(func(tx *allocview.Tx) { tx.SetServiceCIDR(sc) })
-}
-
-func (s *Source) deleteServiceCIDR(obj any) {
-	s.seen(serviceCIDRs)
-	c, ok := withoutTombstone(obj).(*networkingv1.ServiceCIDR)
-	if !ok {
-		return
-	}
-	s.enqueue(func(tx *allocview.Tx) { tx.DeleteServiceCIDR(c.Name) })
-}
-
-func (s *Source) setIPAddress(obj any) {
-	s.seen(ipAddresses)
-	a, ok := obj.(*networkingv1.IPAddress)
-	if !ok {
-		return
-	}
-	ip, err := netip.ParseAddr(a.Name)
-	if err != nil {
-		s.log.Info("ignoring an IPAddress whose name is not an IP", "name", a.Name)
-		return
-	}
-	h := HolderOf(a)
-	s.enqueue(func(tx *allocview.Tx) { tx.SetAllocation(ip, h) })
-}
-
-func (s *Source) deleteIPAddress(obj any) {
-	s.seen(ipAddresses)
-	a, ok := withoutTombstone(obj).(*networkingv1.IPAddress)
-	if !ok {
-		return
-	}
-	if ip, err := netip.ParseAddr(a.Name); err == nil {
-		s.enqueue(func(tx *allocview.Tx) { tx.DeleteAllocation(ip) })
-	}
-}
-
-// withoutTombstone returns the last known object of a delete the informer
-// missed while its watch was down.
-func withoutTombstone(obj any) any {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return t.Obj
-	}
-	return obj
 }
 
 // ToServiceCIDR keeps what the view needs of a ServiceCIDR: the apiserver
@@ -326,23 +313,4 @@ func HolderOf(a *networkingv1.IPAddress) allocview.Holder {
 	}
 	r := a.Spec.ParentRef
 	return allocview.Holder{Group: r.Group, Resource: r.Resource, Namespace: r.Namespace, Name: r.Name}
-}
-
-// trim drops everything the view does not read before an object enters the
-// informer's store: an IPAddress keeps its name and parentRef (about 100
-// bytes instead of about 1 KiB with labels and managedFields), since a
-// cluster may hold hundreds of thousands of them.
-func trim(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *networkingv1.IPAddress:
-		return &networkingv1.IPAddress{
-			ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion},
-			Spec:       networkingv1.IPAddressSpec{ParentRef: o.Spec.ParentRef},
-		}, nil
-	case *networkingv1.ServiceCIDR:
-		o.ManagedFields = nil
-		o.Annotations = nil
-		return o, nil
-	}
-	return obj, nil
 }

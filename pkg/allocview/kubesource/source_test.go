@@ -2,19 +2,14 @@ package kubesource
 
 import (
 	"context"
-	"errors"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/pkg/allocview"
 )
@@ -149,16 +144,6 @@ func TestToServiceCIDRFollowsTheApiserversReadiness(t *testing.T) {
 	}
 }
 
-func TestTrimKeepsOnlyWhatTheViewReads(t *testing.T) {
-	a := makeIPAddress("10.96.0.10", "kube-system", "kube-dns")
-	a.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-apiserver"}}
-	out, _ := trim(a)
-	got := out.(*networkingv1.IPAddress)
-	if got.Name != "10.96.0.10" || got.Labels != nil || got.ManagedFields != nil || got.Spec.ParentRef.Name != "kube-dns" {
-		t.Fatalf("trimmed to %+v", got)
-	}
-}
-
 func TestSourceWithoutTheAPIMarksTheViewSyncedWithoutAllocations(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -166,58 +151,7 @@ func TestSourceWithoutTheAPIMarksTheViewSyncedWithoutAllocations(t *testing.T) {
 	src := New(fake.NewClientset(), view, testr.New(t))
 	go func() { _ = src.Run(ctx) }()
 	eventually(t, "synced without allocations", func(s *allocview.Snapshot) bool { return s.Synced && !s.TracksAllocations }, view)
-}
-
-func TestAFailedWatchMarksTheViewStaleUntilTheResourceCanBeReadAgain(t *testing.T) {
-	probeInterval = 50 * time.Millisecond
-	t.Cleanup(func() { probeInterval = time.Second })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"), makeIPAddress("10.96.0.1", "default", "kubernetes"))
-	servesNetworkingV1(client)
-	view := allocview.NewView()
-	src := New(client, view, testr.New(t))
-	// The apiserver becomes unreachable for IPAddresses right after the
-	// initial list: watches and later lists (relists, probes) fail.
-	var unreachable atomic.Bool
-	unreachable.Store(true)
-	client.PrependWatchReactor("ipaddresses", func(k8stesting.Action) (bool, watch.Interface, error) {
-		if unreachable.Load() {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
-	client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if unreachable.Load() && src.HasSynced() {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
-	go func() { _ = src.Run(ctx) }()
-
-	waitFor := func(what string, limit time.Duration, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(limit)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatal(what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+	if d, which := src.StaleFor(time.Now()); d != 0 || src.Feeds() != nil {
+		t.Fatalf("a source that watches nothing reports stale %s (%s) and feeds %v", d, which, src.Feeds())
 	}
-	waitFor("a failing watch never marked the view stale", 10*time.Second, func() bool {
-		d, which := src.StaleFor(time.Now())
-		return src.HasSynced() && d > 0 && which == "ipaddresses"
-	})
-	time.Sleep(5 * probeInterval)
-	if d, _ := src.StaleFor(time.Now()); d == 0 {
-		t.Fatal("the mark cleared while the apiserver still refused reads")
-	}
-	// Once reads work again the probe clears the mark, although a quiet
-	// cluster sends no event.
-	unreachable.Store(false)
-	waitFor("the view stayed stale after the apiserver became reachable", 5*time.Second, func() bool {
-		d, _ := src.StaleFor(time.Now())
-		return d == 0
-	})
 }
