@@ -388,3 +388,56 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
+
+// Only the apiserver's primary range gives its first address to
+// default/kubernetes; in a second ServiceCIDR it is an ordinary address.
+func TestOnlyThePrimaryRangesFirstAddressIsReservedForKubernetes(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	withSmall := append([]allocview.ServiceCIDR{serviceCIDR("small", true, "10.97.0.0/28")}, v4Only...)
+	env := Env{Policy: p, Snapshot: makeSnapshot(withSmall)}
+	d := Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.97.0.1"))})
+	assertRule(t, d, "", "")
+	d = Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.1"))})
+	assertRule(t, d, RuleReservedForOther, "")
+	d = Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.97.0.1"))})
+	assertRule(t, d, RuleStaticIPInDynamicBand, `spec.clusterIP: Invalid value: "10.97.0.1": lies in the dynamic band 10.97.0.1-10.97.0.14 of ServiceCIDR "small"; choose a free address in the static band 10.96.0.1-10.96.1.0 or ask for a reservation`)
+	// A dual-stack cluster's default/kubernetes is single-stack: the first
+	// IPv6 address is an ordinary static address.
+	d = Mutate(Env{Policy: p, Snapshot: makeSnapshot(dualStack)}, Request{Operation: Create, Service: makeService("default/web", clusterIP("fd00:10:96::1"), families(corev1.IPv6Protocol))})
+	assertRule(t, d, "", "")
+	d = Mutate(Env{Policy: p, Snapshot: makeSnapshot(dualStack)}, Request{Operation: Create, Service: makeService("default/kubernetes", familyPolicy(corev1.IPFamilyPolicyRequireDualStack))})
+	if got := mustJSON(d.Patch); got != `[{"op":"add","path":"/spec/clusterIP","value":"10.96.0.1"},{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.1"]}]` {
+		t.Fatalf("default/kubernetes patch %s", got)
+	}
+}
+
+// Overlapping ServiceCIDRs: an address is refused as unusable only when no
+// range containing it can hand it out.
+func TestOverlappingRangesDecideByTheWiderRange(t *testing.T) {
+	p := mustPolicy(t, "")
+	wide := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16"), serviceCIDR("extra", true, "10.96.8.0/24")}
+	extension := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/28"), serviceCIDR("extension", true, "10.96.0.0/24")}
+	tests := []struct {
+		name    string
+		cidrs   []allocview.ServiceCIDR
+		ip      string
+		rule    RuleID
+		message string
+	}{
+		{name: "the network address of the narrower range is a dynamic address of the wider one", cidrs: wide, ip: "10.96.8.0", rule: RuleStaticIPInDynamicBand,
+			message: `spec.clusterIP: Invalid value: "10.96.8.0": lies in the dynamic band 10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes"; choose a free address in the static band 10.96.0.1-10.96.1.0 or ask for a reservation`},
+		{name: "the broadcast address of the /28 is a static address of the /24", cidrs: extension, ip: "10.96.0.15"},
+		{name: "advice never names a static band that holds the refused address", cidrs: extension, ip: "10.96.0.5", rule: RuleStaticIPInDynamicBand,
+			message: `spec.clusterIP: Invalid value: "10.96.0.5": lies in the dynamic band 10.96.0.1-10.96.0.14 of ServiceCIDR "kubernetes"; choose a free address in the static band 10.96.0.15-10.96.0.16 or ask for a reservation`},
+		{name: "the shared network address stays refused", cidrs: extension, ip: "10.96.0.0", rule: RuleOutsideServiceCIDRs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := Env{Policy: p, Snapshot: makeSnapshot(tt.cidrs)}
+			assertRule(t, Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(tt.ip))}), tt.rule, tt.message)
+			if tt.rule != RuleStaticIPInDynamicBand { // the validating stage does not care about bands
+				assertRule(t, Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs(tt.ip))}), tt.rule, "")
+			}
+		})
+	}
+}
