@@ -390,8 +390,12 @@ func (c checker) assignReserved() {
 	if len(owned) == 0 {
 		return
 	}
+	fams := wantedFamilies(c.svc, c.rs)
+	if len(fams) == 0 {
+		return // the apiserver refuses the request itself, with its own message
+	}
 	var ips []string
-	for _, f := range wantedFamilies(c.svc, c.rs) {
+	for _, f := range fams {
 		r, ok := owned[f]
 		if !ok {
 			break // clusterIPs follow ipFamilies in order; the rest is allocated dynamically
@@ -404,7 +408,7 @@ func (c checker) assignReserved() {
 			held = append(held, r.IP.String())
 		}
 		slices.Sort(held)
-		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.self(), strings.Join(held, ", "), wantedFamilies(c.svc, c.rs)[0]))
+		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.self(), strings.Join(held, ", "), fams[0]))
 		return
 	}
 	before := len(c.d.Violations)
@@ -430,32 +434,43 @@ func (c checker) assignReserved() {
 }
 
 // wantedFamilies is the order of families the apiserver will give the
-// Service: its ipFamilies, else the primary family, followed by the other
-// one for RequireDualStack (or PreferDualStack on a dual-stack cluster).
+// Service, as its initIPFamilyFields (pkg/registry/core/service/storage/
+// alloc.go) decides: ipFamilies as given, else the primary family; widened
+// with the other family when it names one and ipFamilyPolicy is
+// RequireDualStack or PreferDualStack on a dual-stack cluster. Dual-stack
+// means the apiserver serves both families (RangeSet.Families, from its
+// flags), not that a ServiceCIDR object of the other family exists. It
+// returns nil when the apiserver will refuse the request (RequireDualStack
+// on a single-stack cluster, a family it does not serve): a patch then
+// would only be refused too.
 func wantedFamilies(svc *corev1.Service, rs allocview.RangeSet) []allocview.Family {
-	if len(svc.Spec.IPFamilies) > 0 {
-		out := make([]allocview.Family, len(svc.Spec.IPFamilies))
-		for i, f := range svc.Spec.IPFamilies {
-			out[i] = allocview.Family(f)
+	served := rs.Families()
+	dualStack := len(served) == 2
+	var fams []allocview.Family
+	for _, f := range svc.Spec.IPFamilies {
+		fams = append(fams, allocview.Family(f))
+	}
+	if len(fams) == 0 {
+		fams = []allocview.Family{rs.Primary}
+	}
+	policy := corev1.IPFamilyPolicySingleStack
+	if svc.Spec.IPFamilyPolicy != nil {
+		policy = *svc.Spec.IPFamilyPolicy
+	}
+	if policy == corev1.IPFamilyPolicyRequireDualStack && !dualStack {
+		return nil // "this cluster is not configured for dual-stack services"
+	}
+	for _, f := range fams {
+		if len(served) > 0 && !rs.Serves(f) {
+			return nil // "not configured on this cluster"
 		}
-		return out
 	}
-	primary := rs.Primary
-	other := allocview.IPv6
-	if primary == allocview.IPv6 {
-		other = allocview.IPv4
-	}
-	fams := []allocview.Family{primary}
-	if svc.Spec.IPFamilyPolicy == nil {
-		return fams
-	}
-	switch *svc.Spec.IPFamilyPolicy {
-	case corev1.IPFamilyPolicyRequireDualStack:
+	if policy != corev1.IPFamilyPolicySingleStack && len(fams) == 1 && dualStack {
+		other := allocview.IPv6
+		if fams[0] == allocview.IPv6 {
+			other = allocview.IPv4
+		}
 		fams = append(fams, other)
-	case corev1.IPFamilyPolicyPreferDualStack:
-		if slices.ContainsFunc(rs.Active, func(r allocview.ActiveRange) bool { return r.Family() == other }) {
-			fams = append(fams, other)
-		}
 	}
 	return fams
 }

@@ -25,6 +25,9 @@ var (
 	v4Only    = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16")}
 	dualStack = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16", "fd00:10:96::/108")}
 	v6First   = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "fd00:10:96::/108", "10.96.0.0/16")}
+	// An IPv4-only apiserver with an IPv6 ServiceCIDR object (unapproved, or
+	// created ahead of a dual-stack migration).
+	v4WithV6Object = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16"), serviceCIDR("v6-ahead", true, "fd00:10:96::/108")}
 )
 
 func TestMutateChecksEachRequestedIP(t *testing.T) {
@@ -177,6 +180,11 @@ func TestMutateAssignsReservedIPs(t *testing.T) {
 			svc:     makeService("team-a/frontend", families(corev1.IPv6Protocol)),
 			warning: "Service team-a/frontend holds reservation 10.96.200.1 but will be IPv6 first (its primary family); set ipFamilies to use the reservation",
 		},
+		{name: "widens ipFamilies [IPv4] to both families for RequireDualStack, as the apiserver does", cidrs: dualStack, svc: makeService("kube-system/kube-dns", families(corev1.IPv4Protocol), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), want: []string{"10.96.0.10", "fd00:10:96::a"}},
+		{name: "widens ipFamilies [IPv6] to both families for PreferDualStack on a dual-stack cluster", cidrs: dualStack, svc: makeService("kube-system/kube-dns", families(corev1.IPv6Protocol), familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), want: []string{"fd00:10:96::a", "10.96.0.10"}},
+		{name: "an IPv6 ServiceCIDR object does not make an IPv4 apiserver dual-stack for PreferDualStack", cidrs: v4WithV6Object, svc: makeService("kube-system/kube-dns", familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), want: []string{"10.96.0.10"}},
+		{name: "sends no patch for RequireDualStack on a single-stack apiserver, which refuses it", cidrs: v4WithV6Object, svc: makeService("kube-system/kube-dns", familyPolicy(corev1.IPFamilyPolicyRequireDualStack))},
+		{name: "sends no patch for a family the apiserver does not serve", cidrs: v4WithV6Object, svc: makeService("kube-system/kube-dns", families(corev1.IPv6Protocol))},
 		{name: "gives default/kubernetes the first address", svc: makeService("default/kubernetes"), want: []string{"10.96.0.1"}},
 		{name: "leaves a Service without reservations alone", svc: makeService("default/web")},
 		{name: "leaves a headless kube-dns alone", svc: makeService("kube-system/kube-dns", clusterIP("None"))},
