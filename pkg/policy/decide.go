@@ -128,6 +128,9 @@ func Mutate(env Env, req Request) Decision {
 	case c == nil:
 	case len(d.RequestedIPs) > 0:
 		c.eachNewIP(req, c.checkRequested)
+		if growsToDualStack(req) && len(newIPs(req)) == 0 {
+			c.assignSecondary()
+		}
 	case req.Operation == Create || changesFromExternalName(req):
 		c.assignReserved()
 	}
@@ -176,7 +179,7 @@ func (c checker) eachNewIP(req Request, check func(field, raw string)) {
 }
 
 func mutateSkips(req Request) string {
-	return skips(req, changesFromExternalName(req) || len(newIPs(req)) > 0, "UPDATE that allocates no IP")
+	return skips(req, changesFromExternalName(req) || len(newIPs(req)) > 0 || growsToDualStack(req), "UPDATE that allocates no IP")
 }
 
 func validateSkips(req Request) string {
@@ -419,7 +422,7 @@ func (c checker) assignReserved() {
 		}
 		ip := netip.MustParseAddr(raw)
 		if !c.outside(field, raw, ip, c.rs.Place(ip)) {
-			c.checkAllocated(field, raw, ip)
+			c.reservationHeld(field, raw, owned[allocview.FamilyOf(ip)])
 		}
 	}
 	if len(c.d.Violations) > before {

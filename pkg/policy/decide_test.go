@@ -240,9 +240,62 @@ func TestMutateNamesTheFieldTheIPCameFrom(t *testing.T) {
 func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
 	p := mustPolicy(t, dnsPolicy)
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
-	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is already allocated to Service default/squatter; choose a free address in the static band 10.96.0.1-10.96.1.0`)
+	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address), then create this Service again`)
 	if len(d.Patch) != 0 {
 		t.Fatalf("patched although denied: %v", d.Patch)
+	}
+	// At warn the owner falls back to a dynamic address, and is told so.
+	p = mustPolicy(t, dnsPolicy+"enforcement:\n  rules:\n    already-allocated: warn\n")
+	d = Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
+	want := `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address), this Service gets a dynamic address meanwhile: recreate it once the address is free`
+	if !d.Allowed || len(d.Patch) != 0 || len(d.Warnings) != 1 || d.Warnings[0] != want {
+		t.Fatalf("allowed %v patch %v warnings %q", d.Allowed, d.Patch, d.Warnings)
+	}
+}
+
+// A reservation owner that grows to dual-stack by ipFamilyPolicy alone gets
+// its reserved address of the new family, as on create.
+func TestMutateAssignsTheReservationOfAFamilyAnUpdateAdds(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack, "10.96.0.10=kube-system/kube-dns")}
+	single := makeService("kube-system/kube-dns", clusterIPs("10.96.0.10"), families(corev1.IPv4Protocol), familyPolicy(corev1.IPFamilyPolicySingleStack))
+	grown := func(tweaks ...func(*corev1.Service)) *corev1.Service {
+		s := single.DeepCopy()
+		for _, tw := range tweaks {
+			tw(s)
+		}
+		return s
+	}
+	tests := []struct {
+		name     string
+		env      Env
+		old, svc *corev1.Service
+		patch    string // "" for none
+		rule     RuleID
+	}{
+		{name: "RequireDualStack alone", env: env, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyRequireDualStack)),
+			patch: `[{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10","fd00:10:96::a"]}]`},
+		{name: "PreferDualStack alone", env: env, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyPreferDualStack)),
+			patch: `[{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10","fd00:10:96::a"]}]`},
+		{name: "ipFamilies grown with RequireDualStack", env: env, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyRequireDualStack), families(corev1.IPv4Protocol, corev1.IPv6Protocol)),
+			patch: `[{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10","fd00:10:96::a"]}]`},
+		{name: "PreferDualStack on a single-stack apiserver stays single-stack", env: Env{Policy: p, Snapshot: makeSnapshot(v4WithV6Object)}, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyPreferDualStack))},
+		{name: "an unchanged PreferDualStack is not upgraded by a label update", env: env, old: grown(familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), svc: grown(familyPolicy(corev1.IPFamilyPolicyPreferDualStack), func(s *corev1.Service) { s.Labels = map[string]string{"a": "b"} })},
+		{name: "a Service without a reservation of the new family is left to the allocator", env: env, old: makeService("default/web", clusterIPs("10.96.0.20")), svc: makeService("default/web", clusterIPs("10.96.0.20"), familyPolicy(corev1.IPFamilyPolicyRequireDualStack))},
+		{name: "a reserved address held by someone else is reported, not patched", env: Env{Policy: p, Snapshot: makeSnapshot(dualStack, "fd00:10:96::a=default/squatter")}, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), rule: RuleAlreadyAllocated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Mutate(tt.env, Request{Operation: Update, Service: tt.svc, OldService: tt.old})
+			assertRule(t, d, tt.rule, "")
+			got := ""
+			if len(d.Patch) > 0 {
+				got = mustJSON(d.Patch)
+			}
+			if got != tt.patch {
+				t.Fatalf("patch %s, want %s", got, tt.patch)
+			}
+		})
 	}
 }
 
