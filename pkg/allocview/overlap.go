@@ -2,6 +2,10 @@ package allocview
 
 import "net/netip"
 
+// ReasonNotAllowed is why a range outside the policy's allowedCIDRs gives
+// no usable address (Excluded.Reason).
+const ReasonNotAllowed = "not inside the policy's allowedCIDRs"
+
 // withoutOtherDynamicBands is r's static band minus every address another
 // active range of its family has in its dynamic band. Example: with
 // 10.96.0.0/24 (static band .1-.16) and 10.96.0.0/28 (no static band,

@@ -250,7 +250,7 @@ func (rs *RangeSet) add(r Range, allowed []netip.Prefix) {
 		rs.Active = append(rs.Active, ActiveRange{Range: r, Allowed: parts})
 		return
 	}
-	rs.Excluded = append(rs.Excluded, Excluded{r, "not inside the policy's allowedCIDRs"})
+	rs.Excluded = append(rs.Excluded, Excluded{r, ReasonNotAllowed})
 }
 
 // Placement says where an IP falls among the active ranges.

@@ -281,7 +281,7 @@ func (c checker) checkRequested(field, raw string) {
 		return
 	}
 	pl := c.rs.Place(ip)
-	if c.outside(field, raw, ip, pl) {
+	if c.allowedAnyway(field, raw, ip, pl) || c.outside(field, raw, ip, pl) {
 		return
 	}
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
@@ -367,12 +367,12 @@ func (c checker) checkFinal(field, raw string, dryRun bool) {
 		return // the placeholder a dry-run create shows instead of allocating
 	}
 	pl := c.rs.Place(ip)
-	if c.outside(field, raw, ip, pl) {
+	if c.allowedAnyway(field, raw, ip, pl) || c.allocatedOutside(field, raw, ip, pl) {
 		return
 	}
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
 	if reserved && res.Owner != c.self() {
-		c.violate(RuleReservedForOther, field, raw, "is reserved for Service %s%s; the apiserver hands out reserved addresses only when a dynamic band (%s) is full, and releases this one with the denial: free or add addresses (another ServiceCIDR), then retry", res.Owner, noteOf(res), dynamicBands(c.rs, allocview.FamilyOf(ip)))
+		c.allocatedReserved(field, raw, res, pl)
 	}
 }
 

@@ -346,13 +346,18 @@ func TestValidateChecksFinalIPs(t *testing.T) {
 		{
 			name: "denies a dynamic allocation that spilled onto the DNS IP",
 			req:  Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.10"))}, rule: RuleReservedForOther,
-			message: `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for Service kube-system/kube-dns (cluster DNS); the apiserver hands out reserved addresses only when a dynamic band (10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes") is full, and releases this one with the denial: free or add addresses (another ServiceCIDR), then retry`,
+			message: `allocated ClusterIP "10.96.0.10" is reserved for Service kube-system/kube-dns (cluster DNS); the apiserver hands out static-band addresses of ServiceCIDR "kubernetes" only when its dynamic band 10.96.1.1-10.96.255.254 is full, and releases it with this denial: free addresses or add a ServiceCIDR, then create the Service again`,
+		},
+		{
+			name: "denies a dynamic allocation of a reservation in the dynamic band without claiming the band was full",
+			req:  Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.200.1"))}, rule: RuleReservedForOther,
+			message: `allocated ClusterIP "10.96.200.1" is reserved for Service team-a/frontend; the apiserver picked it at random from the dynamic band 10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes", and releases it with this denial: create the Service again to get another address`,
 		},
 		{name: "allows kube-dns its IP", req: Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIPs("10.96.0.10"))}},
 		{
 			name: "denies an IP from a ServiceCIDR outside allowedCIDRs", cidrs: unapproved,
 			req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("192.168.0.77"))}, rule: RuleOutsideServiceCIDRs,
-			message: `spec.clusterIP: Invalid value: "192.168.0.77": is outside every active Service CIDR; 192.168.0.0/24 (ServiceCIDR "rogue") is not inside the policy's allowedCIDRs; the active ones are 10.96.0.0/16 (ServiceCIDR "kubernetes"): choose an address in one of them, or leave clusterIP empty to get one allocated`,
+			message: `allocated ClusterIP "192.168.0.77" comes from 192.168.0.0/24 (ServiceCIDR "rogue"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random), or name a free address in the static band 10.96.0.1-10.96.1.0; an administrator can delete ServiceCIDR "rogue" or add it to allowedCIDRs`,
 		},
 		{name: "denies an IP from an apiserver with a divergent range", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("192.168.0.5"))}, rule: RuleOutsideServiceCIDRs},
 		{name: "allows the dry-run placeholder", req: Request{Operation: Create, DryRun: true, Service: makeService("default/web", clusterIPs("10.96.0.0"))}},
@@ -501,4 +506,38 @@ func TestOverlappingRangesDecideByTheWiderRange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With reserved-for-other at warn, a static request for a reserved address
+// gets one warning, not a second one from the validating stage that speaks
+// of a denial: both stages word it alike, and the apiserver drops a
+// warning it already returned for the request.
+func TestWarnedViolationsReadTheSameAtBothStages(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy+"enforcement:\n  rules:\n    reserved-for-other: warn\n    outside-service-cidrs: warn\n")
+	env := Env{Policy: p, Snapshot: makeSnapshot(v4Only)}
+	for _, ip := range []string{"10.96.0.10", "10.200.0.1"} {
+		m := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(ip))})
+		v := Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs(ip))})
+		if !m.Allowed || !v.Allowed || len(m.Warnings) != 1 || len(v.Warnings) != 1 || m.Warnings[0] != v.Warnings[0] {
+			t.Fatalf("%s: mutate %q, validate %q", ip, m.Warnings, v.Warnings)
+		}
+		for _, w := range []string{"denial", "releases", "leave clusterIP empty", "Invalid value"} {
+			if strings.Contains(v.Warnings[0], w) {
+				t.Fatalf("%s: warning %q says %q", ip, v.Warnings[0], w)
+			}
+		}
+	}
+	want := `ClusterIP "10.96.0.10" is reserved for Service kube-system/kube-dns (cluster DNS), which cannot get it while this Service holds it; allowed only because the policy sets reserved-for-other to warn`
+	if d := Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.10"))}); d.Warnings[0] != want {
+		t.Fatalf("warning\n got: %s\nwant: %s", d.Warnings[0], want)
+	}
+}
+
+// A range without a static band: the advice does not send a user to a
+// static band that does not exist.
+func TestValidateAdviceWithoutAStaticBand(t *testing.T) {
+	p := mustPolicy(t, "allowedCIDRs: [10.96.0.0/28]\n")
+	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/28"), serviceCIDR("rogue", true, "10.200.0.0/28")}
+	d := Validate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.200.0.3"))})
+	assertRule(t, d, RuleOutsideServiceCIDRs, `allocated ClusterIP "10.200.0.3" comes from 10.200.0.0/28 (ServiceCIDR "rogue"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random); an administrator can delete ServiceCIDR "rogue" or add it to allowedCIDRs`)
 }
