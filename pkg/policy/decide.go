@@ -293,6 +293,9 @@ func (c checker) checkRequested(field, raw string) {
 		c.violate(RuleStaticIPInDynamicBand, field, raw, "lies in the dynamic band %s of %s; %s or ask for a reservation", pl.DynamicIn.Dynamic(), pl.DynamicIn.Name(), c.chooseStatic(ip))
 		return
 	}
+	if reserved && c.reservationHeld(field, raw, res) {
+		return // this Service's own reservation, held by someone else
+	}
 	if c.checkAllocated(field, raw, ip) {
 		return
 	}
@@ -374,16 +377,6 @@ func (c checker) checkFinal(field, raw string, dryRun bool) {
 	if reserved && res.Owner != c.self() {
 		c.allocatedReserved(field, raw, res, pl)
 	}
-}
-
-func dynamicBands(rs allocview.RangeSet, f allocview.Family) string {
-	var out []string
-	for _, r := range rs.Active {
-		if r.Family() == f && !r.Dynamic().IsZero() {
-			out = append(out, r.Dynamic().String()+" of "+r.Name())
-		}
-	}
-	return strings.Join(out, ", ")
 }
 
 // assignReserved gives a Service that asks for no IP the IPs reserved for

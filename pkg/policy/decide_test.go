@@ -253,6 +253,14 @@ func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
 	}
 }
 
+// An owner that names its own reserved address while someone else holds it
+// is told who holds it, not to choose another address.
+func TestMutateTellsAnOwnerNamingItsReservationWhoHoldsIt(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"))})
+	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address), then create this Service again`)
+}
+
 // A reservation owner that grows to dual-stack by ipFamilyPolicy alone gets
 // its reserved address of the new family, as on create.
 func TestMutateAssignsTheReservationOfAFamilyAnUpdateAdds(t *testing.T) {

@@ -95,6 +95,9 @@ func (c checker) allowedAnyway(field, raw string, ip netip.Addr, pl allocview.Pl
 	switch res, reserved := p.ReservedOwner(ip, c.rs); {
 	case pl.Kind == allocview.Outside:
 		rule, what = RuleOutsideServiceCIDRs, fmt.Sprintf("is outside every active Service CIDR (%s)", c.rs.Describe())
+		if ex, ok := c.rs.ExcludedContaining(ip); ok {
+			what += fmt.Sprintf("; %s is %s", ex.Range, ex.Reason)
+		}
 	case pl.Kind == allocview.Unusable:
 		rule, what = RuleOutsideServiceCIDRs, fmt.Sprintf("is a network or broadcast address of %s, which the apiserver never assigns", pl.Range.String())
 	case reserved && res.Owner != c.self():
