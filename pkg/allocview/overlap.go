@@ -113,19 +113,15 @@ func (rs RangeSet) KubernetesServiceIP() (netip.Addr, string, bool) {
 			}
 		}
 	}
-	if !p.IsValid() {
+	// network+1, as NewRange computes it, without building the bands: this
+	// runs for every IP checked. IPv4 /31 and /32, IPv6 /128 have none.
+	if !p.IsValid() || p.Bits() > p.Addr().BitLen()-1 || (p.Addr().Is4() && p.Bits() > 30) {
 		return netip.Addr{}, "", false
 	}
-	r, err := NewRange("", p)
-	if err != nil || !r.First().IsValid() {
-		return netip.Addr{}, "", false
-	}
-	name := p.String()
 	for _, a := range rs.Active {
 		if a.Prefix == p {
-			name = a.Name()
-			break
+			return p.Addr().Next(), a.Name(), true
 		}
 	}
-	return r.First(), name, true
+	return p.Addr().Next(), p.String(), true
 }

@@ -100,3 +100,17 @@ func TestFamiliesFollowTheApiserversConfiguredRanges(t *testing.T) {
 		})
 	}
 }
+
+func TestKubernetesServiceIPMatchesTheFirstUsableAddress(t *testing.T) {
+	for _, s := range []string{"10.96.0.0/16", "10.96.0.0/30", "10.96.0.0/31", "10.96.0.0/32", "fd00::/64", "fd00::/127", "fd00::/128"} {
+		p := netip.MustParsePrefix(s)
+		r, err := NewRange("", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip, _, ok := StaticRanges("test", []netip.Prefix{p}, nil).KubernetesServiceIP()
+		if ok != r.First().IsValid() || (ok && ip != r.First()) {
+			t.Errorf("%s: KubernetesServiceIP = %s %v, want the first usable address %s", s, ip, ok, r.First())
+		}
+	}
+}
