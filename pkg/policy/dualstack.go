@@ -16,8 +16,9 @@ import (
 // unchanged PreferDualStack is never upgraded, as in its
 // isMatchingPreferDualStackClusterIPFields. The mutating webhook's
 // matchCondition "allocating-requests-only" (manifests/base/
-// webhook-configurations.yaml) sends exactly these updates too; keep the
-// two equal.
+// webhook-configurations.yaml) sends exactly these updates too; the e2e
+// subtest "the mutating webhook is sent exactly the updates that may add an
+// address" (test/e2e/dualstack_test.go) holds the two equal.
 func growsToDualStack(req Request) bool {
 	if req.Operation != Update || req.OldService == nil {
 		return false

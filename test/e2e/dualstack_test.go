@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,6 +108,54 @@ func TestDualStack(t *testing.T) {
 		}
 		if want := []string{"10.96.0.13", "fd00:10:96::d"}; !slices.Equal(got.Spec.ClusterIPs, want) {
 			t.Fatalf("after the apply clusterIPs %v, want %v", got.Spec.ClusterIPs, want)
+		}
+	})
+
+	// The mutating webhook's matchCondition (CEL) and growsToDualStack (Go)
+	// must agree: every update the webhook acts on is sent, and none is sent
+	// that it then skips as allocating nothing.
+	t.Run("the mutating webhook is sent exactly the updates that may add an address", func(t *testing.T) {
+		mustCreate(t, ctx, cs, service(ns, "mc-single"))
+		mustCreate(t, ctx, cs, service(ns, "mc-dual", familyPolicy(corev1.IPFamilyPolicyPreferDualStack)))
+		mustCreate(t, ctx, cs, service(ns, "mc-grow-families"))
+		mustCreate(t, ctx, cs, service(ns, "mc-external", externalName("example.com")))
+		updates := []struct {
+			name, patch string
+			sent        bool
+		}{
+			{"mc-single", `{"metadata":{"labels":{"e2e":"label"}}}`, false},
+			{"mc-dual", `{"metadata":{"labels":{"e2e":"label"}}}`, false},
+			{"mc-dual", `{"spec":{"ipFamilyPolicy":"RequireDualStack"}}`, false}, // already two addresses
+			{"mc-external", `{"metadata":{"labels":{"e2e":"label"}}}`, false},
+			{"mc-single", `{"spec":{"ipFamilyPolicy":"PreferDualStack"}}`, true},
+			{"mc-grow-families", `{"spec":{"ipFamilyPolicy":"RequireDualStack","ipFamilies":["IPv4","IPv6"]}}`, true},
+			{"mc-external", `{"spec":{"type":"ClusterIP","externalName":null}}`, true},
+		}
+		for _, u := range updates {
+			mark := c.Webhooks[0].LogSize()
+			if _, _, err := c.Kubectl(ctx, "", "-n", ns, "patch", "service", u.name, "-p", u.patch); err != nil {
+				t.Fatal(err)
+			}
+			var seen []string
+			for start := time.Now(); time.Since(start) < time.Second; time.Sleep(100 * time.Millisecond) {
+				seen = nil
+				for _, d := range c.Webhooks[0].DecisionsFrom(mark) {
+					if d.Name == u.name && d.Stage == "mutate" && d.Operation == "UPDATE" {
+						seen = append(seen, d.Raw)
+					}
+				}
+				if len(seen) > 0 {
+					break
+				}
+			}
+			switch {
+			case u.sent && len(seen) == 0:
+				t.Errorf("patch %s of %s never reached the mutating webhook", u.patch, u.name)
+			case !u.sent && len(seen) > 0:
+				t.Errorf("patch %s of %s reached the mutating webhook, which cannot act on it: %s", u.patch, u.name, seen[0])
+			case u.sent && strings.Contains(seen[0], `"skipped":"UPDATE that allocates no IP"`):
+				t.Errorf("patch %s of %s was sent, but the webhook skips it: %s", u.patch, u.name, seen[0])
+			}
 		}
 	})
 
