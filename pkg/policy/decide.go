@@ -414,7 +414,7 @@ func (c checker) assignReserved() {
 			field = fmt.Sprintf("spec.clusterIPs[%d]", i)
 		}
 		ip := netip.MustParseAddr(raw)
-		if !c.outside(field, raw, ip, c.rs.Place(ip)) {
+		if !c.reservationOutside(field, raw, owned[allocview.FamilyOf(ip)]) {
 			c.reservationHeld(field, raw, owned[allocview.FamilyOf(ip)])
 		}
 	}

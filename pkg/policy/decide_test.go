@@ -549,3 +549,13 @@ func TestValidateAdviceWithoutAStaticBand(t *testing.T) {
 	d := Validate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.200.0.3"))})
 	assertRule(t, d, RuleOutsideServiceCIDRs, `allocated ClusterIP "10.200.0.3" comes from 10.200.0.0/28 (ServiceCIDR "rogue"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random); an administrator can delete ServiceCIDR "rogue" or add it to allowedCIDRs`)
 }
+
+// kube-dns left clusterIP empty: when its reserved address cannot be
+// assigned because no active range holds it, it is not told to leave
+// clusterIP empty.
+func TestMutateReportsAReservationOutsideTheRangesToItsOwner(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	other := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.100.0.0/16")}
+	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(other)}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
+	assertRule(t, d, RuleOutsideServiceCIDRs, `reserved ClusterIP "10.96.0.10" of this Service (cluster DNS) is outside every active Service CIDR (10.100.0.0/16 (ServiceCIDR "kubernetes")), so it cannot be assigned: an administrator can fix the reservation or the ServiceCIDRs; meanwhile give this Service a free address of the static band 10.100.0.1-10.100.1.0 as its clusterIP`)
+}

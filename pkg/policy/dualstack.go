@@ -53,7 +53,7 @@ func (c checker) assignSecondary() {
 	}
 	field, raw := "spec.clusterIPs[1]", r.IP.String()
 	before := len(c.d.Violations)
-	if !c.outside(field, raw, r.IP, c.rs.Place(r.IP)) {
+	if !c.reservationOutside(field, raw, r) {
 		c.reservationHeld(field, raw, r)
 	}
 	if len(c.d.Violations) > before {
@@ -91,5 +91,36 @@ func (c checker) reservationHeld(field, raw string, r Reservation) bool {
 		then = "this Service gets a dynamic address meanwhile: recreate it once the address is free"
 	}
 	c.violate(RuleAlreadyAllocated, field, raw, "is reserved for this Service%s but held by %s; %s, %s", noteOf(r), holder, free, then)
+	return true
+}
+
+// reservationOutside reports (and records) an owner's reserved address that
+// no active range can hand out. The owner asked for no address, so it is
+// not told to leave clusterIP empty: the reservation or the ranges need an
+// administrator, and meanwhile the owner can name an address itself (at
+// deny) or gets a dynamic one (at warn or audit).
+func (c checker) reservationOutside(field, raw string, r Reservation) bool {
+	pl := c.rs.Place(r.IP)
+	var where string
+	switch pl.Kind {
+	case allocview.Outside:
+		where = fmt.Sprintf("is outside every active Service CIDR (%s)", c.rs.Describe())
+		if ex, ok := c.rs.ExcludedContaining(r.IP); ok {
+			where += fmt.Sprintf("; %s is %s", ex.Range, ex.Reason)
+		}
+	case allocview.Unusable:
+		where = fmt.Sprintf("is a network or broadcast address of %s, which is never assigned", pl.Range.String())
+	default:
+		return false
+	}
+	then := "meanwhile give this Service a clusterIP of its own"
+	if bands := c.rs.StaticBands(allocview.FamilyOf(r.IP)); len(bands) > 0 {
+		then = "meanwhile give this Service a free address of the static band " + joinOr(bands) + " as its clusterIP"
+	}
+	if c.env.Policy.ActionFor(RuleOutsideServiceCIDRs) != ActionDeny {
+		then = "meanwhile this Service gets a dynamic address"
+	}
+	msg := fmt.Sprintf("reserved ClusterIP %q of this Service%s %s, so it cannot be assigned: an administrator can fix the reservation or the ServiceCIDRs; %s", raw, noteOf(r), where, then)
+	c.d.Violations = append(c.d.Violations, Violation{Rule: RuleOutsideServiceCIDRs, Action: c.env.Policy.ActionFor(RuleOutsideServiceCIDRs), Field: field, IP: raw, Message: msg})
 	return true
 }
