@@ -481,16 +481,48 @@ func webhookNamespaces(o *objects) []string {
 	return p
 }
 
+// webhookDefaultKubernetes holds the exemption of default/kubernetes to
+// the apiserver's own writes (its loopback identity), with request.name
+// guarded: a CREATE with generateName has no name yet, and an unguarded
+// access fails to evaluate and rejects the request.
 func webhookDefaultKubernetes(o *objects) []string {
 	var p []string
 	for _, w := range o.webhooks() {
 		exempt := false
 		for _, mc := range w.matchConditions {
 			e := strings.Join(strings.Fields(mc.Expression), " ")
-			exempt = exempt || (strings.HasPrefix(e, "!(") && strings.Contains(e, "request.namespace == 'default'") && strings.Contains(e, "request.name == 'kubernetes'"))
+			if !(strings.HasPrefix(e, "!(") && strings.Contains(e, "request.namespace == 'default'") && strings.Contains(e, "request.name == 'kubernetes'")) {
+				continue
+			}
+			exempt = true
+			if !strings.Contains(e, "has(request.name) && request.name == 'kubernetes'") {
+				p = append(p, problemf("%s: matchCondition %s reads request.name without has(request.name); a generateName create has none and would be rejected", w.where, mc.Name))
+			}
+			if !strings.Contains(e, "request.userInfo.username == 'system:apiserver'") {
+				p = append(p, problemf("%s: matchCondition %s exempts default/kubernetes for every user; exempt only the apiserver's loopback identity system:apiserver", w.where, mc.Name))
+			}
 		}
 		if !exempt {
 			p = append(p, problemf("%s has no matchCondition exempting default/kubernetes, which the apiserver must be able to recreate", w.where))
+		}
+	}
+	return p
+}
+
+// mutateExternalNameOnlyWhenLeavingIt holds that a label-only update of an
+// ExternalName Service (old and new both ExternalName) does not match the
+// mutating webhook, so it goes through while the webhook is down.
+func mutateExternalNameOnlyWhenLeavingIt(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		if !w.mutating {
+			continue
+		}
+		for _, mc := range w.matchConditions {
+			e := strings.Join(strings.Fields(mc.Expression), " ")
+			if strings.Contains(e, "oldObject.spec.type == 'ExternalName'") && !strings.Contains(e, "oldObject.spec.type == 'ExternalName' && (!has(object.spec) || !has(object.spec.type) || object.spec.type != 'ExternalName')") {
+				p = append(p, problemf("%s: matchCondition %s matches every update of an ExternalName Service; match only a change away from ExternalName", w.where, mc.Name))
+			}
 		}
 	}
 	return p
@@ -974,7 +1006,8 @@ var safetyChecks = []struct {
 	{"chooses a failurePolicy for every webhook", webhookFailurePolicy},
 	{"matches only creates and updates of Services", webhookRules},
 	{"keeps the webhook's own namespace out and kube-system in", webhookNamespaces},
-	{"exempts default/kubernetes from every webhook", webhookDefaultKubernetes},
+	{"exempts default/kubernetes from every webhook, for the apiserver's own writes only", webhookDefaultKubernetes},
+	{"calls the mutating webhook on ExternalName Services only when they leave ExternalName", mutateExternalNameOnlyWhenLeavingIt},
 	{"calls the webhook Service on the webhook paths", webhookClientConfig},
 	{"matches equivalent versions and reinvokes the mutating webhook", webhookMatchAndReinvoke},
 	{"grants only get, list and watch", rbacReadOnly},
@@ -1067,6 +1100,18 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			}, "kube-system uncovered"},
 		{"rejects a webhook that does not exempt default/kubernetes", webhookDefaultKubernetes,
 			func(o *objects) { vwh(o).MatchConditions = nil }, "default/kubernetes"},
+		{"rejects an exemption of default/kubernetes that reads request.name unguarded", webhookDefaultKubernetes,
+			func(o *objects) {
+				mwh(o).MatchConditions[0].Expression = "!(request.namespace == 'default' && request.name == 'kubernetes')"
+			}, "without has(request.name)"},
+		{"rejects an exemption of default/kubernetes for every user", webhookDefaultKubernetes,
+			func(o *objects) {
+				vwh(o).MatchConditions[0].Expression = "!(request.namespace == 'default' && has(request.name) && request.name == 'kubernetes')"
+			}, "system:apiserver"},
+		{"rejects a mutating webhook called on label-only updates of ExternalName Services", mutateExternalNameOnlyWhenLeavingIt,
+			func(o *objects) {
+				mwh(o).MatchConditions[1].Expression = "request.operation != 'UPDATE' || (has(oldObject.spec) && has(oldObject.spec.type) && oldObject.spec.type == 'ExternalName')"
+			}, "change away from ExternalName"},
 		{"rejects a webhook called on the wrong path", webhookClientConfig,
 			func(o *objects) { mwh(o).ClientConfig.Service.Path = ptr(validatePath) }, "want " + mutatePath},
 		{"rejects a webhook called through a Service the manifests lack", webhookClientConfig,

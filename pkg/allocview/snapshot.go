@@ -161,6 +161,12 @@ type RangeSet struct {
 	Excluded []Excluded
 	// Primary is the family of a Service that names no ipFamilies.
 	Primary Family
+	// Configured are the CIDRs the apiserver was started with, primary
+	// first: those of the default ServiceCIDR, which mirrors its
+	// --service-cluster-ip-range, or the static ranges. They decide which IP
+	// families the apiserver serves (see Families) and the address of
+	// default/kubernetes, whatever other ServiceCIDR objects exist.
+	Configured []netip.Prefix
 }
 
 // ActiveServiceCIDRs builds the range set from ServiceCIDR objects: those
@@ -173,6 +179,7 @@ func ActiveServiceCIDRs(cidrs []ServiceCIDR, allowed []netip.Prefix) RangeSet {
 	for _, c := range cidrs {
 		if c.Name == DefaultServiceCIDRName && len(c.CIDRs) > 0 {
 			rs.Primary = FamilyOf(c.CIDRs[0].Addr())
+			rs.Configured = c.CIDRs
 		}
 		for _, p := range c.CIDRs {
 			r, err := NewRange(fmt.Sprintf("ServiceCIDR %q", c.Name), p)
@@ -213,6 +220,7 @@ func StaticRanges(source string, prefixes []netip.Prefix, allowed []netip.Prefix
 	if len(prefixes) > 0 {
 		rs.Primary = FamilyOf(prefixes[0].Addr())
 	}
+	rs.Configured = prefixes
 	return rs
 }
 
@@ -242,7 +250,7 @@ func (rs *RangeSet) add(r Range, allowed []netip.Prefix) {
 		rs.Active = append(rs.Active, ActiveRange{Range: r, Allowed: parts})
 		return
 	}
-	rs.Excluded = append(rs.Excluded, Excluded{r, "not inside the policy's allowedCIDRs"})
+	rs.Excluded = append(rs.Excluded, Excluded{r, ReasonNotAllowed})
 }
 
 // Placement says where an IP falls among the active ranges.
@@ -258,28 +266,35 @@ type Placement struct {
 
 // Place finds ip among the active ranges. ServiceCIDRs may overlap, and
 // each hands out addresses from its own dynamic band, so an IP counts as
-// dynamic when any range containing it has it in its dynamic band; it is
-// unusable when the most specific range says so (its network or broadcast
-// address).
+// dynamic when any range containing it has it in its dynamic band. It is
+// unusable only when no range containing it can hand it out: the network
+// address of 10.96.8.0/24 is a usable address of 10.96.0.0/16 around it.
 func (rs RangeSet) Place(ip netip.Addr) Placement {
 	var p Placement
-	found := false
+	found, usable := false, false
 	for _, r := range rs.Active {
 		if !r.Contains(ip) {
 			continue
 		}
-		if !found || r.Prefix.Bits() > p.Range.Prefix.Bits() {
+		band := r.Band(ip)
+		// Range is the most specific range that can hand ip out, or, when
+		// none can, the most specific one containing it.
+		switch {
+		case band != Unusable && (!usable || r.Prefix.Bits() > p.Range.Prefix.Bits()):
+			p.Range = r
+			usable = true
+		case !usable && (!found || r.Prefix.Bits() > p.Range.Prefix.Bits()):
 			p.Range = r
 		}
 		found = true
-		if r.Band(ip) == Dynamic && p.DynamicIn.Source == "" {
+		if band == Dynamic && p.DynamicIn.Source == "" {
 			p.DynamicIn = r
 		}
 	}
 	switch {
 	case !found:
 		p.Kind = Outside
-	case p.Range.Band(ip) == Unusable:
+	case !usable:
 		p.Kind = Unusable
 	case p.DynamicIn.Source != "":
 		p.Kind = Dynamic
@@ -316,15 +331,17 @@ func (rs RangeSet) Describe() string {
 }
 
 // StaticBands lists the static bands of the active ranges of family f, for
-// the "choose instead" part of a message.
+// the "choose instead" part of a message, without the addresses another
+// (overlapping) range has in its dynamic band: those are refused as dynamic
+// (see Place), so advice must not name them.
 func (rs RangeSet) StaticBands(f Family) []string {
-	var out []string
+	var bands []Band
 	for _, r := range rs.Active {
 		if r.Family() == f && !r.Static().IsZero() {
-			out = append(out, r.Static().String())
+			bands = append(bands, rs.withoutOtherDynamicBands(r)...)
 		}
 	}
-	return out
+	return outermost(bands)
 }
 
 // ExcludedContaining returns the excluded range holding ip, to explain why an

@@ -90,7 +90,8 @@ func TestPlaceAcrossRanges(t *testing.T) {
 		{"192.168.0.5", Outside}, // "rogue" is not allowed
 		{"10.200.0.5", Outside},  // outside the allowed part of "wide"; "going" is being deleted
 		{"fd00:10:96::5", Static},
-		{"10.96.0.0", Unusable},
+		{"10.96.0.0", Dynamic}, // the network address of "kubernetes", a dynamic address of "wide"
+		{"fd00:10:96::", Unusable},
 	}
 	for _, tt := range tests {
 		if got := rs.Place(netip.MustParseAddr(tt.ip)).Kind; got != tt.want {

@@ -128,6 +128,9 @@ func Mutate(env Env, req Request) Decision {
 	case c == nil:
 	case len(d.RequestedIPs) > 0:
 		c.eachNewIP(req, c.checkRequested)
+		if growsToDualStack(req) && len(newIPs(req)) == 0 {
+			c.assignSecondary()
+		}
 	case req.Operation == Create || changesFromExternalName(req):
 		c.assignReserved()
 	}
@@ -176,7 +179,7 @@ func (c checker) eachNewIP(req Request, check func(field, raw string)) {
 }
 
 func mutateSkips(req Request) string {
-	return skips(req, changesFromExternalName(req) || len(newIPs(req)) > 0, "UPDATE that allocates no IP")
+	return skips(req, changesFromExternalName(req) || len(newIPs(req)) > 0 || growsToDualStack(req), "UPDATE that allocates no IP")
 }
 
 func validateSkips(req Request) string {
@@ -278,7 +281,7 @@ func (c checker) checkRequested(field, raw string) {
 		return
 	}
 	pl := c.rs.Place(ip)
-	if c.outside(field, raw, ip, pl) {
+	if c.allowedAnyway(field, raw, ip, pl) || c.outside(field, raw, ip, pl) {
 		return
 	}
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
@@ -289,6 +292,9 @@ func (c checker) checkRequested(field, raw string) {
 	if pl.Kind == allocview.Dynamic && !reserved {
 		c.violate(RuleStaticIPInDynamicBand, field, raw, "lies in the dynamic band %s of %s; %s or ask for a reservation", pl.DynamicIn.Dynamic(), pl.DynamicIn.Name(), c.chooseStatic(ip))
 		return
+	}
+	if reserved && c.reservationHeld(field, raw, res) {
+		return // this Service's own reservation, held by someone else
 	}
 	if c.checkAllocated(field, raw, ip) {
 		return
@@ -372,23 +378,13 @@ func (c checker) checkFinal(field, raw string, dryRun bool) {
 		return // the placeholder a dry-run create shows instead of allocating
 	}
 	pl := c.rs.Place(ip)
-	if c.outside(field, raw, ip, pl) {
+	if c.allowedAnyway(field, raw, ip, pl) || c.allocatedOutside(field, raw, ip, pl) {
 		return
 	}
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
 	if reserved && res.Owner != c.self() {
-		c.violate(RuleReservedForOther, field, raw, "is reserved for Service %s%s; the apiserver hands out reserved addresses only when a dynamic band (%s) is full, and releases this one with the denial: free or add addresses (another ServiceCIDR), then retry", res.Owner, noteOf(res), dynamicBands(c.rs, allocview.FamilyOf(ip)))
+		c.allocatedReserved(field, raw, res, pl)
 	}
-}
-
-func dynamicBands(rs allocview.RangeSet, f allocview.Family) string {
-	var out []string
-	for _, r := range rs.Active {
-		if r.Family() == f && !r.Dynamic().IsZero() {
-			out = append(out, r.Dynamic().String()+" of "+r.Name())
-		}
-	}
-	return strings.Join(out, ", ")
 }
 
 // assignReserved gives a Service that asks for no IP the IPs reserved for
@@ -398,8 +394,12 @@ func (c checker) assignReserved() {
 	if len(owned) == 0 {
 		return
 	}
+	fams := wantedFamilies(c.svc, c.rs)
+	if len(fams) == 0 {
+		return // the apiserver refuses the request itself, with its own message
+	}
 	var ips []string
-	for _, f := range wantedFamilies(c.svc, c.rs) {
+	for _, f := range fams {
 		r, ok := owned[f]
 		if !ok {
 			break // clusterIPs follow ipFamilies in order; the rest is allocated dynamically
@@ -412,7 +412,7 @@ func (c checker) assignReserved() {
 			held = append(held, r.IP.String())
 		}
 		slices.Sort(held)
-		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.self(), strings.Join(held, ", "), wantedFamilies(c.svc, c.rs)[0]))
+		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.self(), strings.Join(held, ", "), fams[0]))
 		return
 	}
 	before := len(c.d.Violations)
@@ -422,8 +422,8 @@ func (c checker) assignReserved() {
 			field = fmt.Sprintf("spec.clusterIPs[%d]", i)
 		}
 		ip := netip.MustParseAddr(raw)
-		if !c.outside(field, raw, ip, c.rs.Place(ip)) {
-			c.checkAllocated(field, raw, ip)
+		if !c.reservationOutside(field, raw, owned[allocview.FamilyOf(ip)]) {
+			c.reservationHeld(field, raw, owned[allocview.FamilyOf(ip)])
 		}
 	}
 	if len(c.d.Violations) > before {
@@ -438,32 +438,43 @@ func (c checker) assignReserved() {
 }
 
 // wantedFamilies is the order of families the apiserver will give the
-// Service: its ipFamilies, else the primary family, followed by the other
-// one for RequireDualStack (or PreferDualStack on a dual-stack cluster).
+// Service, as its initIPFamilyFields (pkg/registry/core/service/storage/
+// alloc.go) decides: ipFamilies as given, else the primary family; widened
+// with the other family when it names one and ipFamilyPolicy is
+// RequireDualStack or PreferDualStack on a dual-stack cluster. Dual-stack
+// means the apiserver serves both families (RangeSet.Families, from its
+// flags), not that a ServiceCIDR object of the other family exists. It
+// returns nil when the apiserver will refuse the request (RequireDualStack
+// on a single-stack cluster, a family it does not serve): a patch then
+// would only be refused too.
 func wantedFamilies(svc *corev1.Service, rs allocview.RangeSet) []allocview.Family {
-	if len(svc.Spec.IPFamilies) > 0 {
-		out := make([]allocview.Family, len(svc.Spec.IPFamilies))
-		for i, f := range svc.Spec.IPFamilies {
-			out[i] = allocview.Family(f)
+	served := rs.Families()
+	dualStack := len(served) == 2
+	var fams []allocview.Family
+	for _, f := range svc.Spec.IPFamilies {
+		fams = append(fams, allocview.Family(f))
+	}
+	if len(fams) == 0 {
+		fams = []allocview.Family{rs.Primary}
+	}
+	policy := corev1.IPFamilyPolicySingleStack
+	if svc.Spec.IPFamilyPolicy != nil {
+		policy = *svc.Spec.IPFamilyPolicy
+	}
+	if policy == corev1.IPFamilyPolicyRequireDualStack && !dualStack {
+		return nil // "this cluster is not configured for dual-stack services"
+	}
+	for _, f := range fams {
+		if len(served) > 0 && !rs.Serves(f) {
+			return nil // "not configured on this cluster"
 		}
-		return out
 	}
-	primary := rs.Primary
-	other := allocview.IPv6
-	if primary == allocview.IPv6 {
-		other = allocview.IPv4
-	}
-	fams := []allocview.Family{primary}
-	if svc.Spec.IPFamilyPolicy == nil {
-		return fams
-	}
-	switch *svc.Spec.IPFamilyPolicy {
-	case corev1.IPFamilyPolicyRequireDualStack:
+	if policy != corev1.IPFamilyPolicySingleStack && len(fams) == 1 && dualStack {
+		other := allocview.IPv6
+		if fams[0] == allocview.IPv6 {
+			other = allocview.IPv4
+		}
 		fams = append(fams, other)
-	case corev1.IPFamilyPolicyPreferDualStack:
-		if slices.ContainsFunc(rs.Active, func(r allocview.ActiveRange) bool { return r.Family() == other }) {
-			fams = append(fams, other)
-		}
 	}
 	return fams
 }

@@ -25,6 +25,9 @@ var (
 	v4Only    = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16")}
 	dualStack = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16", "fd00:10:96::/108")}
 	v6First   = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "fd00:10:96::/108", "10.96.0.0/16")}
+	// An IPv4-only apiserver with an IPv6 ServiceCIDR object (unapproved, or
+	// created ahead of a dual-stack migration).
+	v4WithV6Object = []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16"), serviceCIDR("v6-ahead", true, "fd00:10:96::/108")}
 )
 
 func TestMutateChecksEachRequestedIP(t *testing.T) {
@@ -177,6 +180,11 @@ func TestMutateAssignsReservedIPs(t *testing.T) {
 			svc:     makeService("team-a/frontend", families(corev1.IPv6Protocol)),
 			warning: "Service team-a/frontend holds reservation 10.96.200.1 but will be IPv6 first (its primary family); set ipFamilies to use the reservation",
 		},
+		{name: "widens ipFamilies [IPv4] to both families for RequireDualStack, as the apiserver does", cidrs: dualStack, svc: makeService("kube-system/kube-dns", families(corev1.IPv4Protocol), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), want: []string{"10.96.0.10", "fd00:10:96::a"}},
+		{name: "widens ipFamilies [IPv6] to both families for PreferDualStack on a dual-stack cluster", cidrs: dualStack, svc: makeService("kube-system/kube-dns", families(corev1.IPv6Protocol), familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), want: []string{"fd00:10:96::a", "10.96.0.10"}},
+		{name: "an IPv6 ServiceCIDR object does not make an IPv4 apiserver dual-stack for PreferDualStack", cidrs: v4WithV6Object, svc: makeService("kube-system/kube-dns", familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), want: []string{"10.96.0.10"}},
+		{name: "sends no patch for RequireDualStack on a single-stack apiserver, which refuses it", cidrs: v4WithV6Object, svc: makeService("kube-system/kube-dns", familyPolicy(corev1.IPFamilyPolicyRequireDualStack))},
+		{name: "sends no patch for a family the apiserver does not serve", cidrs: v4WithV6Object, svc: makeService("kube-system/kube-dns", families(corev1.IPv6Protocol))},
 		{name: "gives default/kubernetes the first address", svc: makeService("default/kubernetes"), want: []string{"10.96.0.1"}},
 		{name: "leaves a Service without reservations alone", svc: makeService("default/web")},
 		{name: "leaves a headless kube-dns alone", svc: makeService("kube-system/kube-dns", clusterIP("None"))},
@@ -232,9 +240,70 @@ func TestMutateNamesTheFieldTheIPCameFrom(t *testing.T) {
 func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
 	p := mustPolicy(t, dnsPolicy)
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
-	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is held by IPAddress 10.96.0.10 for Service default/squatter (if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes); choose a free address in the static band 10.96.0.1-10.96.1.0, or retry then`)
+	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by IPAddress 10.96.0.10 for Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address; if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes), then create this Service again`)
 	if len(d.Patch) != 0 {
 		t.Fatalf("patched although denied: %v", d.Patch)
+	}
+	// At warn the owner falls back to a dynamic address, and is told so.
+	p = mustPolicy(t, dnsPolicy+"enforcement:\n  rules:\n    already-allocated: warn\n")
+	d = Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
+	want := `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by IPAddress 10.96.0.10 for Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address; if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes), this Service gets a dynamic address meanwhile: recreate it once the address is free`
+	if !d.Allowed || len(d.Patch) != 0 || len(d.Warnings) != 1 || d.Warnings[0] != want {
+		t.Fatalf("allowed %v patch %v warnings %q", d.Allowed, d.Patch, d.Warnings)
+	}
+}
+
+// An owner that names its own reserved address while someone else holds it
+// is told who holds it, not to choose another address.
+func TestMutateTellsAnOwnerNamingItsReservationWhoHoldsIt(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"))})
+	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by IPAddress 10.96.0.10 for Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address; if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes), then create this Service again`)
+}
+
+// A reservation owner that grows to dual-stack by ipFamilyPolicy alone gets
+// its reserved address of the new family, as on create.
+func TestMutateAssignsTheReservationOfAFamilyAnUpdateAdds(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack, "10.96.0.10=kube-system/kube-dns")}
+	single := makeService("kube-system/kube-dns", clusterIPs("10.96.0.10"), families(corev1.IPv4Protocol), familyPolicy(corev1.IPFamilyPolicySingleStack))
+	grown := func(tweaks ...func(*corev1.Service)) *corev1.Service {
+		s := single.DeepCopy()
+		for _, tw := range tweaks {
+			tw(s)
+		}
+		return s
+	}
+	tests := []struct {
+		name     string
+		env      Env
+		old, svc *corev1.Service
+		patch    string // "" for none
+		rule     RuleID
+	}{
+		{name: "RequireDualStack alone", env: env, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyRequireDualStack)),
+			patch: `[{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10","fd00:10:96::a"]}]`},
+		{name: "PreferDualStack alone", env: env, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyPreferDualStack)),
+			patch: `[{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10","fd00:10:96::a"]}]`},
+		{name: "ipFamilies grown with RequireDualStack", env: env, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyRequireDualStack), families(corev1.IPv4Protocol, corev1.IPv6Protocol)),
+			patch: `[{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10","fd00:10:96::a"]}]`},
+		{name: "PreferDualStack on a single-stack apiserver stays single-stack", env: Env{Policy: p, Snapshot: makeSnapshot(v4WithV6Object)}, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyPreferDualStack))},
+		{name: "an unchanged PreferDualStack is not upgraded by a label update", env: env, old: grown(familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), svc: grown(familyPolicy(corev1.IPFamilyPolicyPreferDualStack), func(s *corev1.Service) { s.Labels = map[string]string{"a": "b"} })},
+		{name: "a Service without a reservation of the new family is left to the allocator", env: env, old: makeService("default/web", clusterIPs("10.96.0.20")), svc: makeService("default/web", clusterIPs("10.96.0.20"), familyPolicy(corev1.IPFamilyPolicyRequireDualStack))},
+		{name: "a reserved address held by someone else is reported, not patched", env: Env{Policy: p, Snapshot: makeSnapshot(dualStack, "fd00:10:96::a=default/squatter")}, old: single, svc: grown(familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), rule: RuleAlreadyAllocated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Mutate(tt.env, Request{Operation: Update, Service: tt.svc, OldService: tt.old})
+			assertRule(t, d, tt.rule, "")
+			got := ""
+			if len(d.Patch) > 0 {
+				got = mustJSON(d.Patch)
+			}
+			if got != tt.patch {
+				t.Fatalf("patch %s, want %s", got, tt.patch)
+			}
+		})
 	}
 }
 
@@ -285,13 +354,18 @@ func TestValidateChecksFinalIPs(t *testing.T) {
 		{
 			name: "denies a dynamic allocation that spilled onto the DNS IP",
 			req:  Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.10"))}, rule: RuleReservedForOther,
-			message: `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for Service kube-system/kube-dns (cluster DNS); the apiserver hands out reserved addresses only when a dynamic band (10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes") is full, and releases this one with the denial: free or add addresses (another ServiceCIDR), then retry`,
+			message: `allocated ClusterIP "10.96.0.10" is reserved for Service kube-system/kube-dns (cluster DNS); the apiserver hands out static-band addresses of ServiceCIDR "kubernetes" only when its dynamic band 10.96.1.1-10.96.255.254 is full, and releases it with this denial: free addresses or add a ServiceCIDR, then create the Service again`,
+		},
+		{
+			name: "denies a dynamic allocation of a reservation in the dynamic band without claiming the band was full",
+			req:  Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.200.1"))}, rule: RuleReservedForOther,
+			message: `allocated ClusterIP "10.96.200.1" is reserved for Service team-a/frontend; the apiserver picked it at random from the dynamic band 10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes", and releases it with this denial: create the Service again to get another address`,
 		},
 		{name: "allows kube-dns its IP", req: Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIPs("10.96.0.10"))}},
 		{
 			name: "denies an IP from a ServiceCIDR outside allowedCIDRs", cidrs: unapproved,
 			req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("192.168.0.77"))}, rule: RuleOutsideServiceCIDRs,
-			message: `spec.clusterIP: Invalid value: "192.168.0.77": is outside every active Service CIDR; 192.168.0.0/24 (ServiceCIDR "rogue") is not inside the policy's allowedCIDRs; the active ones are 10.96.0.0/16 (ServiceCIDR "kubernetes"): choose an address in one of them, or leave clusterIP empty to get one allocated`,
+			message: `allocated ClusterIP "192.168.0.77" comes from 192.168.0.0/24 (ServiceCIDR "rogue"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random), or name a free address in the static band 10.96.0.1-10.96.1.0; an administrator can delete ServiceCIDR "rogue" or add it to allowedCIDRs`,
 		},
 		{name: "denies an IP from an apiserver with a divergent range", req: Request{Operation: Create, Service: makeService("default/web", clusterIPs("192.168.0.5"))}, rule: RuleOutsideServiceCIDRs},
 		{name: "allows the dry-run placeholder", req: Request{Operation: Create, DryRun: true, Service: makeService("default/web", clusterIPs("10.96.0.0"))}},
@@ -387,4 +461,101 @@ func mustJSON(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// Only the apiserver's primary range gives its first address to
+// default/kubernetes; in a second ServiceCIDR it is an ordinary address.
+func TestOnlyThePrimaryRangesFirstAddressIsReservedForKubernetes(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	withSmall := append([]allocview.ServiceCIDR{serviceCIDR("small", true, "10.97.0.0/28")}, v4Only...)
+	env := Env{Policy: p, Snapshot: makeSnapshot(withSmall)}
+	d := Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.97.0.1"))})
+	assertRule(t, d, "", "")
+	d = Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.1"))})
+	assertRule(t, d, RuleReservedForOther, "")
+	d = Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.97.0.1"))})
+	assertRule(t, d, RuleStaticIPInDynamicBand, `spec.clusterIP: Invalid value: "10.97.0.1": lies in the dynamic band 10.97.0.1-10.97.0.14 of ServiceCIDR "small"; choose a free address in the static band 10.96.0.1-10.96.1.0 or ask for a reservation`)
+	// A dual-stack cluster's default/kubernetes is single-stack: the first
+	// IPv6 address is an ordinary static address.
+	d = Mutate(Env{Policy: p, Snapshot: makeSnapshot(dualStack)}, Request{Operation: Create, Service: makeService("default/web", clusterIP("fd00:10:96::1"), families(corev1.IPv6Protocol))})
+	assertRule(t, d, "", "")
+	d = Mutate(Env{Policy: p, Snapshot: makeSnapshot(dualStack)}, Request{Operation: Create, Service: makeService("default/kubernetes", familyPolicy(corev1.IPFamilyPolicyRequireDualStack))})
+	if got := mustJSON(d.Patch); got != `[{"op":"add","path":"/spec/clusterIP","value":"10.96.0.1"},{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.1"]}]` {
+		t.Fatalf("default/kubernetes patch %s", got)
+	}
+}
+
+// Overlapping ServiceCIDRs: an address is refused as unusable only when no
+// range containing it can hand it out.
+func TestOverlappingRangesDecideByTheWiderRange(t *testing.T) {
+	p := mustPolicy(t, "")
+	wide := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16"), serviceCIDR("extra", true, "10.96.8.0/24")}
+	extension := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/28"), serviceCIDR("extension", true, "10.96.0.0/24")}
+	tests := []struct {
+		name    string
+		cidrs   []allocview.ServiceCIDR
+		ip      string
+		rule    RuleID
+		message string
+	}{
+		{name: "the network address of the narrower range is a dynamic address of the wider one", cidrs: wide, ip: "10.96.8.0", rule: RuleStaticIPInDynamicBand,
+			message: `spec.clusterIP: Invalid value: "10.96.8.0": lies in the dynamic band 10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes"; choose a free address in the static band 10.96.0.1-10.96.1.0 or ask for a reservation`},
+		{name: "the broadcast address of the /28 is a static address of the /24", cidrs: extension, ip: "10.96.0.15"},
+		{name: "advice never names a static band that holds the refused address", cidrs: extension, ip: "10.96.0.5", rule: RuleStaticIPInDynamicBand,
+			message: `spec.clusterIP: Invalid value: "10.96.0.5": lies in the dynamic band 10.96.0.1-10.96.0.14 of ServiceCIDR "kubernetes"; choose a free address in the static band 10.96.0.15-10.96.0.16 or ask for a reservation`},
+		{name: "the shared network address stays refused", cidrs: extension, ip: "10.96.0.0", rule: RuleOutsideServiceCIDRs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := Env{Policy: p, Snapshot: makeSnapshot(tt.cidrs)}
+			assertRule(t, Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(tt.ip))}), tt.rule, tt.message)
+			if tt.rule != RuleStaticIPInDynamicBand { // the validating stage does not care about bands
+				assertRule(t, Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs(tt.ip))}), tt.rule, "")
+			}
+		})
+	}
+}
+
+// With reserved-for-other at warn, a static request for a reserved address
+// gets one warning, not a second one from the validating stage that speaks
+// of a denial: both stages word it alike, and the apiserver drops a
+// warning it already returned for the request.
+func TestWarnedViolationsReadTheSameAtBothStages(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy+"enforcement:\n  rules:\n    reserved-for-other: warn\n    outside-service-cidrs: warn\n")
+	env := Env{Policy: p, Snapshot: makeSnapshot(v4Only)}
+	for _, ip := range []string{"10.96.0.10", "10.200.0.1"} {
+		m := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(ip))})
+		v := Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs(ip))})
+		if !m.Allowed || !v.Allowed || len(m.Warnings) != 1 || len(v.Warnings) != 1 || m.Warnings[0] != v.Warnings[0] {
+			t.Fatalf("%s: mutate %q, validate %q", ip, m.Warnings, v.Warnings)
+		}
+		for _, w := range []string{"denial", "releases", "leave clusterIP empty", "Invalid value"} {
+			if strings.Contains(v.Warnings[0], w) {
+				t.Fatalf("%s: warning %q says %q", ip, v.Warnings[0], w)
+			}
+		}
+	}
+	want := `ClusterIP "10.96.0.10" is reserved for Service kube-system/kube-dns (cluster DNS), which cannot get it while this Service holds it; allowed only because the policy sets reserved-for-other to warn`
+	if d := Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.10"))}); d.Warnings[0] != want {
+		t.Fatalf("warning\n got: %s\nwant: %s", d.Warnings[0], want)
+	}
+}
+
+// A range without a static band: the advice does not send a user to a
+// static band that does not exist.
+func TestValidateAdviceWithoutAStaticBand(t *testing.T) {
+	p := mustPolicy(t, "allowedCIDRs: [10.96.0.0/28]\n")
+	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/28"), serviceCIDR("rogue", true, "10.200.0.0/28")}
+	d := Validate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.200.0.3"))})
+	assertRule(t, d, RuleOutsideServiceCIDRs, `allocated ClusterIP "10.200.0.3" comes from 10.200.0.0/28 (ServiceCIDR "rogue"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random); an administrator can delete ServiceCIDR "rogue" or add it to allowedCIDRs`)
+}
+
+// kube-dns left clusterIP empty: when its reserved address cannot be
+// assigned because no active range holds it, it is not told to leave
+// clusterIP empty.
+func TestMutateReportsAReservationOutsideTheRangesToItsOwner(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	other := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.100.0.0/16")}
+	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(other)}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
+	assertRule(t, d, RuleOutsideServiceCIDRs, `reserved ClusterIP "10.96.0.10" of this Service (cluster DNS) is outside every active Service CIDR (10.100.0.0/16 (ServiceCIDR "kubernetes")), so it cannot be assigned: an administrator can fix the reservation or the ServiceCIDRs; meanwhile give this Service a free address of the static band 10.100.0.1-10.100.1.0 as its clusterIP`)
 }

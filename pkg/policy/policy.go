@@ -102,8 +102,9 @@ type Reservation struct {
 	IP    netip.Addr
 	Owner Owner
 	Note  string
-	// Implicit marks the first address of a range, held for default/kubernetes
-	// by reserveKubernetesService rather than by an entry of the file.
+	// Implicit marks the first address of the apiserver's primary range,
+	// held for default/kubernetes by reserveKubernetesService rather than by
+	// an entry of the file.
 	Implicit bool
 }
 
@@ -126,7 +127,8 @@ type Policy struct {
 }
 
 // Default is the policy in force with no file: deny everything the rules
-// catch, reserve the first address of each range for default/kubernetes.
+// catch, reserve the first address of the primary range for
+// default/kubernetes.
 func Default() *Policy {
 	p, err := Parse([]byte("apiVersion: " + APIVersion + "\nkind: " + Kind + "\n"))
 	if err != nil {
@@ -350,17 +352,16 @@ func (p *Policy) Exempt(namespace, user string, groups []string) string {
 }
 
 // ReservedOwner returns the reservation holding ip, explicit or (for the
-// first address of an active range) implicit for default/kubernetes. An
+// address the apiserver gives default/kubernetes: the first of its primary
+// range, not of every ServiceCIDR) implicit for default/kubernetes. An
 // explicit entry wins over the implicit one.
 func (p *Policy) ReservedOwner(ip netip.Addr, rs allocview.RangeSet) (Reservation, bool) {
 	if r, ok := p.byIP[ip]; ok {
 		return r, true
 	}
 	if p.ReserveKubernetesService {
-		for _, r := range rs.Active {
-			if r.First() == ip {
-				return Reservation{IP: ip, Owner: Owner{kubernetesServiceNamespace, kubernetesServiceName}, Note: "first address of " + r.Name(), Implicit: true}, true
-			}
+		if first, name, ok := rs.KubernetesServiceIP(); ok && first == ip {
+			return Reservation{IP: ip, Owner: Owner{kubernetesServiceNamespace, kubernetesServiceName}, Note: "first address of " + name, Implicit: true}, true
 		}
 	}
 	return Reservation{}, false
@@ -373,10 +374,9 @@ func (p *Policy) ReservationsOf(owner Owner, rs allocview.RangeSet) map[allocvie
 		out[allocview.FamilyOf(r.IP)] = r
 	}
 	if p.ReserveKubernetesService && owner == (Owner{kubernetesServiceNamespace, kubernetesServiceName}) {
-		for _, r := range rs.Active {
-			f := r.Family()
-			if _, ok := out[f]; !ok && r.First().IsValid() {
-				out[f] = Reservation{IP: r.First(), Owner: owner, Note: "first address of " + r.Name(), Implicit: true}
+		if first, name, ok := rs.KubernetesServiceIP(); ok {
+			if _, taken := out[allocview.FamilyOf(first)]; !taken {
+				out[allocview.FamilyOf(first)] = Reservation{IP: first, Owner: owner, Note: "first address of " + name, Implicit: true}
 			}
 		}
 	}

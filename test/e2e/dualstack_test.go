@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +24,14 @@ reservations:
 - ip: fd00:10:96::a
   service: kube-system/kube-dns
   note: cluster DNS (IPv6)
+- {ip: 10.96.0.12, service: kube-system/dns-patched}
+- {ip: fd00:10:96::c, service: kube-system/dns-patched}
+- {ip: 10.96.0.13, service: kube-system/dns-applied}
+- {ip: fd00:10:96::d, service: kube-system/dns-applied}
+- {ip: 10.96.0.14, service: kube-system/dns-v4-first}
+- {ip: fd00:10:96::e, service: kube-system/dns-v4-first}
+- {ip: 10.96.0.15, service: kube-system/dns-v6-first}
+- {ip: fd00:10:96::f, service: kube-system/dns-v6-first}
 `
 
 func families(f ...corev1.IPFamily) func(*corev1.Service) {
@@ -48,6 +58,104 @@ func TestDualStack(t *testing.T) {
 		got := mustCreate(t, ctx, cs, service("kube-system", "kube-dns", familyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
 		if want := []string{"10.96.0.10", "fd00:10:96::a"}; !slices.Equal(got.Spec.ClusterIPs, want) {
 			t.Fatalf("kube-dns got %v, want %v", got.Spec.ClusterIPs, want)
+		}
+	})
+
+	// The apiserver widens ipFamilies naming one family (initIPFamilyFields),
+	// so the webhook must assign both reservations.
+	t.Run("ipFamilies [IPv4] with RequireDualStack gets both reserved addresses", func(t *testing.T) {
+		got := mustCreate(t, ctx, cs, service("kube-system", "dns-v4-first", families(corev1.IPv4Protocol), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
+		if want := []string{"10.96.0.14", "fd00:10:96::e"}; !slices.Equal(got.Spec.ClusterIPs, want) {
+			t.Fatalf("clusterIPs %v, want %v", got.Spec.ClusterIPs, want)
+		}
+	})
+	t.Run("ipFamilies [IPv6] with PreferDualStack gets both reserved addresses, IPv6 first", func(t *testing.T) {
+		got := mustCreate(t, ctx, cs, service("kube-system", "dns-v6-first", families(corev1.IPv6Protocol), familyPolicy(corev1.IPFamilyPolicyPreferDualStack)))
+		if want := []string{"fd00:10:96::f", "10.96.0.15"}; !slices.Equal(got.Spec.ClusterIPs, want) {
+			t.Fatalf("clusterIPs %v, want %v", got.Spec.ClusterIPs, want)
+		}
+	})
+
+	// An owner upgraded to dual-stack by ipFamilyPolicy alone, as users do
+	// it with kubectl, gets its reserved IPv6 address, not a random one.
+	t.Run("a reservation owner patched to RequireDualStack gets its reserved IPv6 address", func(t *testing.T) {
+		got := mustCreate(t, ctx, cs, service("kube-system", "dns-patched"))
+		if want := []string{"10.96.0.12"}; !slices.Equal(got.Spec.ClusterIPs, want) {
+			t.Fatalf("created with %v, want %v", got.Spec.ClusterIPs, want)
+		}
+		if _, _, err := c.Kubectl(ctx, "", "-n", "kube-system", "patch", "service", "dns-patched", "-p", `{"spec":{"ipFamilyPolicy":"RequireDualStack"}}`); err != nil {
+			t.Fatal(err)
+		}
+		got, err := cs.CoreV1().Services("kube-system").Get(ctx, "dns-patched", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"10.96.0.12", "fd00:10:96::c"}; !slices.Equal(got.Spec.ClusterIPs, want) {
+			t.Fatalf("after the patch clusterIPs %v, want %v", got.Spec.ClusterIPs, want)
+		}
+	})
+	t.Run("a reservation owner applied with PreferDualStack gets its reserved IPv6 address", func(t *testing.T) {
+		manifest := "apiVersion: v1\nkind: Service\nmetadata:\n  name: dns-applied\n  namespace: kube-system\nspec:\n  selector: {app: dns}\n  ports: [{port: 53, protocol: UDP}]\n"
+		if _, _, err := c.Kubectl(ctx, manifest, "apply", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.Kubectl(ctx, manifest+"  ipFamilyPolicy: PreferDualStack\n", "apply", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := cs.CoreV1().Services("kube-system").Get(ctx, "dns-applied", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"10.96.0.13", "fd00:10:96::d"}; !slices.Equal(got.Spec.ClusterIPs, want) {
+			t.Fatalf("after the apply clusterIPs %v, want %v", got.Spec.ClusterIPs, want)
+		}
+	})
+
+	// The mutating webhook's matchCondition (CEL) and growsToDualStack (Go)
+	// must agree: every update the webhook acts on is sent, and none is sent
+	// that it then skips as allocating nothing.
+	t.Run("the mutating webhook is sent exactly the updates that may add an address", func(t *testing.T) {
+		mustCreate(t, ctx, cs, service(ns, "mc-single"))
+		mustCreate(t, ctx, cs, service(ns, "mc-dual", familyPolicy(corev1.IPFamilyPolicyPreferDualStack)))
+		mustCreate(t, ctx, cs, service(ns, "mc-grow-families"))
+		mustCreate(t, ctx, cs, service(ns, "mc-external", externalName("example.com")))
+		updates := []struct {
+			name, patch string
+			sent        bool
+		}{
+			{"mc-single", `{"metadata":{"labels":{"e2e":"label"}}}`, false},
+			{"mc-dual", `{"metadata":{"labels":{"e2e":"label"}}}`, false},
+			{"mc-dual", `{"spec":{"ipFamilyPolicy":"RequireDualStack"}}`, false}, // already two addresses
+			{"mc-external", `{"metadata":{"labels":{"e2e":"label"}}}`, false},
+			{"mc-single", `{"spec":{"ipFamilyPolicy":"PreferDualStack"}}`, true},
+			{"mc-grow-families", `{"spec":{"ipFamilyPolicy":"RequireDualStack","ipFamilies":["IPv4","IPv6"]}}`, true},
+			{"mc-external", `{"spec":{"type":"ClusterIP","externalName":null}}`, true},
+		}
+		for _, u := range updates {
+			mark := c.Webhooks[0].LogSize()
+			if _, _, err := c.Kubectl(ctx, "", "-n", ns, "patch", "service", u.name, "-p", u.patch); err != nil {
+				t.Fatal(err)
+			}
+			var seen []string
+			for start := time.Now(); time.Since(start) < time.Second; time.Sleep(100 * time.Millisecond) {
+				seen = nil
+				for _, d := range c.Webhooks[0].DecisionsFrom(mark) {
+					if d.Name == u.name && d.Stage == "mutate" && d.Operation == "UPDATE" {
+						seen = append(seen, d.Raw)
+					}
+				}
+				if len(seen) > 0 {
+					break
+				}
+			}
+			switch {
+			case u.sent && len(seen) == 0:
+				t.Errorf("patch %s of %s never reached the mutating webhook", u.patch, u.name)
+			case !u.sent && len(seen) > 0:
+				t.Errorf("patch %s of %s reached the mutating webhook, which cannot act on it: %s", u.patch, u.name, seen[0])
+			case u.sent && strings.Contains(seen[0], `"skipped":"UPDATE that allocates no IP"`):
+				t.Errorf("patch %s of %s was sent, but the webhook skips it: %s", u.patch, u.name, seen[0])
+			}
 		}
 	})
 

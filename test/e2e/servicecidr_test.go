@@ -131,7 +131,13 @@ func TestServiceCIDROutsideAllowedCIDRs(t *testing.T) {
 		attempt := func(i int) {
 			got, err := create(ctx, cs, service(ns, fmt.Sprintf("dynamic-%03d", i)))
 			if err != nil {
-				requireDenied(t, err, validating, `"10.200.0.`, "is outside every active Service CIDR")
+				// The user left clusterIP empty: the denial says the
+				// apiserver picked the address, and never tells them to
+				// leave clusterIP empty.
+				requireDenied(t, err, validating, `allocated ClusterIP "10.200.0.`, `comes from 10.200.0.0/24 (ServiceCIDR "e2e-unapproved"), which is not inside the policy's allowedCIDRs`, "create the Service again")
+				if strings.Contains(err.Error(), "leave clusterIP empty") {
+					t.Fatalf("a dynamic create is told to leave clusterIP empty: %v", err)
+				}
 				denied++
 				return
 			}
