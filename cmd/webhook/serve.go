@@ -185,8 +185,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
 
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir})
-	server.Register(mutatePath, &webhook.Admission{Handler: mutatingHandler{rev}})
-	server.Register(validatePath, &webhook.Admission{Handler: validatingHandler{rev}})
+	server.Register(mutatePath, admissionEndpoint(mutatingHandler{rev}))
+	server.Register(validatePath, admissionEndpoint(validatingHandler{rev}))
 
 	var draining atomic.Bool
 	ready := map[string]healthz.Checker{

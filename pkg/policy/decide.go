@@ -151,6 +151,10 @@ func Validate(env Env, req Request) Decision {
 // final as it is.
 func begin(stage Stage, env Env, req Request, skip string) (*Decision, *checker) {
 	svc := req.Service
+	if v, bad := shapeViolation(stage, req); bad {
+		// One short denial, before any per-IP work, exemption or skip.
+		return &Decision{Stage: stage, RequestedIPs: ClipList(svc.Spec.ClusterIPs, MaxClusterIPs), Violations: []Violation{v}}, nil
+	}
 	d := &Decision{Stage: stage, RequestedIPs: requestedIPs(svc)}
 	d.FinalIPs = d.RequestedIPs
 	if skip == "" {
@@ -264,9 +268,13 @@ type checker struct {
 
 func (c checker) self() Owner { return Owner{c.svc.Namespace, c.svc.Name} }
 
+// selfName is the Service's namespace/name for a message: at the mutating
+// stage the apiserver has not validated it yet, so it may be of any length.
+func (c checker) selfName() string { return Echo(c.self().String()) }
+
 func (c checker) violate(rule RuleID, field, raw, format string, args ...any) {
-	msg := fmt.Sprintf("%s: Invalid value: %q: ", field, raw) + fmt.Sprintf(format, args...)
-	c.d.Violations = append(c.d.Violations, Violation{Rule: rule, Action: c.env.Policy.ActionFor(rule), Field: field, IP: raw, Message: msg})
+	msg := fmt.Sprintf("%s: Invalid value: %q: ", field, Echo(raw)) + fmt.Sprintf(format, args...)
+	c.d.Violations = append(c.d.Violations, Violation{Rule: rule, Action: c.env.Policy.ActionFor(rule), Field: field, IP: Echo(raw), Message: Clip(msg, MaxMessageBytes)})
 }
 
 // checkRequested applies the mutating stage's rules, in order, to one IP
@@ -295,7 +303,7 @@ func (c checker) checkRequested(field, raw string) {
 	}
 	if own, ok := c.env.Policy.ReservationsOf(c.self(), c.rs)[allocview.FamilyOf(ip)]; ok && own.IP != ip && !own.Implicit {
 		// Allowed, but the reservation then guards an address nobody uses.
-		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("%s: %s is reserved for Service %s, which asks for %s instead; the reserved address stays unused", field, own.IP, c.self(), raw))
+		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("%s: %s is reserved for Service %s, which asks for %s instead; the reserved address stays unused", field, own.IP, c.selfName(), Echo(raw)))
 	}
 }
 
@@ -342,7 +350,7 @@ func (c checker) chooseStatic(ip netip.Addr) string {
 	if len(bands) == 0 {
 		return "these ranges have no static band, so leave clusterIP empty"
 	}
-	return "choose a free address in the static band " + strings.Join(bands, " or ")
+	return "choose a free address in the static band " + JoinListed(bands, " or ")
 }
 
 func noteOf(r Reservation) string {
@@ -380,7 +388,7 @@ func dynamicBands(rs allocview.RangeSet, f allocview.Family) string {
 			out = append(out, r.Dynamic().String()+" of "+r.Name())
 		}
 	}
-	return strings.Join(out, ", ")
+	return JoinListed(out, ", ")
 }
 
 // assignReserved gives a Service that asks for no IP the IPs reserved for
@@ -404,7 +412,7 @@ func (c checker) assignReserved() {
 			held = append(held, r.IP.String())
 		}
 		slices.Sort(held)
-		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.self(), strings.Join(held, ", "), wantedFamilies(c.svc, c.rs)[0]))
+		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.selfName(), strings.Join(held, ", "), wantedFamilies(c.svc, c.rs)[0]))
 		return
 	}
 	before := len(c.d.Violations)
@@ -495,5 +503,5 @@ func (d Decision) finish(p *Policy) Decision {
 			d.Message = strings.TrimPrefix(d.Message+"; audit: "+v.Message, "; ")
 		}
 	}
-	return d
+	return d.bound()
 }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"clusterip-policy/pkg/policy"
+)
+
+// Limits on what one AdmissionReview may carry and what its answer may be.
+//
+// The body itself is bounded by controller-runtime's webhook.Admission,
+// which reads at most 7 MiB (maxRequestSize in its admission/http.go: two
+// objects of up to 3 MiB each, plus 1 MiB for the rest) and answers 413
+// beyond that. Each object is bounded here by the apiserver's own request
+// limit: the apiserver never sends a larger one.
+const (
+	// maxObjectBytes is the apiserver's request body limit (3 MiB); a
+	// Service larger than that never came from it.
+	maxObjectBytes = 3 << 20
+	// maxUIDBytes bounds the request UID; the apiserver sends a 36-character
+	// UUID, and the response echoes the UID.
+	maxUIDBytes = 128
+	// maxResponseBytes bounds any response the endpoints write. Every part
+	// of the handlers' answers is capped far below it (policy.MaxMessageBytes,
+	// policy.MaxListed); this is the last line if one is not.
+	maxResponseBytes = 16 << 10
+)
+
+// malformed answers a review that no apiserver sends: no request in it
+// (no operation), an unknown operation, an oversized UID or object. It
+// returns ok false for a well-formed request.
+func malformed(req admission.Request, line *auditLine) (admission.Response, bool) {
+	var err error
+	switch {
+	case req.Operation == "" && req.UID == "":
+		err = fmt.Errorf("the AdmissionReview carries no request; send an admission.k8s.io/v1 AdmissionReview with request.uid, request.operation and request.object")
+	case req.Operation == "":
+		err = fmt.Errorf("the admission request has no operation; expected CREATE, UPDATE, DELETE or CONNECT")
+	case !knownOperation(req.Operation):
+		err = fmt.Errorf("the admission request has the unknown operation %q; expected CREATE, UPDATE, DELETE or CONNECT", policy.Echo(string(req.Operation)))
+	case len(req.UID) > maxUIDBytes:
+		err = fmt.Errorf("the admission request's uid is %d bytes, more than %d; the apiserver sends a UUID", len(req.UID), maxUIDBytes)
+	case len(req.Object.Raw) > maxObjectBytes:
+		err = fmt.Errorf("the object in the admission request is %d bytes, more than the apiserver's request limit of %d (3 MiB)", len(req.Object.Raw), maxObjectBytes)
+	case len(req.OldObject.Raw) > maxObjectBytes:
+		err = fmt.Errorf("the oldObject in the admission request is %d bytes, more than the apiserver's request limit of %d (3 MiB)", len(req.OldObject.Raw), maxObjectBytes)
+	default:
+		return admission.Response{}, false
+	}
+	line.Message = err.Error()
+	return admission.Errored(http.StatusBadRequest, err), true
+}
+
+func knownOperation(op admissionv1.Operation) bool {
+	switch op {
+	case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
+		return true
+	}
+	return false
+}
+
+// admissionEndpoint is what serve registers for a handler: controller-
+// runtime's webhook.Admission (body limit, decoding, UID, patch encoding)
+// behind a cap on the response size.
+func admissionEndpoint(h admission.Handler) http.Handler {
+	return boundedResponse{&webhook.Admission{Handler: h}}
+}
+
+// boundedResponse buffers the response of next and, if it would be larger
+// than maxResponseBytes, sends a short error review instead. Only a request
+// that no apiserver sends can get there: controller-runtime copies the
+// request UID into the response, and nothing else in it grows with the
+// request.
+type boundedResponse struct{ next http.Handler }
+
+func (b boundedResponse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	bw := &boundedWriter{header: http.Header{}, code: http.StatusOK}
+	b.next.ServeHTTP(bw, r)
+	for k, v := range bw.header {
+		w.Header()[k] = v
+	}
+	if bw.over {
+		w.Header().Del("Content-Length")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(oversizedReview())
+		return
+	}
+	w.WriteHeader(bw.code)
+	_, _ = w.Write(bw.buf.Bytes())
+}
+
+// boundedWriter keeps up to maxResponseBytes of a response.
+type boundedWriter struct {
+	header http.Header
+	code   int
+	buf    bytes.Buffer
+	over   bool
+}
+
+func (w *boundedWriter) Header() http.Header { return w.header }
+
+func (w *boundedWriter) WriteHeader(code int) { w.code = code }
+
+func (w *boundedWriter) Write(p []byte) (int, error) {
+	if w.over || w.buf.Len()+len(p) > maxResponseBytes {
+		w.over = true
+		w.buf.Reset()
+		return len(p), nil
+	}
+	return w.buf.Write(p)
+}
+
+// oversizedReview is the answer sent in place of a response over the limit.
+func oversizedReview() []byte {
+	review := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
+		Response: &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+			Code:    http.StatusBadRequest,
+			Message: fmt.Sprintf("clusterip-policy refused to send a response larger than %d bytes: the request echoes too much into it (an apiserver's request uid is a 36-character UUID)", maxResponseBytes),
+		}},
+	}
+	out, _ := json.Marshal(review) // a fixed, valid value
+	return out
+}
