@@ -23,10 +23,12 @@ const (
 	MaxMessageBytes = 2048
 )
 
-// Clip returns s cut to at most max bytes (on a rune boundary), followed by
-// a marker naming what was left out: `aaaa... (1234 more bytes)`.
+// Clip returns s cut to max bytes (on a rune boundary), followed by a
+// marker naming what was left out: `aaaa... (1234 more bytes)`. A string
+// at most clipSlack bytes over max is kept whole, so clipping a clipped
+// string again keeps it as it is (and its count right).
 func Clip(s string, max int) string {
-	if len(s) <= max {
+	if len(s) <= max+clipSlack {
 		return s
 	}
 	cut := max
@@ -35,6 +37,9 @@ func Clip(s string, max int) string {
 	}
 	return s[:cut] + "... (" + strconv.Itoa(len(s)-cut) + " more bytes)"
 }
+
+// clipSlack is room for the marker Clip appends (at most 27 bytes).
+const clipSlack = 32
 
 // Echo clips a value quoted from a request to MaxEchoBytes.
 func Echo(s string) string { return Clip(s, MaxEchoBytes) }
