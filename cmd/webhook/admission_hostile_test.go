@@ -102,7 +102,9 @@ func TestHostileAndMalformedReviews(t *testing.T) {
 		},
 		{
 			name: "refuses a review without a request", code: http.StatusBadRequest,
-			body:    func(*testing.T) []byte { return []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`) },
+			body: func(*testing.T) []byte {
+				return []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`)
+			},
 			message: "the AdmissionReview carries no request; send an admission.k8s.io/v1 AdmissionReview with request.uid, request.operation and request.object",
 		},
 		{
