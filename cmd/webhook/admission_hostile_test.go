@@ -46,7 +46,7 @@ func repeated(s string, n int) []string {
 }
 
 // setRequest edits the request of a recorded review outside its object.
-func setRequest(t *testing.T, body []byte, edit func(req map[string]any)) []byte {
+func setRequest(t testing.TB, body []byte, edit func(req map[string]any)) []byte {
 	t.Helper()
 	var review map[string]any
 	if err := json.Unmarshal(body, &review); err != nil {
