@@ -86,6 +86,17 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 		line.Message = fmt.Sprintf("expected a core/v1 Service, got %s", kind)
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", kind)), nil
 	}
+	var lists serviceLists
+	if json.Unmarshal(req.Object.Raw, &lists) == nil {
+		d, tooMany := policy.TooMany(stage, lists.Spec.ClusterIPs.n, lists.Spec.IPFamilies.n, lists.Spec.ClusterIPs.head)
+		if tooMany {
+			if line.Name = policy.Echo(lists.Metadata.Name); line.Name == "" {
+				line.Name = policy.Echo(req.Name)
+			}
+			line.fill(d)
+			return respond(d), &d
+		}
+	}
 	svc, err := decodeService(req.Object.Raw)
 	if err != nil {
 		line.Message = err.Error()
@@ -136,7 +147,11 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 		d = policy.Validate(env, preq)
 	}
 	line.fill(d)
+	return respond(d), &d
+}
 
+// respond turns a decision into the admission response.
+func respond(d policy.Decision) admission.Response {
 	var resp admission.Response
 	if d.Allowed {
 		resp = admission.Allowed(d.Message)
@@ -148,7 +163,7 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 	for _, op := range d.Patch {
 		resp.Patches = append(resp.Patches, jsonpatch.JsonPatchOperation{Operation: op.Op, Path: op.Path, Value: op.Value})
 	}
-	return resp, &d
+	return resp
 }
 
 func staleMessage(resource string, d time.Duration) string {

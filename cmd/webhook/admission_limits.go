@@ -130,3 +130,77 @@ func oversizedReview() []byte {
 	out, _ := json.Marshal(review) // a fixed, valid value
 	return out
 }
+
+// serviceLists is the part of a Service read before decoding it: the
+// lengths of clusterIPs and ipFamilies and the first entries of clusterIPs.
+// A hostile list of 50,000 entries is then refused after one scan of its
+// bytes, without building the list (which costs about 100 bytes an entry).
+type serviceLists struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		ClusterIPs listHead `json:"clusterIPs"`
+		IPFamilies listHead `json:"ipFamilies"`
+	} `json:"spec"`
+}
+
+// listHead is a JSON array of strings decoded as its length and its first
+// policy.MaxClusterIPs entries.
+type listHead struct {
+	n    int
+	head []string
+}
+
+func (l *listHead) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil
+	}
+	n, cut, err := countElements(data, policy.MaxClusterIPs)
+	if err != nil {
+		return err
+	}
+	l.n = n
+	// data[:cut] is "[" and the first entries; close it and decode those.
+	return json.Unmarshal(append(data[:cut:cut], ']'), &l.head)
+}
+
+// countElements counts the entries of the JSON array data (already checked
+// to be valid JSON by the decoder) and returns the offset just past the
+// first keep entries.
+func countElements(data []byte, keep int) (n, cut int, err error) {
+	if len(data) < 2 || data[0] != '[' {
+		return 0, 0, fmt.Errorf("expected a list, got %s", policy.Echo(string(data)))
+	}
+	depth, inString, escaped, empty := 0, false, false, true
+	cut = len(data) - 1 // before the closing bracket
+	for i := 1; i < len(data)-1; i++ {
+		c := data[i]
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString:
+		case c == '"':
+			inString, empty = true, false
+		case c == '[' || c == '{':
+			depth, empty = depth+1, false
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 0:
+			n++
+			if n == keep {
+				cut = i
+			}
+		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
+			empty = false
+		}
+	}
+	if empty {
+		return 0, 1, nil
+	}
+	return n + 1, cut, nil
+}

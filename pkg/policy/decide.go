@@ -123,7 +123,7 @@ func (d Decision) Rules() []RuleID {
 // Mutate decides the mutating stage: it checks each IP the user asked for
 // and, when the Service asks for none but owns reservations, assigns them.
 func Mutate(env Env, req Request) Decision {
-	d, c := begin(StageMutate, env, req, mutateSkips(req))
+	d, c := begin(StageMutate, env, req, mutateSkips)
 	switch {
 	case c == nil:
 	case len(d.RequestedIPs) > 0:
@@ -139,7 +139,7 @@ func Mutate(env Env, req Request) Decision {
 // catches what the mutating stage cannot see: dynamic allocations, a
 // divergent apiserver's range, a ServiceCIDR removed meanwhile.
 func Validate(env Env, req Request) Decision {
-	d, c := begin(StageValidate, env, req, validateSkips(req))
+	d, c := begin(StageValidate, env, req, validateSkips)
 	if c != nil {
 		c.eachNewIP(req, func(field, raw string) { c.checkFinal(field, raw, req.DryRun) })
 	}
@@ -149,7 +149,7 @@ func Validate(env Env, req Request) Decision {
 // begin starts a decision. It returns no checker when the stage does not
 // apply (skip is not empty) or the request is exempt: the decision is then
 // final as it is.
-func begin(stage Stage, env Env, req Request, skip string) (*Decision, *checker) {
+func begin(stage Stage, env Env, req Request, skips func(Request) string) (*Decision, *checker) {
 	svc := req.Service
 	if v, bad := shapeViolation(stage, req); bad {
 		// One short denial, before any per-IP work, exemption or skip.
@@ -157,6 +157,7 @@ func begin(stage Stage, env Env, req Request, skip string) (*Decision, *checker)
 	}
 	d := &Decision{Stage: stage, RequestedIPs: requestedIPs(svc)}
 	d.FinalIPs = d.RequestedIPs
+	skip := skips(req) // after the shape check: it looks at every IP
 	if skip == "" {
 		skip = env.Policy.Exempt(svc.Namespace, req.User, req.Groups)
 	}

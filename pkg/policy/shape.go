@@ -34,15 +34,12 @@ const MaxClusterIPs = 2
 //     keeps clusterIPs), so a mismatch there is not yet an error.
 func shapeViolation(stage Stage, req Request) (Violation, bool) {
 	spec := req.Service.Spec
+	ips, fams := spec.ClusterIPs, spec.IPFamilies
+	if v, bad := tooMany(len(ips), len(fams)); bad {
+		return v, true // whatever the type: no Service holds more
+	}
 	if spec.Type == corev1.ServiceTypeExternalName {
 		return Violation{}, false // the apiserver clears or refuses these fields for ExternalName
-	}
-	ips, fams := spec.ClusterIPs, spec.IPFamilies
-	if len(ips) > MaxClusterIPs {
-		return shapeError("spec.clusterIPs", fmt.Sprintf("Too many: %d: must have at most %d items (one per IP family); ask for at most one IPv4 and one IPv6 address, or leave clusterIPs empty to get them allocated", len(ips), MaxClusterIPs)), true
-	}
-	if len(fams) > MaxClusterIPs {
-		return shapeError("spec.ipFamilies", fmt.Sprintf("Too many: %d: must have at most %d items (IPv4, IPv6 in the order wanted)", len(fams), MaxClusterIPs)), true
 	}
 	for i, f := range fams {
 		field := fmt.Sprintf("spec.ipFamilies[%d]", i)
@@ -91,4 +88,35 @@ func shapeViolation(stage Stage, req Request) (Violation, bool) {
 // (under warn or audit) would send the per-IP rules over a list of any size.
 func shapeError(field, detail string) Violation {
 	return Violation{Rule: RuleInvalidIP, Action: ActionDeny, Field: field, Message: field + ": " + detail}
+}
+
+// tooMany is the violation for a clusterIPs list of ips entries or an
+// ipFamilies list of fams entries, when either is over MaxClusterIPs.
+func tooMany(ips, fams int) (Violation, bool) {
+	switch {
+	case ips > MaxClusterIPs:
+		return shapeError("spec.clusterIPs", fmt.Sprintf("Too many: %d: must have at most %d items (one per IP family); ask for at most one IPv4 and one IPv6 address, or leave clusterIPs empty to get them allocated", ips, MaxClusterIPs)), true
+	case fams > MaxClusterIPs:
+		return shapeError("spec.ipFamilies", fmt.Sprintf("Too many: %d: must have at most %d items (IPv4, IPv6 in the order wanted)", fams, MaxClusterIPs)), true
+	}
+	return Violation{}, false
+}
+
+// TooMany decides a request whose lists were counted before they were
+// decoded (the webhook counts them in the raw object, so that a list of
+// 50,000 entries is never built): ips and fams are the lengths of
+// clusterIPs and ipFamilies, head the first entries of clusterIPs. ok is
+// false when neither list is too long; the request then needs a full
+// decision by Mutate or Validate, which give this same denial.
+func TooMany(stage Stage, ips, fams int, head []string) (d Decision, ok bool) {
+	v, bad := tooMany(ips, fams)
+	if !bad {
+		return Decision{}, false
+	}
+	requested := ClipList(head, MaxClusterIPs)
+	if more := ips - min(len(head), MaxClusterIPs); more > 0 && len(head) > 0 {
+		requested = append(requested[:min(len(head), MaxClusterIPs)], fmt.Sprintf("... (%d more)", more))
+	}
+	d = Decision{Stage: stage, RequestedIPs: requested, Violations: []Violation{v}}
+	return d.finish(nil), true
 }

@@ -52,7 +52,10 @@ func TestShapeIsCheckedBeforeAnyPerIPWork(t *testing.T) {
 		{name: "a mutating UPDATE may still carry a changed clusterIP: the apiserver reconciles it",
 			op: Update, svc: makeService("default/web", clusterIPs("10.96.0.20"), clusterIP("")), old: makeService("default/web", clusterIPs("10.96.0.20"))},
 		{name: "a dual-stack pair in family order", svc: makeService("default/web", clusterIPs("fd00:10:96::20", "10.96.0.20"), families("IPv6", "IPv4"))},
-		{name: "an ExternalName Service is left to the apiserver", svc: makeService("default/web", serviceType(corev1.ServiceTypeExternalName), clusterIPs(many...))},
+		{name: "an ExternalName Service with 50,000 clusterIPs too", svc: makeService("default/web", serviceType(corev1.ServiceTypeExternalName), clusterIPs(many...)),
+			message: "spec.clusterIPs: Too many: 50000: must have at most 2 items (one per IP family); ask for at most one IPv4 and one IPv6 address, or leave clusterIPs empty to get them allocated"},
+		{name: "an ExternalName Service's two IPs are left to the apiserver (it drops them on a change to ExternalName)",
+			op: Update, svc: makeService("default/web", serviceType(corev1.ServiceTypeExternalName), clusterIPs("10.96.0.20", "10.96.0.21")), old: makeService("default/web", clusterIPs("10.96.0.20", "10.96.0.21"))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,5 +169,23 @@ func TestLoadFileReadsNoMoreThanTheLimit(t *testing.T) {
 	_, err := LoadFile(path)
 	if want := "read policy: " + path + ": the file is larger than the limit of 1048576 bytes (1 MiB, a ConfigMap's limit); keep reservations and exemptions to what the cluster needs"; err == nil || err.Error() != want {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestTooManyGivesTheSameDenialFromCountsAlone(t *testing.T) {
+	many := make([]string, 50000)
+	for i := range many {
+		many[i] = "10.96.200.5"
+	}
+	full := Mutate(Env{Policy: mustPolicy(t, dnsPolicy), Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs(many...))})
+	counted, ok := TooMany(StageMutate, 50000, 0, many[:2])
+	if !ok || counted.Message != full.Message || counted.Allowed || fmt.Sprint(counted.Rules()) != "[invalid-ip]" {
+		t.Fatalf("counted %v %+v\nfull %+v", ok, counted, full)
+	}
+	if got := fmt.Sprintf("%q", counted.RequestedIPs); got != `["10.96.200.5" "10.96.200.5" "... (49998 more)"]` {
+		t.Fatalf("requested IPs %s", got)
+	}
+	if _, ok := TooMany(StageMutate, 2, 2, many[:2]); ok {
+		t.Fatal("two IPs and two families are not too many")
 	}
 }
