@@ -76,35 +76,100 @@ func FuzzAdmissionEndpoint(f *testing.F) {
 
 	r := newTestReviewer(f, testPolicy, true)
 	f.Fuzz(func(t *testing.T, body []byte, mutate bool) {
-		r.auditBuf.Reset()
-		var h admission.Handler = validatingHandler{r.reviewer}
-		if mutate {
-			h = mutatingHandler{r.reviewer}
-		}
-		// Through the registered endpoint: the hard cap holds.
-		raw := serveBody(t, admissionEndpoint(h), body)
-		if len(raw) > maxResponseBytes {
-			t.Fatalf("endpoint response is %d bytes, over the %d cap", len(raw), maxResponseBytes)
-		}
-		// Through controller-runtime alone: the handler's own answer is
-		// bounded, apart from the UID controller-runtime copies into it.
-		r.auditBuf.Reset()
-		raw = serveBody(t, &webhook.Admission{Handler: h}, body)
-		var review admissionv1.AdmissionReview
-		if err := json.Unmarshal(raw, &review); err != nil || review.Response == nil {
-			t.Fatalf("not an AdmissionReview (%v): %.300s", err, raw)
-		}
-		resp := review.Response
-		if n := len(raw) - len(resp.UID); n > fuzzMaxResponse {
-			t.Fatalf("response is %d bytes besides its uid: %.300s", n, raw)
-		}
-		if audit := r.auditBuf.Bytes(); bytes.Count(audit, []byte("\n")) > 1 || len(audit) > fuzzMaxAuditLine {
-			t.Fatalf("audit output is %d bytes in %d lines: %.300s", len(audit), bytes.Count(audit, []byte("\n")), audit)
-		}
-		if resp.Allowed {
-			checkAllowedService(t, body, resp, mutate)
-		}
+		checkEndpoint(t, r, body, mutate)
 	})
+}
+
+// FuzzAdmissionFields builds well-formed reviews from fuzzed fields, so
+// that the fuzzer explores the decisions rather than JSON syntax: the
+// operation, the Service's name, type, clusterIP, clusterIPs, ipFamilies
+// and ipFamilyPolicy, and the stored object's type and clusterIPs (lists
+// are comma-separated). Same checks as FuzzAdmissionEndpoint.
+// `go test -run '^$' -fuzz FuzzAdmissionFields -fuzztime 60s ./cmd/webhook`
+func FuzzAdmissionFields(f *testing.F) {
+	f.Add(uint8(0), "web", uint8(0), "10.96.0.20", "", "", "", uint8(0), "", false, true)
+	f.Add(uint8(0), "kube-dns", uint8(0), "", "", "IPv4,IPv6", "RequireDualStack", uint8(0), "", false, true)
+	f.Add(uint8(0), "kube-dns", uint8(0), "", "", "", "", uint8(0), "", true, false)
+	f.Add(uint8(0), "web", uint8(0), "10.96.200.5", "10.96.200.5,10.96.200.5,10.96.200.5", "", "", uint8(0), "", false, true)
+	f.Add(uint8(0), "web", uint8(0), "None", "None,10.96.0.10", "", "", uint8(0), "", false, true)
+	f.Add(uint8(1), "web", uint8(0), "", "10.96.0.20", "", "", uint8(0), "10.96.0.20", false, true)
+	f.Add(uint8(1), "kube-dns", uint8(0), "", "", "", "", uint8(3), "", false, true)
+	f.Add(uint8(1), "web", uint8(0), "10.96.0.0", "10.96.0.0", "IPv4", "SingleStack", uint8(0), "", true, false)
+	f.Add(uint8(2), "web", uint8(3), "10.200.0.1", "", "", "", uint8(0), "", false, false)
+	r := newTestReviewer(f, testPolicy, true)
+	ops := []string{"CREATE", "UPDATE", "DELETE", "CONNECT", "PATCH", ""}
+	types := []string{"ClusterIP", "NodePort", "LoadBalancer", "ExternalName", ""}
+	list := func(s string) []string {
+		if s == "" {
+			return nil
+		}
+		return strings.Split(s, ",")
+	}
+	f.Fuzz(func(t *testing.T, op uint8, name string, typ uint8, clusterIP, clusterIPs, families, familyPolicy string, oldType uint8, oldIPs string, dryRun, mutate bool) {
+		spec := map[string]any{"type": types[int(typ)%len(types)], "clusterIP": clusterIP, "clusterIPs": list(clusterIPs), "ipFamilies": list(families)}
+		if familyPolicy != "" {
+			spec["ipFamilyPolicy"] = familyPolicy
+		}
+		namespace := "default"
+		if name == "kube-dns" {
+			namespace = "kube-system"
+		}
+		req := map[string]any{
+			"uid": "fuzz", "kind": map[string]any{"group": "", "version": "v1", "kind": "Service"},
+			"resource": map[string]any{"group": "", "version": "v1", "resource": "services"},
+			"name":     name, "namespace": namespace, "operation": ops[int(op)%len(ops)], "dryRun": dryRun,
+			"userInfo": map[string]any{"username": "fuzz"},
+			"object":   map[string]any{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"name": name, "namespace": namespace}, "spec": spec},
+		}
+		if req["operation"] == "UPDATE" {
+			oldIPList := list(oldIPs)
+			oldClusterIP := ""
+			if len(oldIPList) > 0 {
+				oldClusterIP = oldIPList[0]
+			}
+			req["oldObject"] = map[string]any{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"name": name, "namespace": namespace},
+				"spec": map[string]any{"type": types[int(oldType)%len(types)], "clusterIP": oldClusterIP, "clusterIPs": oldIPList}}
+		}
+		body, err := json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+		if err != nil {
+			t.Skip("not encodable:", err)
+		}
+		checkEndpoint(t, r, body, mutate)
+	})
+}
+
+// checkEndpoint sends body to the stage's endpoint and checks the bounds
+// and, for an allowed Service, the addresses it ends with.
+func checkEndpoint(t *testing.T, r testReviewer, body []byte, mutate bool) {
+	t.Helper()
+	r.auditBuf.Reset()
+	var h admission.Handler = validatingHandler{r.reviewer}
+	if mutate {
+		h = mutatingHandler{r.reviewer}
+	}
+	// Through the registered endpoint: the hard cap holds.
+	raw := serveBody(t, admissionEndpoint(h), body)
+	if len(raw) > maxResponseBytes {
+		t.Fatalf("endpoint response is %d bytes, over the %d cap", len(raw), maxResponseBytes)
+	}
+	// Through controller-runtime alone: the handler's own answer is
+	// bounded, apart from the UID controller-runtime copies into it.
+	r.auditBuf.Reset()
+	raw = serveBody(t, &webhook.Admission{Handler: h}, body)
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(raw, &review); err != nil || review.Response == nil {
+		t.Fatalf("not an AdmissionReview (%v): %.300s", err, raw)
+	}
+	resp := review.Response
+	if n := len(raw) - len(resp.UID); n > fuzzMaxResponse {
+		t.Fatalf("response is %d bytes besides its uid: %.300s", n, raw)
+	}
+	if audit := r.auditBuf.Bytes(); bytes.Count(audit, []byte("\n")) > 1 || len(audit) > fuzzMaxAuditLine {
+		t.Fatalf("audit output is %d bytes in %d lines: %.300s", len(audit), bytes.Count(audit, []byte("\n")), audit)
+	}
+	if resp.Allowed {
+		checkAllowedService(t, body, resp, mutate)
+	}
 }
 
 // serveBody posts body to h as the apiserver would and returns the answer.
