@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -48,8 +49,8 @@ func Echo(s string) string { return Clip(s, MaxEchoBytes) }
 // when items were left out the last element says how many:
 // `["10.96.0.5", "10.96.0.5", "... (49998 more)"]`.
 func ClipList(list []string, max int) []string {
-	if list == nil {
-		return nil
+	if len(list) <= max && !slices.ContainsFunc(list, func(s string) bool { return len(s) > MaxEchoBytes+clipSlack }) {
+		return list // nothing to cut: no copy on the common path
 	}
 	n := min(len(list), max)
 	out := make([]string, 0, n+1)
