@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
+	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -71,17 +74,57 @@ func knownOperation(op admissionv1.Operation) bool {
 // runtime's webhook.Admission (body limit, decoding, UID, patch encoding)
 // behind a cap on the response size.
 func admissionEndpoint(h admission.Handler) http.Handler {
-	return boundedResponse{&webhook.Admission{Handler: h}}
+	return boundedResponse{next: &webhook.Admission{Handler: h}, bodies: bodiesInFlight, wait: maxBodyWait}
 }
+
+// Memory for request bodies. controller-runtime reads each body whole (up
+// to 7 MiB) and keeps a copy of the object, so a burst of large reviews
+// costs about three times their size at once; the deployment's limit is
+// 256Mi. Reviews wait for room in a budget of body bytes instead: a real
+// review is a few KiB, so only large ones ever wait.
+const (
+	// maxBodyBytesInFlight is the budget of request body bytes (by
+	// Content-Length; a body without one counts as the 7 MiB maximum).
+	maxBodyBytesInFlight = 32 << 20
+	// maxRequestBytes is controller-runtime's body limit (maxRequestSize in
+	// its admission/http.go); larger bodies are refused there unread.
+	maxRequestBytes = 7 << 20
+	// maxBodyWait is how long a review waits for room before it is refused
+	// with 429; the apiserver's timeout for the webhook is 5 s.
+	maxBodyWait = 2 * time.Second
+)
+
+// bodiesInFlight is shared by both endpoints.
+var bodiesInFlight = semaphore.NewWeighted(maxBodyBytesInFlight)
 
 // boundedResponse buffers the response of next and, if it would be larger
 // than maxResponseBytes, sends a short error review instead. Only a request
 // that no apiserver sends can get there: controller-runtime copies the
 // request UID into the response, and nothing else in it grows with the
 // request.
-type boundedResponse struct{ next http.Handler }
+//
+// It also holds the request until its body fits in the bodies budget.
+type boundedResponse struct {
+	next   http.Handler
+	bodies *semaphore.Weighted
+	wait   time.Duration
+}
 
 func (b boundedResponse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	weight := int64(maxRequestBytes)
+	if r.ContentLength >= 0 && r.ContentLength < weight {
+		weight = max(r.ContentLength, 1)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), b.wait)
+	err := b.bodies.Acquire(ctx, weight)
+	cancel()
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("clusterip-policy is busy: more than %d bytes of reviews in flight for %s; retry", maxBodyBytesInFlight, b.wait), http.StatusTooManyRequests)
+		return
+	}
+	defer b.bodies.Release(weight)
+
 	bw := &boundedWriter{header: http.Header{}, code: http.StatusOK}
 	b.next.ServeHTTP(bw, r)
 	for k, v := range bw.header {
