@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,9 +114,10 @@ func TooMany(stage Stage, ips, fams int, head []string) (d Decision, ok bool) {
 	if !bad {
 		return Decision{}, false
 	}
-	requested := ClipList(head, MaxClusterIPs)
-	if more := ips - min(len(head), MaxClusterIPs); more > 0 && len(head) > 0 {
-		requested = append(requested[:min(len(head), MaxClusterIPs)], fmt.Sprintf("... (%d more)", more))
+	shown := min(len(head), MaxClusterIPs)
+	requested := slices.Clip(ClipList(head[:shown], MaxClusterIPs)) // appended to below, never into head
+	if more := ips - shown; more > 0 && shown > 0 {
+		requested = append(requested, fmt.Sprintf("... (%d more)", more))
 	}
 	d = Decision{Stage: stage, RequestedIPs: requested, Violations: []Violation{v}}
 	return d.finish(nil), true

@@ -185,6 +185,9 @@ func TestTooManyGivesTheSameDenialFromCountsAlone(t *testing.T) {
 	if got := fmt.Sprintf("%q", counted.RequestedIPs); got != `["10.96.200.5" "10.96.200.5" "... (49998 more)"]` {
 		t.Fatalf("requested IPs %s", got)
 	}
+	if many[2] != "10.96.200.5" {
+		t.Fatalf("TooMany wrote into the list it was given: %q", many[:3])
+	}
 	if _, ok := TooMany(StageMutate, 2, 2, many[:2]); ok {
 		t.Fatal("two IPs and two families are not too many")
 	}
