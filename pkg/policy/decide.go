@@ -153,7 +153,11 @@ func begin(stage Stage, env Env, req Request, skips func(Request) string) (*Deci
 	svc := req.Service
 	if v, bad := shapeViolation(stage, req); bad {
 		// One short denial, before any per-IP work, exemption or skip.
-		return &Decision{Stage: stage, RequestedIPs: ClipList(svc.Spec.ClusterIPs, MaxClusterIPs), Violations: []Violation{v}}, nil
+		requested := ClipList(svc.Spec.ClusterIPs, MaxClusterIPs)
+		if len(svc.Spec.ClusterIPs) <= MaxClusterIPs {
+			requested = requestedIPs(svc) // as the audit log shows it for any request
+		}
+		return &Decision{Stage: stage, RequestedIPs: requested, Violations: []Violation{v}}, nil
 	}
 	d := &Decision{Stage: stage, RequestedIPs: requestedIPs(svc)}
 	d.FinalIPs = d.RequestedIPs
