@@ -88,6 +88,11 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 	}
 	var lists serviceLists
 	if json.Unmarshal(req.Object.Raw, &lists) == nil {
+		if lists.Spec == nil {
+			err := fmt.Errorf("the Service in the admission request has no spec; the apiserver always sends one")
+			line.Message = err.Error()
+			return admission.Errored(http.StatusBadRequest, err), nil
+		}
 		d, tooMany := policy.TooMany(stage, lists.Spec.ClusterIPs.n, lists.Spec.IPFamilies.n, lists.Spec.ClusterIPs.head)
 		if tooMany {
 			if line.Name = policy.Echo(lists.Metadata.Name); line.Name == "" {

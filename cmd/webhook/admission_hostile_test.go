@@ -115,6 +115,13 @@ func TestHostileAndMalformedReviews(t *testing.T) {
 			message: "the admission request carries no object",
 		},
 		{
+			name: "refuses a Service without a spec, which the reserved-IP patch could not add to", code: http.StatusBadRequest,
+			body: func(*testing.T) []byte {
+				return []byte(`{"request":{"uid":"u","kind":{"kind":"Service"},"name":"kube-dns","namespace":"kube-system","object":{},"operation":"CREATE"}}`)
+			},
+			message: "the Service in the admission request has no spec; the apiserver always sends one",
+		},
+		{
 			name: "refuses a kind other than Service", code: http.StatusBadRequest,
 			body: func(t *testing.T) []byte {
 				return setRequest(t, loadReview(t, static), func(req map[string]any) {

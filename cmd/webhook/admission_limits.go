@@ -182,7 +182,9 @@ type serviceLists struct {
 	Metadata struct {
 		Name string `json:"name"`
 	} `json:"metadata"`
-	Spec struct {
+	// Spec is nil when the object has none: the webhook's patch adds to
+	// /spec, so a Service without one (which no apiserver sends) is refused.
+	Spec *struct {
 		ClusterIPs listHead `json:"clusterIPs"`
 		IPFamilies listHead `json:"ipFamilies"`
 	} `json:"spec"`
