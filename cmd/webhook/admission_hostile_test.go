@@ -160,7 +160,7 @@ func TestHostileAndMalformedReviews(t *testing.T) {
 			message: tooMany,
 		},
 		{
-			name: "denies 50,000 clusterIPs even where invalid-ip only warns", code: http.StatusForbidden, rule: "invalid-ip",
+			name: "denies 50,000 clusterIPs even where the policy only audits", code: http.StatusForbidden, rule: "invalid-ip",
 			policy: testPolicy + "enforcement: {default: audit}\n",
 			body: func(t *testing.T) []byte {
 				return loadReview(t, static, withSpec("clusterIPs", repeated("10.96.200.5", 50000)))
