@@ -54,8 +54,8 @@ const notReadyMessage = "clusterip-policy is not ready: its view of the cluster'
 func (r *reviewer) review(stage policy.Stage, req admission.Request) admission.Response {
 	start := time.Now()
 	line := auditLine{
-		UID: string(req.UID), Stage: stage, Operation: string(req.Operation),
-		Namespace: req.Namespace, Name: req.Name, User: req.UserInfo.Username,
+		UID: policy.Echo(string(req.UID)), Stage: stage, Operation: policy.Echo(string(req.Operation)),
+		Namespace: policy.Echo(req.Namespace), Name: policy.Echo(req.Name), User: policy.Echo(req.UserInfo.Username),
 		DryRun: req.DryRun != nil && *req.DryRun,
 	}
 	resp, d := r.decide(stage, req, &line)
@@ -70,15 +70,37 @@ func (r *reviewer) review(stage policy.Stage, req admission.Request) admission.R
 // decide builds the response; d is nil when no policy decision was made
 // (a malformed request, or not ready).
 func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *auditLine) (admission.Response, *policy.Decision) {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+	if resp, bad := malformed(req, line); bad {
+		return resp, nil
+	}
+	switch req.Operation {
+	case admissionv1.Create, admissionv1.Update:
+	case admissionv1.Delete, admissionv1.Connect:
 		// Only CREATE and UPDATE allocate; a configuration that also sends
 		// DELETE must not make every delete fail on a missing object.
 		line.Decision, line.Skipped = policy.Allowed, fmt.Sprintf("operation %s allocates no IP", req.Operation)
 		return admission.Allowed(line.Skipped), nil
 	}
 	if req.Kind.Kind != "Service" || req.Kind.Group != "" {
-		line.Message = fmt.Sprintf("expected a core/v1 Service, got %s", req.Kind)
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", req.Kind)), nil
+		kind := policy.Echo(req.Kind.String())
+		line.Message = fmt.Sprintf("expected a core/v1 Service, got %s", kind)
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", kind)), nil
+	}
+	var lists serviceLists
+	if json.Unmarshal(req.Object.Raw, &lists) == nil {
+		if lists.Spec == nil {
+			err := fmt.Errorf("the Service in the admission request has no spec; the apiserver always sends one")
+			line.Message = err.Error()
+			return admission.Errored(http.StatusBadRequest, err), nil
+		}
+		d, tooMany := policy.TooMany(stage, lists.Spec.ClusterIPs.n, lists.Spec.IPFamilies.n, lists.Spec.ClusterIPs.head)
+		if tooMany {
+			if line.Name = policy.Echo(lists.Metadata.Name); line.Name == "" {
+				line.Name = policy.Echo(req.Name)
+			}
+			line.fill(d)
+			return respond(d), &d
+		}
 	}
 	svc, err := decodeService(req.Object.Raw)
 	if err != nil {
@@ -91,7 +113,7 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 	if svc.Name == "" {
 		svc.Name = req.Name
 	}
-	line.Name = svc.Name
+	line.Name = policy.Echo(svc.Name)
 	var old *corev1.Service
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		if old, err = decodeService(req.OldObject.Raw); err != nil {
@@ -130,7 +152,11 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 		d = policy.Validate(env, preq)
 	}
 	line.fill(d)
+	return respond(d), &d
+}
 
+// respond turns a decision into the admission response.
+func respond(d policy.Decision) admission.Response {
 	var resp admission.Response
 	if d.Allowed {
 		resp = admission.Allowed(d.Message)
@@ -142,7 +168,7 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 	for _, op := range d.Patch {
 		resp.Patches = append(resp.Patches, jsonpatch.JsonPatchOperation{Operation: op.Op, Path: op.Path, Value: op.Value})
 	}
-	return resp, &d
+	return resp
 }
 
 func staleMessage(resource string, d time.Duration) string {
@@ -163,7 +189,9 @@ func decodeService(raw []byte) (*corev1.Service, error) {
 	}
 	svc := &corev1.Service{}
 	if err := json.Unmarshal(raw, svc); err != nil {
-		return nil, fmt.Errorf("decode the Service in the admission request: %w", err)
+		// A decoding error quotes at most a type and a field path, but clip
+		// it anyway: it goes into the response and the audit line.
+		return nil, fmt.Errorf("decode the Service in the admission request: %s", policy.Clip(err.Error(), policy.MaxMessageBytes))
 	}
 	return svc, nil
 }

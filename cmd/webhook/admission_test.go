@@ -36,7 +36,7 @@ type testReviewer struct {
 	reg      *prometheus.Registry
 }
 
-func newTestReviewer(t *testing.T, policyYAML string, synced bool) testReviewer {
+func newTestReviewer(t testing.TB, policyYAML string, synced bool) testReviewer {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(path, []byte(policyYAML), 0o644); err != nil {
@@ -64,7 +64,7 @@ func newTestReviewer(t *testing.T, policyYAML string, synced bool) testReviewer 
 
 // loadReview reads a recorded AdmissionReview and applies tweaks to its
 // Service object (as a generic map, to keep the recording's exact shape).
-func loadReview(t *testing.T, name string, tweaks ...func(obj map[string]any)) []byte {
+func loadReview(t testing.TB, name string, tweaks ...func(obj map[string]any)) []byte {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("testdata", "admissionreviews", name))
 	if err != nil {

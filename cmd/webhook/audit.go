@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"time"
 
 	"clusterip-policy/pkg/policy"
@@ -32,6 +33,9 @@ type auditLine struct {
 	Took             time.Duration
 }
 
+// fill copies the decision into the line. A decision is already bounded
+// (policy.Decision's lists and messages are capped); the caps here hold the
+// line bounded on their own, since a line is written for every request.
 func (l *auditLine) fill(d policy.Decision) {
 	l.RequestedIPs, l.FinalIPs = d.RequestedIPs, d.FinalIPs
 	l.Decision, l.Rules, l.Violations = d.Outcome, d.Rules(), d.Violations
@@ -46,25 +50,40 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
+// capped returns at most policy.MaxListed items of s.
+func capped[T any](s []T) []T {
+	return s[:min(len(s), policy.MaxListed)]
+}
+
 func (l auditLine) keysAndValues() []any {
+	patch := capped(l.Patch)
+	violations := slices.Clone(capped(l.Violations)) // edited below; the decision keeps its own
+	for i := range violations {
+		v := &violations[i]
+		v.Field, v.IP, v.Message = policy.Echo(v.Field), policy.Echo(v.IP), policy.Clip(v.Message, policy.MaxMessageBytes)
+	}
+	warnings := policy.ClipList(l.Warnings, policy.MaxListed)
+	for i, w := range capped(l.Warnings) {
+		warnings[i] = policy.Clip(w, policy.MaxMessageBytes)
+	}
 	return []any{
-		"uid", l.UID,
+		"uid", policy.Echo(l.UID),
 		"stage", l.Stage,
-		"operation", l.Operation,
-		"namespace", l.Namespace,
-		"name", l.Name,
-		"user", l.User,
+		"operation", policy.Echo(l.Operation),
+		"namespace", policy.Echo(l.Namespace),
+		"name", policy.Echo(l.Name),
+		"user", policy.Echo(l.User),
 		"dryRun", l.DryRun,
-		"requestedIPs", orEmpty(l.RequestedIPs),
-		"finalIPs", orEmpty(l.FinalIPs),
+		"requestedIPs", orEmpty(policy.ClipList(l.RequestedIPs, policy.MaxListed)),
+		"finalIPs", orEmpty(policy.ClipList(l.FinalIPs, policy.MaxListed)),
 		"decision", l.Decision,
-		"rules", orEmpty(l.Rules),
-		"violations", orEmpty(l.Violations),
-		"mutations", orEmpty(l.Mutations),
-		"patch", orEmpty(l.Patch),
-		"warnings", orEmpty(l.Warnings),
-		"skipped", l.Skipped,
-		"message", l.Message,
+		"rules", orEmpty(capped(l.Rules)),
+		"violations", orEmpty(violations),
+		"mutations", orEmpty(capped(l.Mutations)),
+		"patch", orEmpty(patch),
+		"warnings", orEmpty(warnings),
+		"skipped", policy.Clip(l.Skipped, policy.MaxMessageBytes),
+		"message", policy.Clip(l.Message, policy.MaxMessageBytes),
 		"policyGeneration", l.PolicyGeneration,
 		"policyDigest", l.PolicyDigest,
 		"viewGeneration", l.ViewGeneration,

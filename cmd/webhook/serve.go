@@ -199,8 +199,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", b.digest, "cas", b.subject)
 	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOptions(cas)})
-	server.Register(mutatePath, &webhook.Admission{Handler: mutatingHandler{rev}})
-	server.Register(validatePath, &webhook.Admission{Handler: validatingHandler{rev}})
+	server.Register(mutatePath, admissionEndpoint(mutatingHandler{rev}))
+	server.Register(validatePath, admissionEndpoint(validatingHandler{rev}))
 
 	var draining atomic.Bool
 	ready := map[string]healthz.Checker{

@@ -319,16 +319,25 @@ func (rs RangeSet) Describe() string {
 	if len(rs.Active) == 0 {
 		return "none"
 	}
-	parts := make([]string, 0, len(rs.Active))
-	for _, r := range rs.Active {
+	// A message lists a few ranges, not all: a cluster may hold any number
+	// of ServiceCIDRs, and the message must stay short.
+	parts := make([]string, 0, min(len(rs.Active), maxDescribed))
+	for _, r := range rs.Active[:min(len(rs.Active), maxDescribed)] {
 		s := r.String()
 		if r.Allowed != nil {
 			s = fmt.Sprintf("%s, only %s", s, joinPrefixes(r.Allowed))
 		}
 		parts = append(parts, s)
 	}
+	if more := len(rs.Active) - len(parts); more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
+	}
 	return strings.Join(parts, ", ")
 }
+
+// maxDescribed bounds the ranges (and allowed parts of one range) that
+// Describe lists.
+const maxDescribed = 4
 
 // StaticBands lists the static bands of the active ranges of family f, for
 // the "choose instead" part of a message, without the addresses another
@@ -356,9 +365,12 @@ func (rs RangeSet) ExcludedContaining(ip netip.Addr) (Excluded, bool) {
 }
 
 func joinPrefixes(ps []netip.Prefix) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
+	s := make([]string, 0, min(len(ps), maxDescribed)+1)
+	for _, p := range ps[:min(len(ps), maxDescribed)] {
+		s = append(s, p.String())
+	}
+	if more := len(ps) - len(s); more > 0 {
+		s = append(s, fmt.Sprintf("and %d more", more))
 	}
 	return strings.Join(s, ", ")
 }

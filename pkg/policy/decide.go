@@ -123,7 +123,7 @@ func (d Decision) Rules() []RuleID {
 // Mutate decides the mutating stage: it checks each IP the user asked for
 // and, when the Service asks for none but owns reservations, assigns them.
 func Mutate(env Env, req Request) Decision {
-	d, c := begin(StageMutate, env, req, mutateSkips(req))
+	d, c := begin(StageMutate, env, req, mutateSkips)
 	switch {
 	case c == nil:
 	case len(d.RequestedIPs) > 0:
@@ -142,7 +142,7 @@ func Mutate(env Env, req Request) Decision {
 // catches what the mutating stage cannot see: dynamic allocations, a
 // divergent apiserver's range, a ServiceCIDR removed meanwhile.
 func Validate(env Env, req Request) Decision {
-	d, c := begin(StageValidate, env, req, validateSkips(req))
+	d, c := begin(StageValidate, env, req, validateSkips)
 	if c != nil {
 		c.eachNewIP(req, func(field, raw string) { c.checkFinal(field, raw, req.DryRun) })
 	}
@@ -152,10 +152,19 @@ func Validate(env Env, req Request) Decision {
 // begin starts a decision. It returns no checker when the stage does not
 // apply (skip is not empty) or the request is exempt: the decision is then
 // final as it is.
-func begin(stage Stage, env Env, req Request, skip string) (*Decision, *checker) {
+func begin(stage Stage, env Env, req Request, skips func(Request) string) (*Decision, *checker) {
 	svc := req.Service
+	if v, bad := shapeViolation(stage, req); bad {
+		// One short denial, before any per-IP work, exemption or skip.
+		requested := ClipList(svc.Spec.ClusterIPs, MaxClusterIPs)
+		if len(svc.Spec.ClusterIPs) <= MaxClusterIPs {
+			requested = requestedIPs(svc) // as the audit log shows it for any request
+		}
+		return &Decision{Stage: stage, RequestedIPs: requested, Violations: []Violation{v}}, nil
+	}
 	d := &Decision{Stage: stage, RequestedIPs: requestedIPs(svc)}
 	d.FinalIPs = d.RequestedIPs
+	skip := skips(req) // after the shape check: it looks at every IP
 	if skip == "" {
 		skip = env.Policy.Exempt(svc.Namespace, req.User, req.Groups)
 	}
@@ -267,9 +276,13 @@ type checker struct {
 
 func (c checker) self() Owner { return Owner{c.svc.Namespace, c.svc.Name} }
 
+// selfName is the Service's namespace/name for a message: at the mutating
+// stage the apiserver has not validated it yet, so it may be of any length.
+func (c checker) selfName() string { return Echo(c.self().String()) }
+
 func (c checker) violate(rule RuleID, field, raw, format string, args ...any) {
-	msg := fmt.Sprintf("%s: Invalid value: %q: ", field, raw) + fmt.Sprintf(format, args...)
-	c.d.Violations = append(c.d.Violations, Violation{Rule: rule, Action: c.env.Policy.ActionFor(rule), Field: field, IP: raw, Message: msg})
+	msg := fmt.Sprintf("%s: Invalid value: %q: ", field, Echo(raw)) + fmt.Sprintf(format, args...)
+	c.d.Violations = append(c.d.Violations, Violation{Rule: rule, Action: c.env.Policy.ActionFor(rule), Field: field, IP: Echo(raw), Message: Clip(msg, MaxMessageBytes)})
 }
 
 // checkRequested applies the mutating stage's rules, in order, to one IP
@@ -301,7 +314,7 @@ func (c checker) checkRequested(field, raw string) {
 	}
 	if own, ok := c.env.Policy.ReservationsOf(c.self(), c.rs)[allocview.FamilyOf(ip)]; ok && own.IP != ip && !own.Implicit {
 		// Allowed, but the reservation then guards an address nobody uses.
-		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("%s: %s is reserved for Service %s, which asks for %s instead; the reserved address stays unused", field, own.IP, c.self(), raw))
+		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("%s: %s is reserved for Service %s, which asks for %s instead; the reserved address stays unused", field, own.IP, c.selfName(), Echo(raw)))
 	}
 }
 
@@ -356,7 +369,7 @@ func (c checker) chooseStatic(ip netip.Addr) string {
 	if len(bands) == 0 {
 		return "these ranges have no static band, so leave clusterIP empty"
 	}
-	return "choose a free address in the static band " + strings.Join(bands, " or ")
+	return "choose a free address in the static band " + JoinListed(bands, " or ")
 }
 
 func noteOf(r Reservation) string {
@@ -412,7 +425,7 @@ func (c checker) assignReserved() {
 			held = append(held, r.IP.String())
 		}
 		slices.Sort(held)
-		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.self(), strings.Join(held, ", "), fams[0]))
+		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("Service %s holds reservation %s but will be %s first (its primary family); set ipFamilies to use the reservation", c.selfName(), strings.Join(held, ", "), fams[0]))
 		return
 	}
 	before := len(c.d.Violations)
@@ -514,5 +527,5 @@ func (d Decision) finish(p *Policy) Decision {
 			d.Message = strings.TrimPrefix(d.Message+"; audit: "+v.Message, "; ")
 		}
 	}
-	return d
+	return d.bound()
 }

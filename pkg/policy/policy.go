@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -139,7 +138,7 @@ func Default() *Policy {
 
 // LoadFile reads and parses the policy at path; errors name the file.
 func LoadFile(path string) (*Policy, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path, MaxPolicyBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read policy: %w", err)
 	}
@@ -156,6 +155,9 @@ var yamlUnknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in 
 // malformed CIDR or IP, or a policy that contradicts itself is an error that
 // names the line and the entry.
 func Parse(data []byte) (*Policy, error) {
+	if len(data) > MaxPolicyBytes {
+		return nil, fmt.Errorf("the file is %d bytes, more than the limit of %d (1 MiB, a ConfigMap's limit); keep reservations and exemptions to what the cluster needs", len(data), MaxPolicyBytes)
+	}
 	var f File
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -194,6 +196,9 @@ func compile(f File, ln lines, data []byte) (*Policy, error) {
 	}
 	if f.Kind != Kind {
 		return nil, fmt.Errorf("line %d: kind %q is not supported; use %s", ln.at("kind"), f.Kind, Kind)
+	}
+	if err := checkCounts(f, ln); err != nil {
+		return nil, err
 	}
 	var err error
 	if p.ServiceCIDRs, err = parseCIDRs("serviceCIDRs", f.ServiceCIDRs, ln); err != nil {
@@ -343,8 +348,17 @@ func (p *Policy) Exempt(namespace, user string, groups []string) string {
 	case user != "" && slices.Contains(p.ExemptUsers, user):
 		return fmt.Sprintf("user %s is exempt by the policy", user)
 	}
+	if len(p.ExemptGroups) == 0 {
+		return ""
+	}
+	// A request may name any number of groups: look each up once in a set
+	// rather than scanning the policy's list for every one.
+	exempt := make(map[string]bool, len(p.ExemptGroups))
+	for _, g := range p.ExemptGroups {
+		exempt[g] = true
+	}
 	for _, g := range groups {
-		if slices.Contains(p.ExemptGroups, g) {
+		if exempt[g] {
 			return fmt.Sprintf("group %s is exempt by the policy", g)
 		}
 	}

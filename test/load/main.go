@@ -5,6 +5,13 @@
 //
 //	go run ./test/load --url https://127.0.0.1:9443/validate-v1-service \
 //	    --ca .local/webhook/ca.crt --duration 10s --concurrency 8
+//
+// Hostile input: 100 CREATEs of 50,000 clusterIPs each, with the webhook's
+// resident memory before and after:
+//
+//	go run ./test/load --url https://127.0.0.1:9443/mutate-v1-service \
+//	    --ca .local/cluster/webhook-certs/ca.crt --review cmd/webhook/testdata/admissionreviews/mutate-003-create-wh-static.json \
+//	    --hostile-clusterips 50000 --requests 100 --concurrency 4 --webhook-pid PID
 package main
 
 import (
@@ -22,6 +29,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -33,16 +41,30 @@ func main() {
 	reviewFile := flag.String("review", "cmd/webhook/testdata/admissionreviews/validate-002-create-wh-auto.json", "AdmissionReview request body to send")
 	duration := flag.Duration("duration", 10*time.Second, "how long to send (at most 5m)")
 	concurrency := flag.Int("concurrency", 8, "requests in flight")
+	requests := flag.Int("requests", 0, "stop after this many requests (0: send until --duration ends)")
+	hostile := flag.Int("hostile-clusterips", 0, "replace the review's spec.clusterIPs by this many copies of one dynamic-band address (50000 makes the 0.7 MB body the webhook must answer with one short denial)")
+	pid := flag.Int("webhook-pid", 0, "report this process's resident memory (VmRSS) before and after (a webhook on this machine)")
 	certFile := flag.String("cert", "", "client certificate to present (a webhook run with --client-ca-file); with --key")
 	keyFile := flag.String("key", "", "key of --cert")
 	flag.Parse()
-	if err := run(*target, *caFile, *reviewFile, *duration, *concurrency, *certFile, *keyFile); err != nil {
+	opts := options{requests: *requests, hostile: *hostile, pid: *pid, certFile: *certFile, keyFile: *keyFile}
+	if err := run(*target, *caFile, *reviewFile, *duration, *concurrency, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
 }
 
-func run(target, caFile, reviewFile string, duration time.Duration, concurrency int, certFile, keyFile string) error {
+// options are the flags beyond the basic load: hostile-input
+// measurements and a client certificate.
+type options struct {
+	requests int // total requests; 0 for no limit but the duration
+	hostile  int // clusterIPs entries to send; 0 to send the review as recorded
+	pid      int // webhook process whose RSS to report; 0 for none
+
+	certFile, keyFile string // client certificate, for a webhook run with --client-ca-file
+}
+
+func run(target, caFile, reviewFile string, duration time.Duration, concurrency int, opts options) error {
 	u, err := url.Parse(target)
 	if err != nil || u.Scheme != "https" {
 		return fmt.Errorf("--url %q: want an https URL", target)
@@ -64,13 +86,27 @@ func run(target, caFile, reviewFile string, duration time.Duration, concurrency 
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return fmt.Errorf("--ca %s holds no PEM certificate", caFile)
 	}
+	if opts.requests < 0 || opts.requests > 1000000 {
+		return fmt.Errorf("--requests %d: use 0 to 1000000", opts.requests)
+	}
+	if opts.hostile < 0 || opts.hostile > 250000 {
+		return fmt.Errorf("--hostile-clusterips %d: use 0 to 250000 (3 MiB, the apiserver's body limit, holds about 220000)", opts.hostile)
+	}
 	body, err := os.ReadFile(reviewFile)
 	if err != nil {
 		return fmt.Errorf("--review: %w", err)
 	}
+	if opts.hostile > 0 {
+		if body, err = withClusterIPs(body, opts.hostile); err != nil {
+			return fmt.Errorf("--review %s: %w", reviewFile, err)
+		}
+	}
+	rssBefore := rss(opts.pid)
+	var sent atomic.Int64
+	var maxResp atomic.Int64
 	tlsConfig := &tls.Config{RootCAs: pool}
-	if certFile != "" || keyFile != "" {
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if opts.certFile != "" || opts.keyFile != "" {
+		pair, err := tls.LoadX509KeyPair(opts.certFile, opts.keyFile)
 		if err != nil {
 			return fmt.Errorf("--cert/--key: %w", err)
 		}
@@ -95,8 +131,13 @@ func run(target, caFile, reviewFile string, duration time.Duration, concurrency 
 			defer wg.Done()
 			var local []time.Duration
 			for time.Now().Before(deadline) {
+				if opts.requests > 0 && sent.Add(1) > int64(opts.requests) {
+					break
+				}
 				t0 := time.Now()
-				ok, isAllowed, msg := send(client, target, body)
+				ok, isAllowed, msg, size := send(client, target, body)
+				for m := maxResp.Load(); int64(size) > m && !maxResp.CompareAndSwap(m, int64(size)); m = maxResp.Load() {
+				}
 				d := time.Since(t0)
 				mu.Lock()
 				if ok {
@@ -129,6 +170,10 @@ func run(target, caFile, reviewFile string, duration time.Duration, concurrency 
 	fmt.Printf("requests: %d ok (%d allowed), %d failed in %s at concurrency %d\n", len(latencies), allowed, failures, elapsed.Round(time.Millisecond), concurrency)
 	fmt.Printf("throughput: %.0f requests/s\n", float64(len(latencies))/elapsed.Seconds())
 	fmt.Printf("latency: p50 %s  p90 %s  p99 %s  max %s\n", pct(0.50), pct(0.90), pct(0.99), pct(1))
+	fmt.Printf("request body: %d bytes; largest response: %d bytes\n", len(body), maxResp.Load())
+	if opts.pid > 0 {
+		fmt.Printf("webhook pid %d VmRSS: %s before, %s after\n", opts.pid, rssBefore, rss(opts.pid))
+	}
 	if failures > 0 {
 		return fmt.Errorf("%d requests failed; first: %s", failures, firstErr)
 	}
@@ -137,19 +182,58 @@ func run(target, caFile, reviewFile string, duration time.Duration, concurrency 
 
 // send posts one review; ok is false for transport errors and malformed
 // answers (a denial is a valid answer).
-func send(c *http.Client, target string, body []byte) (ok, allowed bool, msg string) {
+func send(c *http.Client, target string, body []byte) (ok, allowed bool, msg string, size int) {
 	resp, err := c.Post(target, "application/json", bytes.NewReader(body))
 	if err != nil {
-		return false, false, err.Error()
+		return false, false, err.Error(), 0
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	// Read at most 1 MiB: a larger answer is itself the failure to report.
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return false, false, fmt.Sprintf("HTTP %d %v %s", resp.StatusCode, err, strings.TrimSpace(string(data)))
+		return false, false, fmt.Sprintf("HTTP %d %v %.300s", resp.StatusCode, err, strings.TrimSpace(string(data))), len(data)
 	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(data, &review); err != nil || review.Response == nil {
-		return false, false, fmt.Sprintf("malformed response: %v", err)
+		return false, false, fmt.Sprintf("malformed response (%d bytes): %v", len(data), err), len(data)
 	}
-	return true, review.Response.Allowed, ""
+	return true, review.Response.Allowed, "", len(data)
+}
+
+// withClusterIPs returns the review with n copies of 10.96.200.5 (a
+// dynamic-band address of 10.96.0.0/16) as the object's clusterIPs.
+func withClusterIPs(body []byte, n int) ([]byte, error) {
+	var review map[string]any
+	if err := json.Unmarshal(body, &review); err != nil {
+		return nil, err
+	}
+	req, _ := review["request"].(map[string]any)
+	obj, _ := req["object"].(map[string]any)
+	spec, _ := obj["spec"].(map[string]any)
+	if spec == nil {
+		return nil, fmt.Errorf("no request.object.spec to put clusterIPs in")
+	}
+	ips := make([]string, n)
+	for i := range ips {
+		ips[i] = "10.96.200.5"
+	}
+	spec["clusterIP"], spec["clusterIPs"] = ips[0], ips
+	return json.Marshal(review)
+}
+
+// rss reads VmRSS from /proc/PID/status, or says why it cannot.
+func rss(pid int) string {
+	if pid <= 0 {
+		return ""
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err.Error()
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "no VmRSS"
 }
