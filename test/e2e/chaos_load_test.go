@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -332,10 +333,11 @@ func (w *loadClient) create(ctx context.Context, kind string, svc *corev1.Servic
 		w.res.Live[w.key(svc.Name)] = got.Spec.ClusterIP
 		w.res.CreatedAt[w.key(svc.Name)] = time.Now()
 		w.mu.Unlock()
-	case kind == "create-static" && (strings.Contains(err.Error(), "is already allocated") || strings.Contains(err.Error(), "provided IP is already allocated")):
-		// The address is still held, typically by an IPAddress whose
-		// Service was deleted through an apiserver that died before it
-		// released it. Counted apart and not asked for again.
+	case kind == "create-static" && w.heldByGoneService(err):
+		// The address is still held by an IPAddress whose Service is
+		// gone: the apiservers' repair loops can re-create an IPAddress
+		// for a Service being deleted, and delete it only about a minute
+		// later. Counted apart and not asked for again in this run.
 		op.Class, op.Err = classHeld, err.Error()
 		w.held = append(w.held, svc.Spec.ClusterIP)
 	case w.o.AcceptDenial != nil && w.o.AcceptDenial(err):
@@ -350,6 +352,28 @@ func (w *loadClient) create(ctx context.Context, kind string, svc *corev1.Servic
 	}
 	w.record(op)
 }
+
+// heldByGoneService reports whether err refuses a static address because an
+// IPAddress still holds it for a Service that no client believes exists
+// (the webhook's already-allocated names the Service; the apiserver's own
+// "provided IP is already allocated" names none). A holder the clients
+// believe alive would be a real error: no two clients share an address.
+func (w *loadClient) heldByGoneService(err error) bool {
+	s := err.Error()
+	if strings.Contains(s, "provided IP is already allocated") {
+		return true
+	}
+	m := heldBy.FindStringSubmatch(s)
+	if m == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, alive := w.res.Live[m[1]]
+	return !alive
+}
+
+var heldBy = regexp.MustCompile(`is held by IPAddress \S+ for Service ([^\s/]+/[^\s(;]+)`)
 
 func (w *loadClient) createForbidden(ctx context.Context, svc *corev1.Service, want string) {
 	svc.Namespace = w.o.Namespace
