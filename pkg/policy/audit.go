@@ -175,7 +175,7 @@ func (a auditor) service(svc *corev1.Service) {
 		ip, err := allocview.ParseIP(raw)
 		if err != nil {
 			a.add(svc, RuleInvalidIP, field, raw, strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)),
-				"delete the Service and create it again without clusterIP (a ClusterIP cannot be changed in place)")
+				fmt.Sprintf("delete %s and create it again without clusterIP (a ClusterIP cannot be changed in place)", self))
 			continue
 		}
 		held[allocview.FamilyOf(ip)] = ip
