@@ -278,7 +278,7 @@ func writeAuditText(w io.Writer, pol *policy.Policy, rs allocview.RangeSet, r po
 		for i, f := range shown {
 			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", f.Namespace, f.Name, f.Rule, f.IP, orDash(string(f.Action)), f.Problem, f.Fix)
 			if last := i == len(shown)-1 || shown[i+1].Rule != f.Rule; last && omitted[f.Rule] > 0 {
-				fmt.Fprintf(tw, "... and %d more %s\t\t\t\t\t\n", omitted[f.Rule], f.Rule)
+				fmt.Fprintf(tw, "... and %d more %s\n", omitted[f.Rule], f.Rule)
 			}
 		}
 		tw.Flush()
