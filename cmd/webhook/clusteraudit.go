@@ -142,6 +142,9 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	defer cancel()
 	services, snap, err := readCluster(ctx, client)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fail(exitUnreadable, "%v (no complete answer within --timeout %s; raise it for a large cluster)", err, o.timeout)
+		}
 		return fail(exitUnreadable, "%v", err)
 	}
 	env.Snapshot = snap
@@ -179,7 +182,13 @@ func auditRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 		if kubeconfig != "" {
 			where = "--kubeconfig " + kubeconfig
 		}
-		return nil, fmt.Errorf("kubeconfig (%s): %w; name one with --kubeconfig", where, err)
+		// client-go's own advice (KUBERNETES_MASTER) does not apply here.
+		msg := strings.TrimSuffix(err.Error(), ", try setting KUBERNETES_MASTER environment variable")
+		fix := "name one with --kubeconfig"
+		if kubeContext != "" {
+			fix = "check --context against the kubeconfig's contexts"
+		}
+		return nil, fmt.Errorf("kubeconfig (%s): %s; %s", where, msg, fix)
 	}
 	return cfg, nil
 }
