@@ -302,7 +302,11 @@ func writeAuditText(w io.Writer, pol *policy.Policy, rs allocview.RangeSet, r po
 	}
 	found := "no findings"
 	if len(parts) > 0 {
-		found = fmt.Sprintf("%d findings (%s)", len(r.Findings), strings.Join(parts, ", "))
+		noun := "findings"
+		if len(r.Findings) == 1 {
+			noun = "finding"
+		}
+		found = fmt.Sprintf("%d %s (%s)", len(r.Findings), noun, strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(w, "%d Services, %d with a ClusterIP checked, %d in exempt namespaces not checked: %s.\n", r.Services, r.Checked, r.Exempt, found)
 	fmt.Fprintf(w, "Policy %s; active ranges: %s.\n", pol.Digest, rs.Describe())
