@@ -251,3 +251,26 @@ func TestAuditClipsWhatItEchoes(t *testing.T) {
 		t.Fatalf("unbounded finding: ip %d, problem %d, fix %d bytes", len(f.IP), len(f.Problem), len(f.Fix))
 	}
 }
+
+// The apiserver stores an IPv6 clusterIP as written: a non-canonical
+// spelling is the same address, for the owner and for anyone else.
+func TestAuditComparesIPv6InCanonicalForm(t *testing.T) {
+	pol := mustPolicy(t, "reservations:\n- ip: fd00:10:96::a\n  service: kube-system/kube-dns\n")
+	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "fd00:10:96::/108")}
+	for _, tc := range []struct {
+		service string
+		want    []RuleID
+	}{
+		{"kube-system/kube-dns", nil},
+		{"default/squatter", []RuleID{RuleReservedForOther}},
+	} {
+		r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(cidrs)}, []*corev1.Service{makeService(tc.service, clusterIP("fd00:10:96:0::a"), families(corev1.IPv6Protocol))})
+		var got []RuleID
+		for _, f := range r.Findings {
+			got = append(got, f.Rule)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s on fd00:10:96:0::a: rules %v, want %v", tc.service, got, tc.want)
+		}
+	}
+}
