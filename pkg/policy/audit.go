@@ -96,7 +96,7 @@ func (r AuditReport) Shown(maxPerRule int) (shown []Finding, omitted map[RuleID]
 }
 
 // Audit reports every address of the Services that breaks the policy as
-// it stands, against the ranges and allocations of snap (env.Snapshot):
+// it stands, against the ranges and allocations of env.Snapshot:
 //   - invalid-ip: a stored address that is not a plain IP;
 //   - outside-service-cidrs: an address no active range holds (or only as
 //     its network or broadcast address), such as one from a ServiceCIDR
@@ -118,9 +118,13 @@ func Audit(env Env, services []*corev1.Service) AuditReport {
 	// Who holds each address, from the Services themselves: an owner's
 	// finding names the Service that sits on its reserved address.
 	holders := map[netip.Addr]Owner{}
+	exempt := make(map[string]bool, len(env.Policy.ExemptNamespaces)) // looked up once per Service
+	for _, ns := range env.Policy.ExemptNamespaces {
+		exempt[ns] = true
+	}
 	var audited []*corev1.Service
 	for _, svc := range services {
-		if slices.Contains(env.Policy.ExemptNamespaces, svc.Namespace) {
+		if exempt[svc.Namespace] {
 			r.Exempt++
 			continue
 		}
