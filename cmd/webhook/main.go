@@ -1,6 +1,7 @@
 // Command webhook is clusterip-policy: an admission webhook (serve) that keeps
 // Service ClusterIPs where the policy says, an offline evaluator of Service
-// manifests (review), and a calculator of a range's bands (bands).
+// manifests (review), a read-only audit of a cluster's existing Services
+// (audit), and a calculator of a range's bands (bands).
 package main
 
 import (
@@ -24,13 +25,16 @@ const usage = `clusterip-policy keeps Kubernetes Service ClusterIPs where policy
 Usage:
   webhook [serve] [flags]        run the admission webhook (the default)
   webhook review [flags] FILE... evaluate Service manifests offline, as if created
+  webhook audit [flags]          report existing Services that break the policy (read-only)
   webhook bands [-o json] CIDR...  print each range's static and dynamic band
   webhook version                print version information
 
 Run 'webhook COMMAND --help' for a command's flags.
 `
 
-// Exit codes. review uses exitDenied when any Service is denied.
+// Exit codes. review uses exitDenied when any Service is denied, audit
+// when it finds any Service that breaks the policy (and exitUnreadable when
+// it cannot read the cluster).
 const (
 	exitOK      = 0
 	exitDenied  = 1
@@ -53,6 +57,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return serve(args, stderr)
 	case "review":
 		return review(args, stdin, stdout, stderr)
+	case "audit":
+		return clusterAudit(args, stdout, stderr)
 	case "bands":
 		return bands(args, stdout, stderr)
 	case "version":

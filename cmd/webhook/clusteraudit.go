@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/policy"
+)
+
+// exitUnreadable: `audit` could not read the cluster (unreachable, timed
+// out, or not allowed to list what it needs).
+const exitUnreadable = 3
+
+// auditPageSize and auditMaxPages bound each list, as kubesource's do: a
+// page of 500 objects, and at most 5 million objects of a kind.
+const (
+	auditPageSize = 500
+	auditMaxPages = 10000
+)
+
+// cannotJudge is the footer of every audit: what a stored Service cannot tell.
+const cannotJudge = "A stored address does not say whether it was asked for or allocated: an address in a dynamic band that is not reserved for its Service breaks static-ip-in-dynamic-band only if someone named it, so the audit does not report it (review the manifests with `webhook review`). Exempt users and groups cannot be applied either: a Service does not record who created it."
+
+// auditJSON is the output of `audit -o json`; its keys are public API.
+type auditJSON struct {
+	Policy            string                `json:"policy"`
+	Ranges            string                `json:"ranges"`
+	Services          int                   `json:"services"`
+	Checked           int                   `json:"checked"`
+	Exempt            int                   `json:"exempt"`
+	NotJudgedDynamic  int                   `json:"notJudgedDynamic"`
+	TracksAllocations bool                  `json:"tracksAllocations"`
+	Counts            map[policy.RuleID]int `json:"counts"`
+	Findings          []policy.Finding      `json:"findings"`
+	Omitted           map[policy.RuleID]int `json:"omitted"`
+	CannotJudge       string                `json:"cannotJudge"`
+}
+
+type auditOptions struct {
+	policyPath   string
+	kubeconfig   string
+	context      string
+	serviceCIDRs []string
+	output       string
+	maxPerRule   int
+	timeout      time.Duration
+}
+
+// clusterAudit is `webhook audit`: it lists the cluster's Services,
+// ServiceCIDRs and IPAddresses (read-only) and reports every Service whose
+// addresses break the policy (policy.Audit).
+func clusterAudit(args []string, stdout, stderr io.Writer) int {
+	var o auditOptions
+	fs := pflag.NewFlagSet("audit", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file to audit against, the one you mean to enforce. Without it: the default policy (first address of the primary range reserved for default/kubernetes).")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig of the cluster to audit. Empty: $KUBECONFIG, else ~/.kube/config, as kubectl does; inside a pod without either, its service account.")
+	fs.StringVar(&o.context, "context", "", "Kubeconfig context to use. Empty: the current context.")
+	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster, as --service-cluster-ip-range (repeatable, primary family first); only for a cluster that serves no ServiceCIDR objects (before 1.33). Replaces the policy's serviceCIDRs.")
+	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text (a table for people) or json (one object, for scripts).")
+	fs.IntVar(&o.maxPerRule, "max-per-rule", 20, "Findings listed per rule (1-1000); the rest are counted in a \"... and N more\" line. Counts are always complete.")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "Time allowed for reading the cluster (1s-1h).")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: webhook audit [--policy FILE] [--kubeconfig FILE] [-o text|json]
+
+Reports every existing Service whose addresses break the policy, before you
+enforce it: an address outside the active or allowed ranges, an address
+reserved for another Service, an address whose IPAddress names another holder,
+and a reservation owner that holds another address than its reserved one. It
+only reads: it lists Services (all namespaces), ServiceCIDRs and IPAddresses.
+%s
+
+Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
+3 the cluster could not be read (unreachable, timed out, or forbidden).
+
+%s`, cannotJudge, fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return exitOK
+		}
+		return exitBadData
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "audit: "+format+"\n", a...)
+		return code
+	}
+	switch {
+	case o.output != "text" && o.output != "json":
+		return fail(exitBadData, "-o %q: use text or json", o.output)
+	case fs.NArg() > 0:
+		return fail(exitBadData, "unexpected argument %q: audit reads the cluster, not files (use `webhook review` for manifests)", fs.Arg(0))
+	case o.maxPerRule < 1 || o.maxPerRule > 1000:
+		return fail(exitBadData, "--max-per-rule %d: use 1 to 1000", o.maxPerRule)
+	case o.timeout < time.Second || o.timeout > time.Hour:
+		return fail(exitBadData, "--timeout %s: use 1s to 1h", o.timeout)
+	}
+	pol := policy.Default()
+	if o.policyPath != "" {
+		p, err := policy.LoadFile(o.policyPath)
+		if err != nil {
+			return fail(exitBadData, "%v", err)
+		}
+		pol = p
+	}
+	env := policy.Env{Policy: pol}
+	for _, s := range o.serviceCIDRs {
+		p, err := allocview.ParsePrefix(s)
+		if err != nil {
+			return fail(exitBadData, "--service-cidr: %v", err)
+		}
+		env.StaticCIDRs = append(env.StaticCIDRs, p)
+	}
+	cfg, err := auditRESTConfig(o.kubeconfig, o.context)
+	if err != nil {
+		return fail(exitBadData, "%v", err)
+	}
+	cfg.UserAgent = "clusterip-policy-audit/" + version
+	cfg.Timeout = o.timeout
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail(exitBadData, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	services, snap, err := readCluster(ctx, client)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fail(exitUnreadable, "%v (no complete answer within --timeout %s; raise it for a large cluster)", err, o.timeout)
+		}
+		return fail(exitUnreadable, "%v", err)
+	}
+	env.Snapshot = snap
+	if len(snap.ServiceCIDRs()) == 0 && len(env.StaticCIDRs) == 0 && len(pol.ServiceCIDRs) == 0 {
+		return fail(exitBadData, "the cluster serves no ServiceCIDR objects: give --service-cidr (its --service-cluster-ip-range) or serviceCIDRs in the policy")
+	}
+	report := policy.Audit(env, services)
+	shown, omitted := report.Shown(o.maxPerRule)
+	if o.output == "json" {
+		out := auditJSON{Policy: pol.Digest, Ranges: env.Ranges().Describe(), Services: report.Services, Checked: report.Checked,
+			Exempt: report.Exempt, NotJudgedDynamic: report.NotJudged, TracksAllocations: report.TracksAllocations,
+			Counts: report.CountByRule(), Findings: shown, Omitted: omitted, CannotJudge: cannotJudge}
+		if out.Findings == nil {
+			out.Findings = []policy.Finding{}
+		}
+		_ = json.NewEncoder(stdout).Encode(out)
+	} else {
+		writeAuditText(stdout, pol, env.Ranges(), report, shown, omitted)
+	}
+	if len(report.Findings) > 0 {
+		return exitDenied
+	}
+	return exitOK
+}
+
+// auditRESTConfig loads a kubeconfig the way kubectl does ($KUBECONFIG,
+// else ~/.kube/config; --kubeconfig wins), and falls back to the pod's
+// service account when there is none.
+func auditRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+	if err != nil {
+		where := "$KUBECONFIG or ~/.kube/config"
+		if kubeconfig != "" {
+			where = "--kubeconfig " + kubeconfig
+		}
+		// client-go's own advice (KUBERNETES_MASTER) does not apply here.
+		msg := strings.TrimSuffix(err.Error(), ", try setting KUBERNETES_MASTER environment variable")
+		fix := "name one with --kubeconfig"
+		if kubeContext != "" {
+			fix = "check --context against the kubeconfig's contexts"
+		}
+		return nil, fmt.Errorf("kubeconfig (%s): %s; %s", where, msg, fix)
+	}
+	return cfg, nil
+}
+
+// readCluster lists the Services, ServiceCIDRs and IPAddresses, page by
+// page, and returns the Services (only the fields the audit reads) and a
+// snapshot built the way kubesource builds the webhook's view. A cluster
+// that does not serve ServiceCIDRs or IPAddresses gives a snapshot without
+// them, as kubesource's fallback does.
+func readCluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, *allocview.Snapshot, error) {
+	var services []*corev1.Service
+	err := listPages(ctx, "services", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
+		l, err := client.CoreV1().Services("").List(ctx, opts)
+		if err != nil {
+			return metav1.ListMeta{}, err
+		}
+		for i := range l.Items {
+			services = append(services, auditedFields(&l.Items[i]))
+		}
+		return l.ListMeta, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var cidrs []allocview.ServiceCIDR
+	cidrErr := listPages(ctx, "servicecidrs", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
+		l, err := client.NetworkingV1().ServiceCIDRs().List(ctx, opts)
+		if err != nil {
+			return metav1.ListMeta{}, err
+		}
+		for i := range l.Items {
+			cidrs = append(cidrs, kubesource.ToServiceCIDR(&l.Items[i]))
+		}
+		return l.ListMeta, nil
+	})
+	allocs := map[netip.Addr]allocview.Holder{}
+	ipErr := listPages(ctx, "ipaddresses", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
+		l, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
+		if err != nil {
+			return metav1.ListMeta{}, err
+		}
+		for i := range l.Items {
+			if ip, err := netip.ParseAddr(l.Items[i].Name); err == nil {
+				allocs[ip] = kubesource.HolderOf(&l.Items[i])
+			}
+		}
+		return l.ListMeta, nil
+	})
+	for _, err := range []error{cidrErr, ipErr} {
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, nil, err
+		}
+	}
+	tracks := ipErr == nil
+	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
+		tx.ReplaceServiceCIDRs(cidrs)
+		tx.ReplaceAllocations(allocs)
+		tx.MarkSynced(tracks)
+	})
+	return services, snap, nil
+}
+
+// auditedFields keeps what the audit reads of a Service, so that a cluster
+// of many Services is not held in memory whole.
+func auditedFields(s *corev1.Service) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
+		Spec: corev1.ServiceSpec{Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs,
+			IPFamilies: s.Spec.IPFamilies, IPFamilyPolicy: s.Spec.IPFamilyPolicy},
+	}
+}
+
+// listPages calls list for each page until the list is complete, at most
+// auditMaxPages times; an error names the resource and what to check.
+func listPages(ctx context.Context, resource string, list func(context.Context, metav1.ListOptions) (metav1.ListMeta, error)) error {
+	opts := metav1.ListOptions{Limit: auditPageSize}
+	for range auditMaxPages {
+		meta, err := list(ctx, opts)
+		switch {
+		case apierrors.IsForbidden(err):
+			return fmt.Errorf("list %s: %w; the audit needs list on services (all namespaces), servicecidrs and ipaddresses (networking.k8s.io)", resource, err)
+		case err != nil:
+			return fmt.Errorf("list %s: %w; check that the kubeconfig's cluster is reachable", resource, err)
+		case meta.Continue == "":
+			return nil
+		}
+		opts.Continue = meta.Continue
+	}
+	return fmt.Errorf("list %s: more than %d pages of %d; the apiserver kept answering \"continue\"", resource, auditMaxPages, auditPageSize)
+}
+
+func writeAuditText(w io.Writer, pol *policy.Policy, rs allocview.RangeSet, r policy.AuditReport, shown []policy.Finding, omitted map[policy.RuleID]int) {
+	if len(shown) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SERVICE\tRULE\tADDRESS\tACTION\tPROBLEM\tFIX")
+		for i, f := range shown {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", f.Namespace, f.Name, f.Rule, f.IP, orDash(string(f.Action)), f.Problem, f.Fix)
+			if last := i == len(shown)-1 || shown[i+1].Rule != f.Rule; last && omitted[f.Rule] > 0 {
+				fmt.Fprintf(tw, "... and %d more %s\n", omitted[f.Rule], f.Rule)
+			}
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	counts := r.CountByRule()
+	var parts []string
+	for _, id := range policy.AuditRules {
+		if counts[id] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[id], id))
+		}
+	}
+	found := "no findings"
+	if len(parts) > 0 {
+		noun := "findings"
+		if len(r.Findings) == 1 {
+			noun = "finding"
+		}
+		found = fmt.Sprintf("%d %s (%s)", len(r.Findings), noun, strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(w, "%d Services, %d with a ClusterIP checked, %d in exempt namespaces not checked: %s.\n", r.Services, r.Checked, r.Exempt, found)
+	fmt.Fprintf(w, "Policy %s; active ranges: %s.\n", pol.Digest, rs.Describe())
+	if !r.TracksAllocations {
+		fmt.Fprintln(w, "already-allocated was not checked: the cluster serves no IPAddress objects.")
+	}
+	fmt.Fprintf(w, "Not judged: %d addresses in a dynamic band not reserved for their Service. %s\n", r.NotJudged, cannotJudge)
+}
