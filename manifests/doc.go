@@ -1,7 +1,9 @@
 // Package manifests holds no code: it is the home of the kustomize base and
-// overlays that deploy the webhook, and of manifests_test.go, which fails
-// when a manifest loses a property that keeps the webhook safe to run
+// overlays that deploy the webhook, and of the tests that read them:
+// manifests_test.go decodes the base into typed objects, safety_test.go
+// fails when a manifest loses a property that keeps the webhook safe to run
 // (replicas, a PodDisruptionBudget, webhook timeouts and side effects,
-// read-only RBAC, a restricted security context, ...). `go test ./manifests/`
-// needs neither a cluster nor kubectl.
+// read-only RBAC, a restricted security context, ...), and overlays_test.go
+// checks the overlays against the base. `go test ./manifests/` needs
+// neither a cluster nor kubectl.
 package manifests
