@@ -185,8 +185,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	}
 	source := kubesource.New(client, view, log.WithName("view"))
 	registerViewMetrics(defaultRegistry, source)
-	rev := &reviewer{policies: policies, view: view, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m,
-		staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
+	ready := readiness{policies: policies, view: view, staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
+	rev := &reviewer{readiness: ready, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
 	// only from inside --cert-dir (see clientauth.go).
@@ -203,22 +203,13 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	server.Register(validatePath, admissionEndpoint(validatingHandler{rev}))
 
 	var draining atomic.Bool
-	ready := map[string]healthz.Checker{
+	readyChecks := map[string]healthz.Checker{
 		"webhook": readyChecker(server, cas, o.bindAddress, o.port),
-		"policy": func(*http.Request) error {
-			if policies.Current() == nil {
-				return errors.New("no policy loaded")
-			}
-			return nil
-		},
-		"view": func(*http.Request) error {
-			if !source.HasSynced() {
-				return errors.New("view of ServiceCIDRs and IPAddresses not synced")
-			}
-			if d, which := source.StaleFor(time.Now()); d > o.maxStaleness {
-				return errors.New(staleMessage(which, d))
-			}
-			return nil
+		// The same answer every review gets: policy loaded, view synced
+		// and not stale for longer than --max-view-staleness.
+		"reviews": func(*http.Request) error {
+			_, err := ready.check(time.Now())
+			return err
 		},
 		"shutdown": func(*http.Request) error {
 			if draining.Load() {
@@ -230,8 +221,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	probes := http.NewServeMux()
 	probes.Handle("/healthz", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
 	probes.Handle("/healthz/", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
-	probes.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: ready}))
-	probes.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: ready}))
+	probes.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: readyChecks}))
+	probes.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: readyChecks}))
 
 	signals, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()

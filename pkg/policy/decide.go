@@ -90,8 +90,9 @@ type PatchOp struct {
 
 // Decision is the result of one stage for one request.
 type Decision struct {
-	Stage   Stage
-	Allowed bool
+	Stage Stage
+	// Outcome is the one-word result; Allowed says whether it lets the
+	// request through.
 	Outcome Outcome
 	// Skipped says why the stage did not evaluate the request (not an
 	// allocating operation, headless, ExternalName, exempt); empty otherwise.
@@ -108,6 +109,10 @@ type Decision struct {
 	RequestedIPs []string
 	FinalIPs     []string
 }
+
+// Allowed reports whether the request goes through: every outcome but
+// Denied lets it (a warning, an audit-only match and a patch all allow).
+func (d Decision) Allowed() bool { return d.Outcome != Denied }
 
 // Rules lists the rule IDs that matched, once each, in order.
 func (d Decision) Rules() []RuleID {
@@ -211,7 +216,7 @@ func skips(req Request, updateApplies bool, updateSkip string) string {
 	case req.Operation == Update:
 		return updateSkip
 	}
-	return fmt.Sprintf("operation %s allocates no IP", req.Operation)
+	return OperationSkip(req.Operation)
 }
 
 func isHeadless(svc *corev1.Service) bool {
@@ -503,9 +508,8 @@ func (d Decision) finish(p *Policy) Decision {
 			d.Warnings = append(d.Warnings, v.Message)
 		}
 	}
-	d.Allowed = len(denials) == 0
 	switch {
-	case !d.Allowed:
+	case len(denials) > 0:
 		d.Outcome = Denied
 		d.Patch, d.Mutations = nil, nil
 		d.FinalIPs = nil
