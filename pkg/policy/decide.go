@@ -192,6 +192,10 @@ func (c checker) eachNewIP(req Request, check func(field, raw string)) {
 	}
 }
 
+// mutateSkips and validateSkips are the Go side of the webhook
+// configurations' matchConditions named allocating-requests-only
+// (manifests/base/webhook-configurations.yaml): the CEL there sends an
+// UPDATE only when these would review it. See operations.go.
 func mutateSkips(req Request) string {
 	return skips(req, changesFromExternalName(req) || len(newIPs(req)) > 0 || growsToDualStack(req), "UPDATE that allocates no IP")
 }
