@@ -1,11 +1,7 @@
 package manifests
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
@@ -33,8 +28,6 @@ const (
 	policyKey        = "policy.yaml"
 	tlsSecret        = "clusterip-policy-webhook-tls"
 	webhookConfigs   = "webhook-configurations.yaml"
-	mutatePath       = "/mutate-v1-service"
-	validatePath     = "/validate-v1-service"
 	defaultGraceSecs = 30 // the kubelet's default terminationGracePeriodSeconds
 )
 
@@ -98,28 +91,6 @@ func (o *objects) decode(doc []byte) error {
 	return fmt.Errorf("%s %s: the safety tests do not know this kind; teach manifests_test.go about it", tm.APIVersion, tm.Kind)
 }
 
-// splitYAML returns the non-empty documents of a multi-document YAML file.
-func splitYAML(data []byte) ([][]byte, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var docs [][]byte
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		var probe map[string]any
-		if err := yaml.Unmarshal(doc, &probe); err != nil {
-			return nil, err
-		}
-		if len(probe) > 0 {
-			docs = append(docs, doc)
-		}
-	}
-}
-
 // kustomization is the part of a kustomization.yaml these tests read.
 type kustomization struct {
 	Resources          []string    `json:"resources"`
@@ -166,7 +137,7 @@ func loadBase(t *testing.T) *objects {
 		if err != nil {
 			t.Fatal(err)
 		}
-		docs, err := splitYAML(data)
+		docs, err := SplitYAML(data)
 		if err != nil {
 			t.Fatalf("base/%s: %v", res, err)
 		}

@@ -219,7 +219,7 @@ func readDocs(t *testing.T, path string) []map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := splitYAML(data)
+	docs, err := SplitYAML(data)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

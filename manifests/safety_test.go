@@ -245,9 +245,9 @@ func webhookClientConfig(o *objects) []string {
 			p = append(p, problemf("%s must call the webhook through its Service, not a URL", w.where))
 			continue
 		}
-		want := validatePath
+		want := ValidatePath
 		if w.mutating {
-			want = mutatePath
+			want = MutatePath
 		}
 		if ref.Path == nil || *ref.Path != want {
 			p = append(p, problemf("%s calls path %v, want %s", w.where, ptrString(ref.Path), want))
@@ -822,7 +822,7 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 				mwh(o).MatchConditions[1].Expression = "request.operation != 'UPDATE' || (has(oldObject.spec) && has(oldObject.spec.type) && oldObject.spec.type == 'ExternalName')"
 			}, "change away from ExternalName"},
 		{"rejects a webhook called on the wrong path", webhookClientConfig,
-			func(o *objects) { mwh(o).ClientConfig.Service.Path = ptr(validatePath) }, "want " + mutatePath},
+			func(o *objects) { mwh(o).ClientConfig.Service.Path = ptr(ValidatePath) }, "want " + MutatePath},
 		{"rejects a webhook called through a Service the manifests lack", webhookClientConfig,
 			func(o *objects) { vwh(o).ClientConfig.Service.Name = "elsewhere" }, "do not define"},
 		{"rejects a mutating webhook that is not reinvoked", webhookMatchAndReinvoke,

@@ -18,12 +18,6 @@ import (
 	"clusterip-policy/pkg/policy"
 )
 
-// Paths the webhook server serves; the webhook configurations name them.
-const (
-	mutatePath   = "/mutate-v1-service"
-	validatePath = "/validate-v1-service"
-)
-
 // A request's path through the webhook, top to bottom:
 //
 //	mutatingHandler.Handle, validatingHandler.Handle  pick the stage

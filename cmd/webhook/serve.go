@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"clusterip-policy/manifests"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/policy"
@@ -199,8 +200,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", b.digest, "cas", b.subject)
 	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOptions(cas)})
-	server.Register(mutatePath, admissionEndpoint(mutatingHandler{rev}))
-	server.Register(validatePath, admissionEndpoint(validatingHandler{rev}))
+	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
+	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{
