@@ -9,8 +9,11 @@ import (
 	"clusterip-policy/pkg/policy"
 )
 
-// auditLine is one admission decision in the audit log. Its keys are
-// documented in README.md ("Reading the audit log"); change them on purpose.
+// auditLine is one admission decision in the audit log. Its keys, defined
+// by keysAndValues alone, are public API: README.md documents them
+// ("Reading the audit log") and the e2e harness parses them
+// (framework.Decision); TestAuditKeysAreTheDocumentedOnes holds both to
+// keysAndValues. Change them on purpose.
 type auditLine struct {
 	UID              string
 	Stage            policy.Stage

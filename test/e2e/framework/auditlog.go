@@ -6,7 +6,8 @@ import (
 	"os"
 )
 
-// Decision is one audit line of the webhook.
+// Decision is one audit line of the webhook: the keys the tests read, as
+// cmd/webhook/audit.go (auditLine.keysAndValues) writes them.
 type Decision struct {
 	Msg          string   `json:"msg"`
 	TS           string   `json:"ts"`
