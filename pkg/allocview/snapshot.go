@@ -34,8 +34,9 @@ type Snapshot struct {
 	// Synced is true once the source has delivered its initial state; a
 	// snapshot that is not synced must not be used for decisions.
 	Synced bool
-	// TracksAllocations is false where the cluster has no IPAddress API (or
-	// offline without --allocated), so absence from the view proves nothing.
+	// TracksAllocations is false where the cluster serves no IPAddress API:
+	// the view then holds no allocations, absence from it proves nothing,
+	// and pkg/policy leaves already-allocated to the apiserver.
 	TracksAllocations bool
 
 	cidrs  []ServiceCIDR // sorted by name

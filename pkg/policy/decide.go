@@ -139,7 +139,7 @@ func Mutate(env Env, req Request) Decision {
 	case req.Operation == Create || changesFromExternalName(req):
 		c.assignReserved()
 	}
-	return d.finish(env.Policy)
+	return d.finish()
 }
 
 // Validate decides the validating stage: every IP the Service ends with must
@@ -151,7 +151,7 @@ func Validate(env Env, req Request) Decision {
 	if c != nil {
 		c.eachNewIP(req, func(field, raw string) { c.checkFinal(field, raw, req.DryRun) })
 	}
-	return d.finish(env.Policy)
+	return d.finish()
 }
 
 // begin starts a decision. It returns no checker when the stage does not
@@ -303,7 +303,7 @@ func (c checker) checkRequested(field, raw string) {
 		return
 	}
 	pl := c.rs.Place(ip)
-	if c.allowedAnyway(field, raw, ip, pl) || c.outside(field, raw, ip, pl) {
+	if c.reportAllowedAnyway(field, raw, ip, pl) || c.reportOutside(field, raw, ip, pl) {
 		return
 	}
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
@@ -315,10 +315,10 @@ func (c checker) checkRequested(field, raw string) {
 		c.violate(RuleStaticIPInDynamicBand, field, raw, "lies in the dynamic band %s of %s; %s or ask for a reservation", pl.DynamicIn.Dynamic(), pl.DynamicIn.Name(), c.chooseStatic(ip))
 		return
 	}
-	if reserved && c.reservationHeld(field, raw, res) {
+	if reserved && c.reportReservationHeld(field, raw, res) {
 		return // this Service's own reservation, held by someone else
 	}
-	if c.checkAllocated(field, raw, ip) {
+	if c.reportAllocated(field, raw, ip) {
 		return
 	}
 	if own, ok := c.env.Policy.ReservationsOf(c.self(), c.rs)[allocview.FamilyOf(ip)]; ok && own.IP != ip && !own.Implicit {
@@ -327,8 +327,12 @@ func (c checker) checkRequested(field, raw string) {
 	}
 }
 
-func (c checker) checkAllocated(field, raw string, ip netip.Addr) bool {
-	if c.env.Snapshot == nil {
+// reportAllocated records an already-allocated violation for an IP that
+// an IPAddress gives to another holder, and says whether it did. Where the
+// view tracks no allocations (a cluster without the IPAddress API) absence
+// proves nothing, so the rule is left to the apiserver's own check.
+func (c checker) reportAllocated(field, raw string, ip netip.Addr) bool {
+	if c.env.Snapshot == nil || !c.env.Snapshot.TracksAllocations {
 		return false
 	}
 	h, ok := c.env.Snapshot.Holder(ip)
@@ -351,8 +355,9 @@ func (c checker) checkAllocated(field, raw string, ip netip.Addr) bool {
 	return true
 }
 
-// outside reports (and records) an IP no active range can hand out.
-func (c checker) outside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
+// reportOutside records a violation for an IP no active range can hand
+// out, and says whether it did.
+func (c checker) reportOutside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
 	switch pl.Kind {
 	case allocview.Outside:
 		why := ""
@@ -400,12 +405,12 @@ func (c checker) checkFinal(field, raw string, dryRun bool) {
 		return // the placeholder a dry-run create shows instead of allocating
 	}
 	pl := c.rs.Place(ip)
-	if c.allowedAnyway(field, raw, ip, pl) || c.allocatedOutside(field, raw, ip, pl) {
+	if c.reportAllowedAnyway(field, raw, ip, pl) || c.reportAllocatedOutside(field, raw, ip, pl) {
 		return
 	}
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
 	if reserved && res.Owner != c.self() {
-		c.allocatedReserved(field, raw, res, pl)
+		c.reportAllocatedReserved(field, raw, res, pl)
 	}
 }
 
@@ -444,8 +449,8 @@ func (c checker) assignReserved() {
 			field = fmt.Sprintf("spec.clusterIPs[%d]", i)
 		}
 		ip := netip.MustParseAddr(raw)
-		if !c.reservationOutside(field, raw, owned[allocview.FamilyOf(ip)]) {
-			c.reservationHeld(field, raw, owned[allocview.FamilyOf(ip)])
+		if !c.reportReservationOutside(field, raw, owned[allocview.FamilyOf(ip)]) {
+			c.reportReservationHeld(field, raw, owned[allocview.FamilyOf(ip)])
 		}
 	}
 	if len(c.d.Violations) > before {
@@ -502,7 +507,7 @@ func wantedFamilies(svc *corev1.Service, rs allocview.RangeSet) []allocview.Fami
 }
 
 // finish applies the policy's actions to the violations and sets the outcome.
-func (d Decision) finish(p *Policy) Decision {
+func (d Decision) finish() Decision {
 	var denials []string
 	for _, v := range d.Violations {
 		switch v.Action {

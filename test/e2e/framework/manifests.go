@@ -114,9 +114,8 @@ func (r *RBAC) Groups() []string {
 // LoadRBAC collects the roles and bindings of manifests/base (every YAML
 // file but kustomization.yaml). The harness creates them and runs the
 // webhook as that service account (with a client certificate), so the tests
-// prove the shipped permissions suffice. Without manifests it returns
-// read-only access to ServiceCIDRs and IPAddresses for
-// clusterip-policy/clusterip-policy-webhook.
+// prove the shipped permissions suffice. Without them it fails: the suite
+// tests the shipped RBAC, never a copy of it.
 func LoadRBAC(root string) (*RBAC, error) {
 	dir := filepath.Join(root, "manifests", "base")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))

@@ -51,7 +51,7 @@ func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
 	c.Configs = wc
 	cs := c.Client(0)
 	// Validating first: once the mutating webhook is called, both are.
-	if err := createOrReplace(ctx, func() error {
+	if err := createOrReplace(func() error {
 		_, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, wc.Validating, metav1.CreateOptions{})
 		return err
 	}, func() error {
@@ -65,7 +65,7 @@ func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("register ValidatingWebhookConfiguration: %w", err)
 	}
-	if err := createOrReplace(ctx, func() error {
+	if err := createOrReplace(func() error {
 		_, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, wc.Mutating, metav1.CreateOptions{})
 		return err
 	}, func() error {
@@ -83,7 +83,7 @@ func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
 	return c.WaitWebhooksCalled(ctx)
 }
 
-func createOrReplace(ctx context.Context, create, replace func() error) error {
+func createOrReplace(create, replace func() error) error {
 	err := create()
 	if apierrors.IsAlreadyExists(err) {
 		err = replace()
