@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Names the rest of the project relies on (SPEC, the e2e harness, docs).
+// Names the rest of the project relies on (docs/rules.md, the e2e harness, docs).
 const (
 	ownNamespace     = "clusterip-policy"
 	deploymentName   = "clusterip-policy-webhook"

@@ -64,7 +64,8 @@ func (b Band) String() string {
 }
 
 // Range is one Service CIDR with its bands, computed as the apiserver's
-// ipallocator does (pkg/registry/core/service/ipallocator in Kubernetes).
+// ipallocator does (pkg/registry/core/service/ipallocator in Kubernetes;
+// docs/apiserver-facts.md, "Ranges and bands", has the formula and a table).
 type Range struct {
 	// Prefix is the CIDR, masked.
 	Prefix netip.Prefix

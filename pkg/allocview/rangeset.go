@@ -48,7 +48,8 @@ type RangeSet struct {
 }
 
 // ActiveServiceCIDRs builds the range set from ServiceCIDR objects: those
-// the apiserver allocates from (no deletionTimestamp, Ready missing or True),
+// the apiserver allocates from (no deletionTimestamp, Ready missing or True;
+// see "ServiceCIDR and IPAddress" in docs/apiserver-facts.md),
 // narrowed to allowed when allowed is not empty. The primary family is that
 // of the default ServiceCIDR's first CIDR, as the apiserver's is that of its
 // first --service-cluster-ip-range.

@@ -11,7 +11,9 @@ import (
 	"clusterip-policy/pkg/allocview"
 )
 
-// Stage is the admission stage a decision is for.
+// Stage is the admission stage a decision is for. docs/rules.md states
+// what each stage promises; docs/apiserver-facts.md ("Admission order")
+// what each sees.
 type Stage string
 
 const (
@@ -342,7 +344,8 @@ func (c checker) reportAllocated(field, raw string, ip netip.Addr) bool {
 	// The IPAddress object is what blocks the address, and it may outlive
 	// its Service: the apiserver's repair loop (repairip.go, Kubernetes
 	// 1.37) rechecks every IPAddress every 3 minutes and deletes one whose
-	// Service is gone once it is older than 60 s.
+	// Service is gone once it is older than 60 s ("The repair loop" in
+	// docs/apiserver-facts.md).
 	what := "is held by IPAddress " + ip.String()
 	switch {
 	case h.Resource == "services" && h.Group == "":
@@ -466,7 +469,7 @@ func (c checker) assignReserved() {
 
 // wantedFamilies is the order of families the apiserver will give the
 // Service, as its initIPFamilyFields (pkg/registry/core/service/storage/
-// alloc.go) decides: ipFamilies as given, else the primary family; widened
+// alloc.go; "Dual-stack" in docs/apiserver-facts.md) decides: ipFamilies as given, else the primary family; widened
 // with the other family when it names one and ipFamilyPolicy is
 // RequireDualStack or PreferDualStack on a dual-stack cluster. Dual-stack
 // means the apiserver serves both families (RangeSet.Families, from its

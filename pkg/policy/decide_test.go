@@ -46,7 +46,7 @@ func TestMutateChecksEachRequestedIP(t *testing.T) {
 		{name: "denies the first dynamic address", svc: makeService("default/web", clusterIP("10.96.1.1")), rule: RuleStaticIPInDynamicBand},
 		{name: "denies the last dynamic address", svc: makeService("default/web", clusterIP("10.96.255.254")), rule: RuleStaticIPInDynamicBand},
 		{
-			name: "denies a dynamic-band IP with the message SPEC.md gives",
+			name: "denies a dynamic-band IP with the message docs/rules.md gives",
 			svc:  makeService("default/web", clusterIP("10.96.200.5")), rule: RuleStaticIPInDynamicBand,
 			message: `spec.clusterIP: Invalid value: "10.96.200.5": lies in the dynamic band 10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes"; choose a free address in the static band 10.96.0.1-10.96.1.0 or ask for a reservation`,
 		},
