@@ -20,11 +20,14 @@ import (
 
 // A request's path through the webhook, top to bottom:
 //
+//	admissionEndpoint   body budget and response cap (boundedResponse), then
+//	                    controller-runtime's webhook.Admission decodes the review
 //	mutatingHandler.Handle, validatingHandler.Handle  pick the stage
 //	reviewer.handle     times the request, answers it, records the answer
 //	reviewer.answer     parse, check readiness, decide, respond:
 //	  malformed           a review no apiserver sends: 400
 //	  policy.OperationSkip  DELETE, CONNECT: allowed, nothing to allocate
+//	  (kind check)        anything but a core/v1 Service: 400
 //	  policy.TooMany      more IPs than the apiserver allows: one short denial
 //	  decodeService       the Service (and the stored one, on UPDATE)
 //	  readiness.check     policy loaded, view synced and fresh, or 503
