@@ -15,31 +15,34 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
 )
 
-// Paths the webhook server serves; the webhook configurations name them.
-const (
-	mutatePath   = "/mutate-v1-service"
-	validatePath = "/validate-v1-service"
-)
+// A request's path through the webhook, top to bottom:
+//
+//	admissionEndpoint   body budget and response cap (boundedResponse), then
+//	                    controller-runtime's webhook.Admission decodes the review
+//	mutatingHandler.Handle, validatingHandler.Handle  pick the stage
+//	reviewer.handle     times the request, answers it, records the answer
+//	reviewer.answer     parse, check readiness, decide, respond:
+//	  malformed           a review no apiserver sends: 400
+//	  policy.OperationSkip  DELETE, CONNECT: allowed, nothing to allocate
+//	  (kind check)        anything but a core/v1 Service: 400
+//	  policy.TooMany      more IPs than the apiserver allows: one short denial
+//	  decodeService       the Service (and the stored one, on UPDATE)
+//	  readiness.check     policy loaded, view synced and fresh, or 503
+//	  policy.Mutate, policy.Validate  the decision (pkg/policy)
+//	  respond             the decision as an admission response
+//	newAuditLine, reviewer.record  one audit line and the metrics, from the answer
 
 // reviewer is what both admission handlers share: it turns an
 // AdmissionReview into a policy.Request, asks pkg/policy for the decision,
 // writes the audit line and counts the decision.
 type reviewer struct {
-	policies    *policyStore
-	view        *allocview.View
+	readiness
 	staticCIDRs []netip.Prefix
 	audit       logr.Logger
 	metrics     *metrics
-	// staleFor reports how long the view may have been missing changes
-	// (a failed watch), and which resource; nil when nothing watches.
-	staleFor func(time.Time) (time.Duration, string)
-	// maxStaleness is how long a failed watch is tolerated (and flagged in
-	// the audit log) before reviews are denied as not ready.
-	maxStaleness time.Duration
 }
 
 var (
@@ -47,65 +50,59 @@ var (
 	_ admission.Handler = validatingHandler{}
 )
 
-// notReadyMessage is what every request gets until the view has synced:
-// deciding on an empty view would allow what the policy forbids.
-const notReadyMessage = "clusterip-policy is not ready: its view of the cluster's ServiceCIDRs and IPAddresses has not synced yet (or no policy is loaded); retry in a few seconds"
+// answered is how one request was answered: all its audit line and metrics
+// need. decision is nil when no policy decision was made (a malformed
+// request, an operation that allocates nothing, not ready); outcome,
+// skipped and message then stand in for it.
+type answered struct {
+	decision *policy.Decision
+	outcome  policy.Outcome
+	skipped  string
+	message  string
+	// name is the Service's name as decoded (the request may not carry it).
+	name string
+	// state is what the decision was made against, as far as it was checked.
+	state readyState
+}
 
-func (r *reviewer) review(stage policy.Stage, req admission.Request) admission.Response {
+// refused answers a request without deciding it: a malformed one is
+// refused, never waved through.
+func refused(message string) answered { return answered{outcome: policy.Denied, message: message} }
+
+func (r *reviewer) handle(stage policy.Stage, req admission.Request) admission.Response {
 	start := time.Now()
-	line := auditLine{
-		UID: policy.Echo(string(req.UID)), Stage: stage, Operation: policy.Echo(string(req.Operation)),
-		Namespace: policy.Echo(req.Namespace), Name: policy.Echo(req.Name), User: policy.Echo(req.UserInfo.Username),
-		DryRun: req.DryRun != nil && *req.DryRun,
-	}
-	resp, d := r.decide(stage, req, &line)
-	if line.Decision == "" {
-		line.Decision = policy.Denied // a malformed request is refused, never waved through
-	}
-	line.Took = time.Since(start)
-	r.record(line, d)
+	resp, a := r.answer(stage, req)
+	r.record(newAuditLine(stage, req, a, time.Since(start)), a.decision)
 	return resp
 }
 
-// decide builds the response; d is nil when no policy decision was made
-// (a malformed request, or not ready).
-func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *auditLine) (admission.Response, *policy.Decision) {
-	if resp, bad := malformed(req, line); bad {
-		return resp, nil
+// answer parses the request, checks readiness, decides and builds the
+// response.
+func (r *reviewer) answer(stage policy.Stage, req admission.Request) (admission.Response, answered) {
+	if err := malformed(req); err != nil {
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
 	}
-	switch req.Operation {
-	case admissionv1.Create, admissionv1.Update:
-	case admissionv1.Delete, admissionv1.Connect:
-		// Only CREATE and UPDATE allocate; a configuration that also sends
-		// DELETE must not make every delete fail on a missing object.
-		line.Decision, line.Skipped = policy.Allowed, fmt.Sprintf("operation %s allocates no IP", req.Operation)
-		return admission.Allowed(line.Skipped), nil
+	if skip := policy.OperationSkip(policy.Operation(req.Operation)); skip != "" {
+		return admission.Allowed(skip), answered{outcome: policy.Allowed, skipped: skip}
 	}
 	if req.Kind.Kind != "Service" || req.Kind.Group != "" {
 		kind := policy.Echo(req.Kind.String())
-		line.Message = fmt.Sprintf("expected a core/v1 Service, got %s", kind)
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", kind)), nil
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", kind)),
+			refused(fmt.Sprintf("expected a core/v1 Service, got %s", kind))
 	}
 	var lists serviceLists
 	if json.Unmarshal(req.Object.Raw, &lists) == nil {
 		if lists.Spec == nil {
 			err := fmt.Errorf("the Service in the admission request has no spec; the apiserver always sends one")
-			line.Message = err.Error()
-			return admission.Errored(http.StatusBadRequest, err), nil
+			return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
 		}
-		d, tooMany := policy.TooMany(stage, lists.Spec.ClusterIPs.n, lists.Spec.IPFamilies.n, lists.Spec.ClusterIPs.head)
-		if tooMany {
-			if line.Name = policy.Echo(lists.Metadata.Name); line.Name == "" {
-				line.Name = policy.Echo(req.Name)
-			}
-			line.fill(d)
-			return respond(d), &d
+		if d, tooMany := policy.TooMany(stage, lists.Spec.ClusterIPs.n, lists.Spec.IPFamilies.n, lists.Spec.ClusterIPs.head); tooMany {
+			return respond(d), answered{decision: &d, name: lists.Metadata.Name}
 		}
 	}
 	svc, err := decodeService(req.Object.Raw)
 	if err != nil {
-		line.Message = err.Error()
-		return admission.Errored(http.StatusBadRequest, err), nil
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
 	}
 	if svc.Namespace == "" {
 		svc.Namespace = req.Namespace // the apiserver may send it only beside the object
@@ -113,37 +110,23 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 	if svc.Name == "" {
 		svc.Name = req.Name
 	}
-	line.Name = policy.Echo(svc.Name)
 	var old *corev1.Service
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		if old, err = decodeService(req.OldObject.Raw); err != nil {
-			line.Message = err.Error()
-			return admission.Errored(http.StatusBadRequest, err), nil
+			a := refused(err.Error())
+			a.name = svc.Name
+			return admission.Errored(http.StatusBadRequest, err), a
 		}
 	}
-	pol := r.policies.Current()
-	snap := r.view.Snapshot()
-	line.ViewGeneration = snap.Generation
-	if pol == nil || !snap.Synced {
-		line.Decision = policy.Denied
-		line.Message = notReadyMessage
-		return notReady(line.Message), nil
-	}
-	line.PolicyGeneration, line.PolicyDigest = pol.generation, pol.policy.Digest
-	if r.staleFor != nil {
-		stale, which := r.staleFor(time.Now())
-		line.ViewStale = stale
-		if stale > r.maxStaleness {
-			line.Decision = policy.Denied
-			line.Message = staleMessage(which, stale)
-			return notReady(line.Message), nil
-		}
+	state, err := r.check(time.Now())
+	if err != nil {
+		return notReady(err.Error()), answered{outcome: policy.Denied, message: err.Error(), name: svc.Name, state: state}
 	}
 
-	env := policy.Env{Policy: pol.policy, Snapshot: snap, StaticCIDRs: r.staticCIDRs}
+	env := policy.Env{Policy: state.policy.policy, Snapshot: state.snap, StaticCIDRs: r.staticCIDRs}
 	preq := policy.Request{
 		Operation: policy.Operation(req.Operation), Service: svc, OldService: old,
-		User: req.UserInfo.Username, Groups: req.UserInfo.Groups, DryRun: line.DryRun,
+		User: req.UserInfo.Username, Groups: req.UserInfo.Groups, DryRun: isDryRun(req),
 	}
 	var d policy.Decision
 	if stage == policy.StageMutate {
@@ -151,14 +134,15 @@ func (r *reviewer) decide(stage policy.Stage, req admission.Request, line *audit
 	} else {
 		d = policy.Validate(env, preq)
 	}
-	line.fill(d)
-	return respond(d), &d
+	return respond(d), answered{decision: &d, name: svc.Name, state: state}
 }
+
+func isDryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }
 
 // respond turns a decision into the admission response.
 func respond(d policy.Decision) admission.Response {
 	var resp admission.Response
-	if d.Allowed {
+	if d.Allowed() {
 		resp = admission.Allowed(d.Message)
 	} else {
 		resp = admission.Denied(d.Message)
@@ -169,10 +153,6 @@ func respond(d policy.Decision) admission.Response {
 		resp.Patches = append(resp.Patches, jsonpatch.JsonPatchOperation{Operation: op.Op, Path: op.Path, Value: op.Value})
 	}
 	return resp
-}
-
-func staleMessage(resource string, d time.Duration) string {
-	return fmt.Sprintf("clusterip-policy is not ready: its watch of %s has failed for %s, so its view of allocated addresses may be out of date; retry once it recovers", resource, d.Round(time.Second))
 }
 
 // notReady is a denial with 503, which tells the client to retry.
@@ -213,12 +193,12 @@ func (r *reviewer) record(line auditLine, d *policy.Decision) {
 type mutatingHandler struct{ *reviewer }
 
 func (h mutatingHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	return h.review(policy.StageMutate, req)
+	return h.handle(policy.StageMutate, req)
 }
 
 // validatingHandler serves the ValidatingWebhookConfiguration.
 type validatingHandler struct{ *reviewer }
 
 func (h validatingHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	return h.review(policy.StageValidate, req)
+	return h.handle(policy.StageValidate, req)
 }

@@ -37,29 +37,25 @@ const (
 	maxResponseBytes = 16 << 10
 )
 
-// malformed answers a review that no apiserver sends: no request in it
-// (no operation), an unknown operation, an oversized UID or object. It
-// returns ok false for a well-formed request.
-func malformed(req admission.Request, line *auditLine) (admission.Response, bool) {
-	var err error
+// malformed says what is wrong with a review that no apiserver sends: no
+// request in it (no operation), an unknown operation, an oversized UID or
+// object. It returns nil for a well-formed request.
+func malformed(req admission.Request) error {
 	switch {
 	case req.Operation == "" && req.UID == "":
-		err = fmt.Errorf("the AdmissionReview carries no request; send an admission.k8s.io/v1 AdmissionReview with request.uid, request.operation and request.object")
+		return fmt.Errorf("the AdmissionReview carries no request; send an admission.k8s.io/v1 AdmissionReview with request.uid, request.operation and request.object")
 	case req.Operation == "":
-		err = fmt.Errorf("the admission request has no operation; expected CREATE, UPDATE, DELETE or CONNECT")
+		return fmt.Errorf("the admission request has no operation; expected CREATE, UPDATE, DELETE or CONNECT")
 	case !knownOperation(req.Operation):
-		err = fmt.Errorf("the admission request has the unknown operation %q; expected CREATE, UPDATE, DELETE or CONNECT", policy.Echo(string(req.Operation)))
+		return fmt.Errorf("the admission request has the unknown operation %q; expected CREATE, UPDATE, DELETE or CONNECT", policy.Echo(string(req.Operation)))
 	case len(req.UID) > maxUIDBytes:
-		err = fmt.Errorf("the admission request's uid is %d bytes, more than %d; the apiserver sends a UUID", len(req.UID), maxUIDBytes)
+		return fmt.Errorf("the admission request's uid is %d bytes, more than %d; the apiserver sends a UUID", len(req.UID), maxUIDBytes)
 	case len(req.Object.Raw) > maxObjectBytes:
-		err = fmt.Errorf("the object in the admission request is %d bytes, more than the apiserver's request limit of %d (3 MiB)", len(req.Object.Raw), maxObjectBytes)
+		return fmt.Errorf("the object in the admission request is %d bytes, more than the apiserver's request limit of %d (3 MiB)", len(req.Object.Raw), maxObjectBytes)
 	case len(req.OldObject.Raw) > maxObjectBytes:
-		err = fmt.Errorf("the oldObject in the admission request is %d bytes, more than the apiserver's request limit of %d (3 MiB)", len(req.OldObject.Raw), maxObjectBytes)
-	default:
-		return admission.Response{}, false
+		return fmt.Errorf("the oldObject in the admission request is %d bytes, more than the apiserver's request limit of %d (3 MiB)", len(req.OldObject.Raw), maxObjectBytes)
 	}
-	line.Message = err.Error()
-	return admission.Errored(http.StatusBadRequest, err), true
+	return nil
 }
 
 func knownOperation(op admissionv1.Operation) bool {

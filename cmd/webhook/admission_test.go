@@ -29,7 +29,8 @@ reservations:
 `
 
 // testReviewer is a reviewer over a synced view of 10.96.0.0/16 with
-// 10.96.0.1 held by default/kubernetes, whose audit log goes to a buffer.
+// 10.96.0.1 held by default/kubernetes and the static-band 10.96.0.40 by
+// team-a/db, whose audit log goes to a buffer.
 type testReviewer struct {
 	*reviewer
 	auditBuf *bytes.Buffer
@@ -47,6 +48,7 @@ func newTestReviewer(t testing.TB, policyYAML string, synced bool) testReviewer 
 		view.Update(func(tx *allocview.Tx) {
 			tx.SetServiceCIDR(allocview.ServiceCIDR{Name: "kubernetes", CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Ready: true})
 			tx.SetAllocation(netip.MustParseAddr("10.96.0.1"), allocview.ServiceHolder("default", "kubernetes"))
+			tx.SetAllocation(netip.MustParseAddr("10.96.0.40"), allocview.ServiceHolder("team-a", "db"))
 			tx.MarkSynced(true)
 		})
 	}
@@ -59,7 +61,7 @@ func newTestReviewer(t testing.TB, policyYAML string, synced bool) testReviewer 
 		t.Fatal(err)
 	}
 	buf.Reset()
-	return testReviewer{&reviewer{policies: ps, view: view, audit: log.WithName("audit"), metrics: m}, &buf, reg}
+	return testReviewer{&reviewer{readiness: readiness{policies: ps, view: view}, audit: log.WithName("audit"), metrics: m}, &buf, reg}
 }
 
 // loadReview reads a recorded AdmissionReview and applies tweaks to its
@@ -181,9 +183,14 @@ func TestHandlersWithRecordedRequests(t *testing.T) {
 			message: `is reserved for Service kube-system/kube-dns`,
 		},
 		{
-			name: "denies an allocated IP, naming its holder", fixture: "mutate-003-create-wh-static.json", tweaks: []func(map[string]any){withClusterIP("10.96.0.1")},
+			name: "denies the first address, reserved for default/kubernetes", fixture: "mutate-003-create-wh-static.json", tweaks: []func(map[string]any){withClusterIP("10.96.0.1")},
 			mutate: true, decision: "denied", rules: []any{"reserved-for-other"},
 			message: `is reserved for Service default/kubernetes`,
+		},
+		{
+			name: "denies an allocated IP, naming its holder", fixture: "mutate-003-create-wh-static.json", tweaks: []func(map[string]any){withClusterIP("10.96.0.40")},
+			mutate: true, decision: "denied", rules: []any{"already-allocated"},
+			message: `spec.clusterIP: Invalid value: "10.96.0.40": is held by IPAddress 10.96.0.40 for Service team-a/db`,
 		},
 	}
 	for _, tt := range tests {

@@ -4,11 +4,16 @@ import (
 	"slices"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
 	"clusterip-policy/pkg/policy"
 )
 
-// auditLine is one admission decision in the audit log. Its keys are
-// documented in README.md ("Reading the audit log"); change them on purpose.
+// auditLine is one admission decision in the audit log. Its keys, defined
+// by keysAndValues alone, are public API: README.md documents them
+// ("Reading the audit log") and the e2e harness parses them
+// (framework.Decision); TestAuditKeysAreTheDocumentedOnes holds both to
+// keysAndValues. Change them on purpose.
 type auditLine struct {
 	UID              string
 	Stage            policy.Stage
@@ -33,14 +38,36 @@ type auditLine struct {
 	Took             time.Duration
 }
 
-// fill copies the decision into the line. A decision is already bounded
-// (policy.Decision's lists and messages are capped); the caps here hold the
-// line bounded on their own, since a line is written for every request.
-func (l *auditLine) fill(d policy.Decision) {
-	l.RequestedIPs, l.FinalIPs = d.RequestedIPs, d.FinalIPs
-	l.Decision, l.Rules, l.Violations = d.Outcome, d.Rules(), d.Violations
-	l.Mutations, l.Patch, l.Warnings = d.Mutations, d.Patch, d.Warnings
-	l.Skipped, l.Message = d.Skipped, d.Message
+// newAuditLine builds the line for one request from how it was answered:
+// the request's own fields, then the decision (or what stood in for one),
+// then what it was decided against. A decision is already bounded
+// (policy.Decision's lists and messages are capped); keysAndValues caps the
+// line again on its own, since a line is written for every request.
+func newAuditLine(stage policy.Stage, req admission.Request, a answered, took time.Duration) auditLine {
+	l := auditLine{
+		UID: string(req.UID), Stage: stage, Operation: string(req.Operation),
+		Namespace: req.Namespace, Name: req.Name, User: req.UserInfo.Username,
+		DryRun: isDryRun(req), Took: took,
+	}
+	if a.name != "" {
+		l.Name = a.name
+	}
+	if d := a.decision; d != nil {
+		l.RequestedIPs, l.FinalIPs = d.RequestedIPs, d.FinalIPs
+		l.Decision, l.Rules, l.Violations = d.Outcome, d.Rules(), d.Violations
+		l.Mutations, l.Patch, l.Warnings = d.Mutations, d.Patch, d.Warnings
+		l.Skipped, l.Message = d.Skipped, d.Message
+	} else {
+		l.Decision, l.Skipped, l.Message = a.outcome, a.skipped, a.message
+	}
+	if a.state.snap != nil {
+		l.ViewGeneration = a.state.snap.Generation
+	}
+	if p := a.state.policy; p != nil {
+		l.PolicyGeneration, l.PolicyDigest = p.generation, p.policy.Digest
+	}
+	l.ViewStale = a.state.stale
+	return l
 }
 
 func orEmpty[T any](s []T) []T {

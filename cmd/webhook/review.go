@@ -143,36 +143,13 @@ cannot be read.
 	return exitOK
 }
 
-// reviewOne runs both stages as the apiserver would for a create: the
-// mutating stage on the manifest, then, when the IPs are known (asked for
-// or assigned), the validating stage on the result.
+// reviewOne reports what a create of svc comes to; policy.ReplayCreate
+// knows the apiserver's order of the stages.
 func reviewOne(env policy.Env, svc *corev1.Service) reviewResult {
-	req := policy.Request{Operation: policy.Create, Service: svc}
-	m := policy.Mutate(env, req)
-	res := reviewResult{Namespace: svc.Namespace, Name: svc.Name, Allowed: m.Allowed, Decision: m.Outcome,
-		Rules: orEmpty(m.Rules()), Mutations: orEmpty(m.Mutations), ClusterIPs: orEmpty(m.FinalIPs),
-		Message: m.Message, Patch: orEmpty(m.Patch)}
-	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
-		res.ClusterIPs = []string{corev1.ClusterIPNone} // headless: what the Service ends with
-	}
-	if !m.Allowed || len(m.FinalIPs) == 0 || m.Skipped != "" {
-		return res
-	}
-	final := svc.DeepCopy()
-	final.Spec.ClusterIP, final.Spec.ClusterIPs = m.FinalIPs[0], m.FinalIPs
-	v := policy.Validate(env, policy.Request{Operation: policy.Create, Service: final})
-	for _, r := range v.Rules() {
-		if !slices.Contains(res.Rules, r) {
-			res.Rules = append(res.Rules, r)
-		}
-	}
-	if !v.Allowed {
-		res.Allowed, res.Decision, res.Message = false, v.Outcome, v.Message
-		res.ClusterIPs, res.Patch, res.Mutations = []string{}, []policy.PatchOp{}, []string{}
-	} else if v.Outcome == policy.Warned && res.Decision == policy.Allowed {
-		res.Decision, res.Message = v.Outcome, v.Message
-	}
-	return res
+	c := policy.ReplayCreate(env, svc)
+	return reviewResult{Namespace: svc.Namespace, Name: svc.Name, Allowed: c.Allowed, Decision: c.Outcome,
+		Rules: orEmpty(c.Rules), Mutations: orEmpty(c.Mutations), ClusterIPs: orEmpty(c.ClusterIPs),
+		Message: c.Message, Patch: orEmpty(c.Patch)}
 }
 
 func parseAllocated(in []string) (map[netip.Addr]allocview.Holder, error) {

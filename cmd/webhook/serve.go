@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"clusterip-policy/manifests"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/policy"
@@ -185,8 +186,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	}
 	source := kubesource.New(client, view, log.WithName("view"))
 	registerViewMetrics(defaultRegistry, source)
-	rev := &reviewer{policies: policies, view: view, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m,
-		staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
+	ready := readiness{policies: policies, view: view, staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
+	rev := &reviewer{readiness: ready, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
 	// only from inside --cert-dir (see clientauth.go).
@@ -199,26 +200,17 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", b.digest, "cas", b.subject)
 	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOptions(cas)})
-	server.Register(mutatePath, admissionEndpoint(mutatingHandler{rev}))
-	server.Register(validatePath, admissionEndpoint(validatingHandler{rev}))
+	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
+	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
 
 	var draining atomic.Bool
-	ready := map[string]healthz.Checker{
+	readyChecks := map[string]healthz.Checker{
 		"webhook": readyChecker(server, cas, o.bindAddress, o.port),
-		"policy": func(*http.Request) error {
-			if policies.Current() == nil {
-				return errors.New("no policy loaded")
-			}
-			return nil
-		},
-		"view": func(*http.Request) error {
-			if !source.HasSynced() {
-				return errors.New("view of ServiceCIDRs and IPAddresses not synced")
-			}
-			if d, which := source.StaleFor(time.Now()); d > o.maxStaleness {
-				return errors.New(staleMessage(which, d))
-			}
-			return nil
+		// The same answer every review gets: policy loaded, view synced
+		// and not stale for longer than --max-view-staleness.
+		"reviews": func(*http.Request) error {
+			_, err := ready.check(time.Now())
+			return err
 		},
 		"shutdown": func(*http.Request) error {
 			if draining.Load() {
@@ -230,8 +222,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	probes := http.NewServeMux()
 	probes.Handle("/healthz", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
 	probes.Handle("/healthz/", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
-	probes.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: ready}))
-	probes.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: ready}))
+	probes.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: readyChecks}))
+	probes.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: readyChecks}))
 
 	signals, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()

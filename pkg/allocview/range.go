@@ -4,7 +4,6 @@
 package allocview
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -64,12 +63,9 @@ func (b Band) String() string {
 	return b.First.String() + "-" + b.Last.String()
 }
 
-// ErrInvalidPrefix is returned for a prefix that is not a masked network
-// address, such as 10.96.0.1/16.
-var ErrInvalidPrefix = errors.New("invalid service CIDR")
-
 // Range is one Service CIDR with its bands, computed as the apiserver's
-// ipallocator does (pkg/registry/core/service/ipallocator in Kubernetes).
+// ipallocator does (pkg/registry/core/service/ipallocator in Kubernetes;
+// docs/apiserver-facts.md, "Ranges and bands", has the formula and a table).
 type Range struct {
 	// Prefix is the CIDR, masked.
 	Prefix netip.Prefix
@@ -96,13 +92,13 @@ type Range struct {
 // 10.96.0.1-10.96.0.16 and the dynamic band 10.96.0.17-10.96.0.254.
 func NewRange(source string, prefix netip.Prefix) (Range, error) {
 	if !prefix.IsValid() {
-		return Range{}, fmt.Errorf("%w %q", ErrInvalidPrefix, prefix)
+		return Range{}, fmt.Errorf("invalid service CIDR %q", prefix)
 	}
 	if prefix.Addr().Is4In6() {
-		return Range{}, fmt.Errorf("%w %q: write IPv4 ranges in dotted form", ErrInvalidPrefix, prefix)
+		return Range{}, fmt.Errorf("invalid service CIDR %q: write IPv4 ranges in dotted form", prefix)
 	}
 	if prefix.Masked() != prefix {
-		return Range{}, fmt.Errorf("%w %q: host bits are set; did you mean %s?", ErrInvalidPrefix, prefix, prefix.Masked())
+		return Range{}, fmt.Errorf("invalid service CIDR %q: host bits are set; did you mean %s?", prefix, prefix.Masked())
 	}
 	r := Range{Prefix: prefix, Source: source}
 	hostBits := prefix.Addr().BitLen() - prefix.Bits()

@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// TestBandsMatchTheApiserver pins every row of the table in FACTS.md.
+// TestBandsMatchTheApiserver pins every row of the table in
+// docs/apiserver-facts.md ("Ranges and bands").
 func TestBandsMatchTheApiserver(t *testing.T) {
 	tests := []struct {
 		cidr    string

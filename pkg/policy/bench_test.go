@@ -29,7 +29,7 @@ func BenchmarkMutateStaticRequest(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if d := Mutate(env, req); !d.Allowed {
+		if d := Mutate(env, req); !d.Allowed() {
 			b.Fatal(d.Message)
 		}
 	}
@@ -53,7 +53,7 @@ func BenchmarkMutateDenied(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if d := Mutate(env, req); d.Allowed {
+		if d := Mutate(env, req); d.Allowed() {
 			b.Fatal("allowed")
 		}
 	}
@@ -65,7 +65,7 @@ func BenchmarkValidateDynamicAllocation(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if d := Validate(env, req); !d.Allowed {
+		if d := Validate(env, req); !d.Allowed() {
 			b.Fatal(d.Message)
 		}
 	}

@@ -11,7 +11,9 @@ import (
 	"clusterip-policy/pkg/allocview"
 )
 
-// Stage is the admission stage a decision is for.
+// Stage is the admission stage a decision is for. docs/rules.md states
+// what each stage promises; docs/apiserver-facts.md ("Admission order")
+// what each sees.
 type Stage string
 
 const (
@@ -90,8 +92,9 @@ type PatchOp struct {
 
 // Decision is the result of one stage for one request.
 type Decision struct {
-	Stage   Stage
-	Allowed bool
+	Stage Stage
+	// Outcome is the one-word result; Allowed says whether it lets the
+	// request through.
 	Outcome Outcome
 	// Skipped says why the stage did not evaluate the request (not an
 	// allocating operation, headless, ExternalName, exempt); empty otherwise.
@@ -108,6 +111,10 @@ type Decision struct {
 	RequestedIPs []string
 	FinalIPs     []string
 }
+
+// Allowed reports whether the request goes through: every outcome but
+// Denied lets it (a warning, an audit-only match and a patch all allow).
+func (d Decision) Allowed() bool { return d.Outcome != Denied }
 
 // Rules lists the rule IDs that matched, once each, in order.
 func (d Decision) Rules() []RuleID {
@@ -134,7 +141,7 @@ func Mutate(env Env, req Request) Decision {
 	case req.Operation == Create || changesFromExternalName(req):
 		c.assignReserved()
 	}
-	return d.finish(env.Policy)
+	return d.finish()
 }
 
 // Validate decides the validating stage: every IP the Service ends with must
@@ -146,7 +153,7 @@ func Validate(env Env, req Request) Decision {
 	if c != nil {
 		c.eachNewIP(req, func(field, raw string) { c.checkFinal(field, raw, req.DryRun) })
 	}
-	return d.finish(env.Policy)
+	return d.finish()
 }
 
 // begin starts a decision. It returns no checker when the stage does not
@@ -187,6 +194,10 @@ func (c checker) eachNewIP(req Request, check func(field, raw string)) {
 	}
 }
 
+// mutateSkips and validateSkips are the Go side of the webhook
+// configurations' matchConditions named allocating-requests-only
+// (manifests/base/webhook-configurations.yaml): the CEL there sends an
+// UPDATE only when these would review it. See operations.go.
 func mutateSkips(req Request) string {
 	return skips(req, changesFromExternalName(req) || len(newIPs(req)) > 0 || growsToDualStack(req), "UPDATE that allocates no IP")
 }
@@ -211,7 +222,7 @@ func skips(req Request, updateApplies bool, updateSkip string) string {
 	case req.Operation == Update:
 		return updateSkip
 	}
-	return fmt.Sprintf("operation %s allocates no IP", req.Operation)
+	return OperationSkip(req.Operation)
 }
 
 func isHeadless(svc *corev1.Service) bool {
@@ -294,7 +305,7 @@ func (c checker) checkRequested(field, raw string) {
 		return
 	}
 	pl := c.rs.Place(ip)
-	if c.allowedAnyway(field, raw, ip, pl) || c.outside(field, raw, ip, pl) {
+	if c.reportAllowedAnyway(field, raw, ip, pl) || c.reportOutside(field, raw, ip, pl) {
 		return
 	}
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
@@ -306,10 +317,10 @@ func (c checker) checkRequested(field, raw string) {
 		c.violate(RuleStaticIPInDynamicBand, field, raw, "lies in the dynamic band %s of %s; %s or ask for a reservation", pl.DynamicIn.Dynamic(), pl.DynamicIn.Name(), c.chooseStatic(ip))
 		return
 	}
-	if reserved && c.reservationHeld(field, raw, res) {
+	if reserved && c.reportReservationHeld(field, raw, res) {
 		return // this Service's own reservation, held by someone else
 	}
-	if c.checkAllocated(field, raw, ip) {
+	if c.reportAllocated(field, raw, ip) {
 		return
 	}
 	if own, ok := c.env.Policy.ReservationsOf(c.self(), c.rs)[allocview.FamilyOf(ip)]; ok && own.IP != ip && !own.Implicit {
@@ -318,8 +329,12 @@ func (c checker) checkRequested(field, raw string) {
 	}
 }
 
-func (c checker) checkAllocated(field, raw string, ip netip.Addr) bool {
-	if c.env.Snapshot == nil {
+// reportAllocated records an already-allocated violation for an IP that
+// an IPAddress gives to another holder, and says whether it did. Where the
+// view tracks no allocations (a cluster without the IPAddress API) absence
+// proves nothing, so the rule is left to the apiserver's own check.
+func (c checker) reportAllocated(field, raw string, ip netip.Addr) bool {
+	if c.env.Snapshot == nil || !c.env.Snapshot.TracksAllocations {
 		return false
 	}
 	h, ok := c.env.Snapshot.Holder(ip)
@@ -329,7 +344,8 @@ func (c checker) checkAllocated(field, raw string, ip netip.Addr) bool {
 	// The IPAddress object is what blocks the address, and it may outlive
 	// its Service: the apiserver's repair loop (repairip.go, Kubernetes
 	// 1.37) rechecks every IPAddress every 3 minutes and deletes one whose
-	// Service is gone once it is older than 60 s.
+	// Service is gone once it is older than 60 s ("The repair loop" in
+	// docs/apiserver-facts.md).
 	what := "is held by IPAddress " + ip.String()
 	switch {
 	case h.Resource == "services" && h.Group == "":
@@ -342,8 +358,9 @@ func (c checker) checkAllocated(field, raw string, ip netip.Addr) bool {
 	return true
 }
 
-// outside reports (and records) an IP no active range can hand out.
-func (c checker) outside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
+// reportOutside records a violation for an IP no active range can hand
+// out, and says whether it did.
+func (c checker) reportOutside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
 	switch pl.Kind {
 	case allocview.Outside:
 		why := ""
@@ -391,12 +408,12 @@ func (c checker) checkFinal(field, raw string, dryRun bool) {
 		return // the placeholder a dry-run create shows instead of allocating
 	}
 	pl := c.rs.Place(ip)
-	if c.allowedAnyway(field, raw, ip, pl) || c.allocatedOutside(field, raw, ip, pl) {
+	if c.reportAllowedAnyway(field, raw, ip, pl) || c.reportAllocatedOutside(field, raw, ip, pl) {
 		return
 	}
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
 	if reserved && res.Owner != c.self() {
-		c.allocatedReserved(field, raw, res, pl)
+		c.reportAllocatedReserved(field, raw, res, pl)
 	}
 }
 
@@ -435,8 +452,8 @@ func (c checker) assignReserved() {
 			field = fmt.Sprintf("spec.clusterIPs[%d]", i)
 		}
 		ip := netip.MustParseAddr(raw)
-		if !c.reservationOutside(field, raw, owned[allocview.FamilyOf(ip)]) {
-			c.reservationHeld(field, raw, owned[allocview.FamilyOf(ip)])
+		if !c.reportReservationOutside(field, raw, owned[allocview.FamilyOf(ip)]) {
+			c.reportReservationHeld(field, raw, owned[allocview.FamilyOf(ip)])
 		}
 	}
 	if len(c.d.Violations) > before {
@@ -452,7 +469,7 @@ func (c checker) assignReserved() {
 
 // wantedFamilies is the order of families the apiserver will give the
 // Service, as its initIPFamilyFields (pkg/registry/core/service/storage/
-// alloc.go) decides: ipFamilies as given, else the primary family; widened
+// alloc.go; "Dual-stack" in docs/apiserver-facts.md) decides: ipFamilies as given, else the primary family; widened
 // with the other family when it names one and ipFamilyPolicy is
 // RequireDualStack or PreferDualStack on a dual-stack cluster. Dual-stack
 // means the apiserver serves both families (RangeSet.Families, from its
@@ -493,7 +510,7 @@ func wantedFamilies(svc *corev1.Service, rs allocview.RangeSet) []allocview.Fami
 }
 
 // finish applies the policy's actions to the violations and sets the outcome.
-func (d Decision) finish(p *Policy) Decision {
+func (d Decision) finish() Decision {
 	var denials []string
 	for _, v := range d.Violations {
 		switch v.Action {
@@ -503,9 +520,8 @@ func (d Decision) finish(p *Policy) Decision {
 			d.Warnings = append(d.Warnings, v.Message)
 		}
 	}
-	d.Allowed = len(denials) == 0
 	switch {
-	case !d.Allowed:
+	case len(denials) > 0:
 		d.Outcome = Denied
 		d.Patch, d.Mutations = nil, nil
 		d.FinalIPs = nil

@@ -46,7 +46,7 @@ func TestMutateChecksEachRequestedIP(t *testing.T) {
 		{name: "denies the first dynamic address", svc: makeService("default/web", clusterIP("10.96.1.1")), rule: RuleStaticIPInDynamicBand},
 		{name: "denies the last dynamic address", svc: makeService("default/web", clusterIP("10.96.255.254")), rule: RuleStaticIPInDynamicBand},
 		{
-			name: "denies a dynamic-band IP with the message SPEC.md gives",
+			name: "denies a dynamic-band IP with the message docs/rules.md gives",
 			svc:  makeService("default/web", clusterIP("10.96.200.5")), rule: RuleStaticIPInDynamicBand,
 			message: `spec.clusterIP: Invalid value: "10.96.200.5": lies in the dynamic band 10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes"; choose a free address in the static band 10.96.0.1-10.96.1.0 or ask for a reservation`,
 		},
@@ -142,12 +142,12 @@ func TestMutateChecksEachRequestedIP(t *testing.T) {
 func assertRule(t *testing.T, d Decision, rule RuleID, message string) {
 	t.Helper()
 	if rule == "" {
-		if !d.Allowed || len(d.Violations) > 0 {
+		if !d.Allowed() || len(d.Violations) > 0 {
 			t.Fatalf("want allowed, got %s: %s", d.Outcome, d.Message)
 		}
 		return
 	}
-	if d.Allowed || d.Outcome != Denied {
+	if d.Allowed() || d.Outcome != Denied {
 		t.Fatalf("want denied by %s, got %s: %s", rule, d.Outcome, d.Message)
 	}
 	if got := d.Rules(); len(got) != 1 || got[0] != rule {
@@ -196,7 +196,7 @@ func TestMutateAssignsReservedIPs(t *testing.T) {
 				cidrs = v4Only
 			}
 			d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, Request{Operation: Create, Service: tt.svc})
-			if !d.Allowed {
+			if !d.Allowed() {
 				t.Fatalf("denied: %s", d.Message)
 			}
 			if tt.want == nil {
@@ -223,7 +223,7 @@ func TestMutateWarnsAnOwnerThatAsksForAnotherAddress(t *testing.T) {
 	p := mustPolicy(t, dnsPolicy)
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIP("10.96.0.11"))})
 	want := "spec.clusterIP: 10.96.0.10 is reserved for Service kube-system/kube-dns, which asks for 10.96.0.11 instead; the reserved address stays unused"
-	if !d.Allowed || d.Outcome != Warned || len(d.Warnings) != 1 || d.Warnings[0] != want {
+	if !d.Allowed() || d.Outcome != Warned || len(d.Warnings) != 1 || d.Warnings[0] != want {
 		t.Fatalf("%s %q", d.Outcome, d.Warnings)
 	}
 }
@@ -248,8 +248,8 @@ func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
 	p = mustPolicy(t, dnsPolicy+"enforcement:\n  rules:\n    already-allocated: warn\n")
 	d = Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
 	want := `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by IPAddress 10.96.0.10 for Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address; if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes), this Service gets a dynamic address meanwhile: recreate it once the address is free`
-	if !d.Allowed || len(d.Patch) != 0 || len(d.Warnings) != 1 || d.Warnings[0] != want {
-		t.Fatalf("allowed %v patch %v warnings %q", d.Allowed, d.Patch, d.Warnings)
+	if !d.Allowed() || len(d.Patch) != 0 || len(d.Warnings) != 1 || d.Warnings[0] != want {
+		t.Fatalf("allowed %v patch %v warnings %q", d.Allowed(), d.Patch, d.Warnings)
 	}
 }
 
@@ -437,7 +437,7 @@ func TestExemptions(t *testing.T) {
 				if d.Skipped != tt.skipped {
 					t.Fatalf("%s: skipped %q, want %q", d.Stage, d.Skipped, tt.skipped)
 				}
-				if tt.skipped != "" && (!d.Allowed || d.Outcome != Allowed) {
+				if tt.skipped != "" && (!d.Allowed() || d.Outcome != Allowed) {
 					t.Fatalf("%s: exempt request not allowed: %s", d.Stage, d.Message)
 				}
 			}
@@ -526,7 +526,7 @@ func TestWarnedViolationsReadTheSameAtBothStages(t *testing.T) {
 	for _, ip := range []string{"10.96.0.10", "10.200.0.1"} {
 		m := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(ip))})
 		v := Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs(ip))})
-		if !m.Allowed || !v.Allowed || len(m.Warnings) != 1 || len(v.Warnings) != 1 || m.Warnings[0] != v.Warnings[0] {
+		if !m.Allowed() || !v.Allowed() || len(m.Warnings) != 1 || len(v.Warnings) != 1 || m.Warnings[0] != v.Warnings[0] {
 			t.Fatalf("%s: mutate %q, validate %q", ip, m.Warnings, v.Warnings)
 		}
 		for _, w := range []string{"denial", "releases", "leave clusterIP empty", "Invalid value"} {

@@ -53,8 +53,8 @@ func (c checker) assignSecondary() {
 	}
 	field, raw := "spec.clusterIPs[1]", r.IP.String()
 	before := len(c.d.Violations)
-	if !c.reservationOutside(field, raw, r) {
-		c.reservationHeld(field, raw, r)
+	if !c.reportReservationOutside(field, raw, r) {
+		c.reportReservationHeld(field, raw, r)
 	}
 	if len(c.d.Violations) > before {
 		return // reported, not patched
@@ -65,14 +65,14 @@ func (c checker) assignSecondary() {
 	c.d.FinalIPs = ips
 }
 
-// reservationHeld reports (and records) an owner's reserved address that an
-// IPAddress gives to someone else: the owner is told who holds its
+// reportReservationHeld records a violation for an owner's reserved
+// address that an IPAddress gives to someone else, and says whether it did: the owner is told who holds its
 // reservation and how to free it, not to pick another address. With the
 // already-allocated rule at deny (the default) the owner is refused, so
 // kube-dns never silently starts on a random address that no Pod's
 // resolv.conf names; at warn or audit the Service falls back to a dynamic
 // address, with that warning.
-func (c checker) reservationHeld(field, raw string, r Reservation) bool {
+func (c checker) reportReservationHeld(field, raw string, r Reservation) bool {
 	if c.env.Snapshot == nil {
 		return false
 	}
@@ -95,12 +95,12 @@ func (c checker) reservationHeld(field, raw string, r Reservation) bool {
 	return true
 }
 
-// reservationOutside reports (and records) an owner's reserved address that
+// reportReservationOutside records a violation for an owner's reserved address that
 // no active range can hand out. The owner asked for no address, so it is
 // not told to leave clusterIP empty: the reservation or the ranges need an
 // administrator, and meanwhile the owner can name an address itself (at
 // deny) or gets a dynamic one (at warn or audit).
-func (c checker) reservationOutside(field, raw string, r Reservation) bool {
+func (c checker) reportReservationOutside(field, raw string, r Reservation) bool {
 	pl := c.rs.Place(r.IP)
 	var where string
 	switch pl.Kind {

@@ -15,10 +15,10 @@ import (
 // set, and say what that user can do: create the Service again, or name a
 // static address.
 
-// allocatedOutside reports (and records) an allocated address no active
+// reportAllocatedOutside records a violation for an allocated address no active
 // range can hand out: from a ServiceCIDR the policy does not accept, or
 // from an apiserver whose range the cluster's ServiceCIDRs lack.
-func (c checker) allocatedOutside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
+func (c checker) reportAllocatedOutside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
 	if pl.Kind != allocview.Outside && pl.Kind != allocview.Unusable {
 		return false
 	}
@@ -37,11 +37,11 @@ func (c checker) allocatedOutside(field, raw string, ip netip.Addr, pl allocview
 	return true
 }
 
-// allocatedReserved records an allocated address that is reserved for
+// reportAllocatedReserved records an allocated address that is reserved for
 // another Service. In a dynamic band the allocator picks addresses at
 // random, so a reservation there can be hit at any time; the static band
 // is handed out only once its range's dynamic band is full.
-func (c checker) allocatedReserved(field, raw string, res Reservation, pl allocview.Placement) {
+func (c checker) reportAllocatedReserved(field, raw string, res Reservation, pl allocview.Placement) {
 	why := "the apiserver hands out static-band addresses only when the range's dynamic band is full"
 	fix := "free addresses or add a ServiceCIDR, then create the Service again"
 	if pl.Kind == allocview.Dynamic {
@@ -80,7 +80,7 @@ func joinOr(ss []string) string {
 	return out
 }
 
-// allowedAnyway records, for a rule the policy only warns about or audits,
+// reportAllowedAnyway records, for a rule the policy only warns about or audits,
 // one message for both stages: the apiserver drops a warning it already
 // returned for the same request, so a static request warned by the
 // mutating stage is not warned again, with different words, by the
@@ -88,7 +88,7 @@ func joinOr(ss []string) string {
 // or the apiserver picked it (no denial, no release, no field the user may
 // not have set). It returns false when the rule denies (or does not match):
 // each stage then words its own denial.
-func (c checker) allowedAnyway(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
+func (c checker) reportAllowedAnyway(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
 	p := c.env.Policy
 	var rule RuleID
 	var what string

@@ -120,5 +120,5 @@ func TooMany(stage Stage, ips, fams int, head []string) (d Decision, ok bool) {
 		requested = append(requested, fmt.Sprintf("... (%d more)", more))
 	}
 	d = Decision{Stage: stage, RequestedIPs: requested, Violations: []Violation{v}}
-	return d.finish(nil), true
+	return d.finish(), true
 }

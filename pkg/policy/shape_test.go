@@ -74,7 +74,7 @@ func TestShapeIsCheckedBeforeAnyPerIPWork(t *testing.T) {
 				d = Validate(env, req)
 			}
 			if tt.message == "" {
-				if !d.Allowed || (len(d.Violations) > 0 && d.Violations[0].Rule == RuleInvalidIP) {
+				if !d.Allowed() || (len(d.Violations) > 0 && d.Violations[0].Rule == RuleInvalidIP) {
 					t.Fatalf("want no shape denial, got %s: %s", d.Outcome, d.Message)
 				}
 				return
@@ -90,7 +90,7 @@ func TestShapeIsCheckedBeforeAnyPerIPWork(t *testing.T) {
 func TestShapeDenialsIgnoreWarnAndAudit(t *testing.T) {
 	p := mustPolicy(t, dnsPolicy+"enforcement: {default: audit, rules: {invalid-ip: warn}}\n")
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.20", "10.96.0.21", "10.96.0.22"))})
-	if d.Allowed || d.Violations[0].Action != ActionDeny {
+	if d.Allowed() || d.Violations[0].Action != ActionDeny {
 		t.Fatalf("want a denial, got %s: %+v", d.Outcome, d.Violations)
 	}
 }
@@ -126,7 +126,7 @@ func TestMessagesListAFewRangesWhateverTheirNumber(t *testing.T) {
 	env := Env{Policy: mustPolicy(t, dnsPolicy), Snapshot: makeSnapshot(cidrs)}
 	for _, ip := range []string{"192.168.0.1", "10.100.0.200"} {
 		d := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(ip))})
-		if d.Allowed || len(d.Message) > 600 || !strings.Contains(d.Message, "and 996 more") {
+		if d.Allowed() || len(d.Message) > 600 || !strings.Contains(d.Message, "and 996 more") {
 			t.Fatalf("%s: %d bytes: %s", ip, len(d.Message), d.Message)
 		}
 	}
@@ -179,7 +179,7 @@ func TestTooManyGivesTheSameDenialFromCountsAlone(t *testing.T) {
 	}
 	full := Mutate(Env{Policy: mustPolicy(t, dnsPolicy), Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs(many...))})
 	counted, ok := TooMany(StageMutate, 50000, 0, many[:2])
-	if !ok || counted.Message != full.Message || counted.Allowed || fmt.Sprint(counted.Rules()) != "[invalid-ip]" {
+	if !ok || counted.Message != full.Message || counted.Allowed() || fmt.Sprint(counted.Rules()) != "[invalid-ip]" {
 		t.Fatalf("counted %v %+v\nfull %+v", ok, counted, full)
 	}
 	if got := fmt.Sprintf("%q", counted.RequestedIPs); got != `["10.96.200.5" "10.96.200.5" "... (49998 more)"]` {

@@ -5,9 +5,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,9 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"sigs.k8s.io/yaml"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -56,19 +56,17 @@ func selfSignedOverlay(t *testing.T, root string) (string, []*unstructured.Unstr
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v\n%s", overlay, err, stderr.String())
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	docs, err := manifests.SplitYAML(out)
+	if err != nil {
+		t.Fatalf("parse the rendered overlay: %v", err)
+	}
 	var objs []*unstructured.Unstructured
-	for {
+	for _, doc := range docs {
 		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
 			t.Fatalf("parse the rendered overlay: %v", err)
 		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
+		objs = append(objs, u)
 	}
 	return overlay, objs
 }

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -267,59 +263,6 @@ func (c *Cluster) waitDefaultServiceCIDR(ctx context.Context) error {
 	})
 }
 
-// ApplyRBAC creates the webhook's roles and bindings from manifests/base.
-func (c *Cluster) ApplyRBAC(ctx context.Context) error {
-	r, err := LoadRBAC(c.Root)
-	if err != nil {
-		return err
-	}
-	c.RBAC = r
-	cs := c.Client(0)
-	ns := map[string]bool{}
-	for _, o := range r.Roles {
-		ns[o.Namespace] = true
-	}
-	for _, o := range r.RoleBindings {
-		ns[o.Namespace] = true
-	}
-	for n := range ns {
-		if err := EnsureNamespace(ctx, cs, n); err != nil {
-			return err
-		}
-	}
-	for _, o := range r.ClusterRoles {
-		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create ClusterRole %s: %w", o.Name, err)
-		}
-	}
-	for _, o := range r.ClusterRoleBindings {
-		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create ClusterRoleBinding %s: %w", o.Name, err)
-		}
-	}
-	for _, o := range r.Roles {
-		if _, err := cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create Role %s/%s: %w", o.Namespace, o.Name, err)
-		}
-	}
-	for _, o := range r.RoleBindings {
-		if _, err := cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create RoleBinding %s/%s: %w", o.Namespace, o.Name, err)
-		}
-	}
-	c.Logf("e2e: webhook runs as %s with the RBAC of %s", r.UserName(), r.Source)
-	return nil
-}
-
-// EnsureNamespace creates namespace name unless it exists.
-func EnsureNamespace(ctx context.Context, cs kubernetes.Interface, name string) error {
-	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", name, err)
-	}
-	return nil
-}
-
 // StartWebhooks starts n webhook processes with serving certificates from
 // one webhook CA, and waits until each is ready. They authenticate as the
 // service account of the manifests' RBAC (a client certificate for that
@@ -394,169 +337,6 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 		c.Logf("e2e: %s (%d of %d) %s in %s on %s, talking to %s as %s", name, i+1, n, state, time.Since(start).Round(time.Millisecond), w.Addr(), server, id.User)
 	}
 	return nil
-}
-
-// WebhookEndpoint is the host:port the apiservers are sent to: the only
-// webhook, or a haproxy in front of several that sends new connections
-// only to replicas whose /readyz answers 200, as the endpoints of the
-// webhook's Service would.
-func (c *Cluster) WebhookEndpoint(ctx context.Context) (string, error) {
-	switch {
-	case len(c.Webhooks) == 0:
-		return "", errors.New("no webhook is running")
-	case len(c.Webhooks) == 1:
-		return c.Webhooks[0].Addr(), nil
-	case c.WebhookLB == nil:
-		var backends []Backend
-		for _, w := range c.Webhooks {
-			backends = append(backends, Backend{Name: w.Name, Addr: w.Addr(), CheckAddr: w.HealthAddr})
-		}
-		lb, err := StartHAProxy(ctx, c.Dir, backends, HAProxyOptions{Name: "webhook-lb", Timeout: 30 * time.Second}, ProcessOptions{Detach: c.opts.Detach})
-		if err != nil {
-			return "", err
-		}
-		c.WebhookLB = lb
-	}
-	return c.WebhookLB.Addr(), nil
-}
-
-// RegisterWebhooks creates (or replaces) the webhook configurations of the
-// manifests, pointed at WebhookEndpoint, and waits until every apiserver
-// calls both webhooks.
-func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
-	addr, err := c.WebhookEndpoint(ctx)
-	if err != nil {
-		return err
-	}
-	wc, err := LoadWebhookConfigurations(c.Root)
-	if err != nil {
-		return err
-	}
-	wc.PointAt(addr, c.WebhookCA.CertPEM)
-	c.Configs = wc
-	cs := c.Client(0)
-	// Validating first: once the mutating webhook is called, both are.
-	if err := createOrReplace(ctx, func() error {
-		_, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, wc.Validating, metav1.CreateOptions{})
-		return err
-	}, func() error {
-		old, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, wc.Validating.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		wc.Validating.ResourceVersion = old.ResourceVersion
-		_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, wc.Validating, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		return fmt.Errorf("register ValidatingWebhookConfiguration: %w", err)
-	}
-	if err := createOrReplace(ctx, func() error {
-		_, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, wc.Mutating, metav1.CreateOptions{})
-		return err
-	}, func() error {
-		old, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, wc.Mutating.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		wc.Mutating.ResourceVersion = old.ResourceVersion
-		_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, wc.Mutating, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		return fmt.Errorf("register MutatingWebhookConfiguration: %w", err)
-	}
-	c.Logf("e2e: registered webhook configurations from %s at https://%s", wc.Source, addr)
-	return c.WaitWebhooksCalled(ctx)
-}
-
-func createOrReplace(ctx context.Context, create, replace func() error) error {
-	err := create()
-	if apierrors.IsAlreadyExists(err) {
-		err = replace()
-	}
-	return err
-}
-
-// WaitWebhooksCalled returns once every apiserver sends a Service create to
-// both webhooks: a server-side dry run of a Service without a clusterIP in
-// namespace default, repeated until the webhook logs show a mutate and a
-// validate decision for it. Registration reaches the apiservers through
-// their informers, so the first requests after it may pass unchecked.
-func (c *Cluster) WaitWebhooksCalled(ctx context.Context) error {
-	start := time.Now()
-	for i := range c.APIServers {
-		cs := c.Client(i)
-		err := poll(ctx, fmt.Sprintf("%s calling the webhooks", c.APIServers[i].Name), 30*time.Second, 200*time.Millisecond, c.Processes(), func(ctx context.Context) (bool, error) {
-			name := "e2e-probe-" + randomSuffix()
-			svc := &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
-			}
-			if _, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-				return false, err
-			}
-			stages := map[string]bool{}
-			for _, w := range c.Webhooks {
-				for _, d := range w.Decisions() {
-					if d.Name == name {
-						stages[d.Stage] = true
-					}
-				}
-			}
-			if stages["mutate"] && stages["validate"] {
-				return true, nil
-			}
-			return false, fmt.Errorf("dry-run create of default/%s reached the webhooks in stages %v", name, stages)
-		})
-		if err != nil {
-			return err
-		}
-	}
-	c.Logf("e2e: every apiserver calls the webhooks (%s after registration)", time.Since(start).Round(time.Millisecond))
-	return nil
-}
-
-// Decision is one audit line of the webhook.
-type Decision struct {
-	Msg          string   `json:"msg"`
-	TS           string   `json:"ts"`
-	UID          string   `json:"uid"`
-	Stage        string   `json:"stage"`
-	Operation    string   `json:"operation"`
-	Namespace    string   `json:"namespace"`
-	Name         string   `json:"name"`
-	Decision     string   `json:"decision"`
-	Rules        []string `json:"rules"`
-	Message      string   `json:"message"`
-	DryRun       bool     `json:"dryRun"`
-	RequestedIPs []string `json:"requestedIPs"`
-	FinalIPs     []string `json:"finalIPs"`
-	ViewStale    float64  `json:"viewStaleSeconds"`
-	Raw          string   `json:"-"`
-}
-
-// Decisions parses the audit lines ("msg":"admission decision") of the log.
-func (w *Webhook) Decisions() []Decision { return w.DecisionsFrom(0) }
-
-// DecisionsFrom parses the audit lines after byte offset from.
-func (w *Webhook) DecisionsFrom(from int64) []Decision {
-	data, err := os.ReadFile(w.LogPath)
-	if err != nil || from > int64(len(data)) {
-		return nil
-	}
-	data = data[from:]
-	var out []Decision
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		if !bytes.Contains(line, []byte(`"admission decision"`)) {
-			continue
-		}
-		var d Decision
-		if err := json.Unmarshal(line, &d); err != nil || d.Msg != "admission decision" {
-			continue
-		}
-		d.Raw = string(line)
-		out = append(out, d)
-	}
-	return out
 }
 
 // Processes are all processes of the cluster, in start order.

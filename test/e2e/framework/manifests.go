@@ -1,10 +1,7 @@
 package framework
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,8 +10,9 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"clusterip-policy/manifests"
 )
 
 // WebhookConfigurationsFile is where the deployment manifests define the two
@@ -26,8 +24,8 @@ const WebhookConfigurationsFile = "manifests/base/webhook-configurations.yaml"
 const (
 	MutatingWebhookName   = "mutate-services.clusterip-policy.io"
 	ValidatingWebhookName = "validate-services.clusterip-policy.io"
-	MutatePath            = "/mutate-v1-service"
-	ValidatePath          = "/validate-v1-service"
+	MutatePath            = manifests.MutatePath
+	ValidatePath          = manifests.ValidatePath
 )
 
 // WebhookConfigurations are the Mutating- and ValidatingWebhookConfiguration
@@ -48,7 +46,7 @@ func LoadWebhookConfigurations(root string) (*WebhookConfigurations, error) {
 		return nil, err
 	}
 	wc := &WebhookConfigurations{Source: WebhookConfigurationsFile}
-	docs, err := splitYAML(data)
+	docs, err := manifests.SplitYAML(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -116,9 +114,8 @@ func (r *RBAC) Groups() []string {
 // LoadRBAC collects the roles and bindings of manifests/base (every YAML
 // file but kustomization.yaml). The harness creates them and runs the
 // webhook as that service account (with a client certificate), so the tests
-// prove the shipped permissions suffice. Without manifests it returns
-// read-only access to ServiceCIDRs and IPAddresses for
-// clusterip-policy/clusterip-policy-webhook.
+// prove the shipped permissions suffice. Without them it fails: the suite
+// tests the shipped RBAC, never a copy of it.
 func LoadRBAC(root string) (*RBAC, error) {
 	dir := filepath.Join(root, "manifests", "base")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -132,7 +129,7 @@ func LoadRBAC(root string) (*RBAC, error) {
 		if err != nil {
 			return nil, err
 		}
-		docs, err := splitYAML(data)
+		docs, err := manifests.SplitYAML(data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
@@ -170,29 +167,6 @@ func LoadRBAC(root string) (*RBAC, error) {
 		}
 	}
 	return nil, fmt.Errorf("no ClusterRoleBinding in %s binds a ServiceAccount", dir)
-}
-
-// splitYAML splits a multi-document YAML stream into JSON documents.
-func splitYAML(data []byte) ([][]byte, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var docs [][]byte
-	for {
-		var raw map[string]any
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.EOF) {
-				return docs, nil
-			}
-			return nil, err
-		}
-		if len(raw) == 0 {
-			continue
-		}
-		b, err := yaml.Marshal(raw)
-		if err != nil {
-			return nil, err
-		}
-		docs = append(docs, b)
-	}
 }
 
 func kindOf(doc []byte) string {

@@ -1,0 +1,936 @@
+package manifests
+
+import (
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"clusterip-policy/pkg/policy"
+)
+
+// --- the safety checks: each returns what is wrong, nothing when all is well ---
+
+type check func(o *objects) []string
+
+func replicasAtLeastTwo(o *objects) []string {
+	var p []string
+	if len(o.Deployments) == 0 {
+		p = append(p, "no Deployment")
+	}
+	for _, d := range o.Deployments {
+		if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+			n := int32(1) // the API's default
+			if d.Spec.Replicas != nil {
+				n = *d.Spec.Replicas
+			}
+			p = append(p, problemf("Deployment %s has %d replicas; at least 2 keep admission running through a restart", d.Name, n))
+		}
+	}
+	return p
+}
+
+func hasPDB(o *objects) []string {
+	var p []string
+	for _, d := range o.Deployments {
+		found := false
+		for _, b := range o.PDBs {
+			if b.Namespace != d.Namespace || !selects(b.Spec.Selector, d.Spec.Template.Labels) {
+				continue
+			}
+			found = true
+			replicas := int32(1)
+			if d.Spec.Replicas != nil {
+				replicas = *d.Spec.Replicas
+			}
+			switch {
+			case b.Spec.MinAvailable != nil:
+				if v, err := intstr.GetScaledValueFromIntOrPercent(b.Spec.MinAvailable, int(replicas), true); err != nil || v < 1 {
+					p = append(p, problemf("PodDisruptionBudget %s: minAvailable %s protects no pod", b.Name, b.Spec.MinAvailable.String()))
+				}
+			case b.Spec.MaxUnavailable != nil:
+				if v, err := intstr.GetScaledValueFromIntOrPercent(b.Spec.MaxUnavailable, int(replicas), true); err != nil || v >= int(replicas) {
+					p = append(p, problemf("PodDisruptionBudget %s: maxUnavailable %s lets every one of the %d pods go at once", b.Name, b.Spec.MaxUnavailable.String(), replicas))
+				}
+			default:
+				p = append(p, problemf("PodDisruptionBudget %s sets neither minAvailable nor maxUnavailable", b.Name))
+			}
+		}
+		if !found {
+			p = append(p, problemf("no PodDisruptionBudget selects the pods of Deployment %s", d.Name))
+		}
+	}
+	return p
+}
+
+func spreadOverNodes(o *objects) []string {
+	var p []string
+	for _, d := range o.Deployments {
+		spec := d.Spec.Template.Spec
+		spread := false
+		for _, c := range spec.TopologySpreadConstraints {
+			if c.TopologyKey == "kubernetes.io/hostname" && c.MaxSkew >= 1 && selects(c.LabelSelector, d.Spec.Template.Labels) {
+				spread = true
+			}
+		}
+		if a := spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+			for _, t := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+				spread = spread || (t.TopologyKey == "kubernetes.io/hostname" && selects(t.LabelSelector, d.Spec.Template.Labels))
+			}
+			for _, w := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+				spread = spread || (w.PodAffinityTerm.TopologyKey == "kubernetes.io/hostname" && selects(w.PodAffinityTerm.LabelSelector, d.Spec.Template.Labels))
+			}
+		}
+		if !spread {
+			p = append(p, problemf("Deployment %s does not spread its pods over nodes (topology spread or anti-affinity on kubernetes.io/hostname)", d.Name))
+		}
+	}
+	return p
+}
+
+func webhookTimeouts(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		if w.timeoutSeconds == nil {
+			p = append(p, problemf("%s sets no timeoutSeconds", w.where))
+		} else if s := *w.timeoutSeconds; s < 1 || s > 30 {
+			p = append(p, problemf("%s: timeoutSeconds %d is outside 1..30", w.where, s))
+		}
+	}
+	return p
+}
+
+func webhookSideEffects(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		if w.sideEffects == nil || *w.sideEffects != admv1.SideEffectClassNone {
+			p = append(p, problemf("%s: sideEffects must be None (dry-run requests reach it)", w.where))
+		}
+	}
+	return p
+}
+
+func webhookReviewVersions(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		if !slices.Equal(w.admissionReviewVersions, []string{"v1"}) {
+			p = append(p, problemf("%s: admissionReviewVersions %v, want [v1]", w.where, w.admissionReviewVersions))
+		}
+	}
+	return p
+}
+
+func webhookFailurePolicy(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		if w.failurePolicy == nil {
+			p = append(p, problemf("%s leaves failurePolicy to the API default; choose it", w.where))
+		}
+	}
+	return p
+}
+
+func webhookRules(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		if len(w.rules) == 0 {
+			p = append(p, problemf("%s has no rules", w.where))
+		}
+		for _, r := range w.rules {
+			if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.APIVersions, []string{"v1"}) || !slices.Equal(r.Resources, []string{"services"}) {
+				p = append(p, problemf("%s matches groups %q versions %q resources %q; want only core v1 services", w.where, r.APIGroups, r.APIVersions, r.Resources))
+			}
+			if len(r.Operations) == 0 {
+				p = append(p, problemf("%s matches no operation", w.where))
+			}
+			for _, op := range r.Operations {
+				if op != admv1.Create && op != admv1.Update {
+					p = append(p, problemf("%s matches operation %s, which allocates no ClusterIP", w.where, op))
+				}
+			}
+		}
+	}
+	return p
+}
+
+// webhookNamespaces checks the namespaceSelector by evaluating it against
+// the label the apiserver sets on every namespace.
+func webhookNamespaces(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		sel := w.namespaceSelector
+		if sel == nil {
+			sel = &metav1.LabelSelector{} // the API default: every namespace
+		}
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			p = append(p, problemf("%s: namespaceSelector: %v", w.where, err))
+			continue
+		}
+		ns := func(name string) labels.Set { return labels.Set{"kubernetes.io/metadata.name": name} }
+		if s.Matches(ns(ownNamespace)) {
+			p = append(p, problemf("%s covers its own namespace %s: the webhook's own Service would need the webhook", w.where, ownNamespace))
+		}
+		for _, covered := range []string{"kube-system", "default"} {
+			if !s.Matches(ns(covered)) {
+				p = append(p, problemf("%s leaves namespace %s uncovered", w.where, covered))
+			}
+		}
+	}
+	return p
+}
+
+// webhookDefaultKubernetes holds the exemption of default/kubernetes to
+// the apiserver's own writes (its loopback identity), with request.name
+// guarded: a CREATE with generateName has no name yet, and an unguarded
+// access fails to evaluate and rejects the request.
+func webhookDefaultKubernetes(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		exempt := false
+		for _, mc := range w.matchConditions {
+			e := strings.Join(strings.Fields(mc.Expression), " ")
+			if !(strings.HasPrefix(e, "!(") && strings.Contains(e, "request.namespace == 'default'") && strings.Contains(e, "request.name == 'kubernetes'")) {
+				continue
+			}
+			exempt = true
+			if !strings.Contains(e, "has(request.name) && request.name == 'kubernetes'") {
+				p = append(p, problemf("%s: matchCondition %s reads request.name without has(request.name); a generateName create has none and would be rejected", w.where, mc.Name))
+			}
+			if !strings.Contains(e, "request.userInfo.username == 'system:apiserver'") {
+				p = append(p, problemf("%s: matchCondition %s exempts default/kubernetes for every user; exempt only the apiserver's loopback identity system:apiserver", w.where, mc.Name))
+			}
+		}
+		if !exempt {
+			p = append(p, problemf("%s has no matchCondition exempting default/kubernetes, which the apiserver must be able to recreate", w.where))
+		}
+	}
+	return p
+}
+
+// mutateExternalNameOnlyWhenLeavingIt holds that a label-only update of an
+// ExternalName Service (old and new both ExternalName) does not match the
+// mutating webhook, so it goes through while the webhook is down.
+func mutateExternalNameOnlyWhenLeavingIt(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		if !w.mutating {
+			continue
+		}
+		for _, mc := range w.matchConditions {
+			e := strings.Join(strings.Fields(mc.Expression), " ")
+			if strings.Contains(e, "oldObject.spec.type == 'ExternalName'") && !strings.Contains(e, "oldObject.spec.type == 'ExternalName' && (!has(object.spec) || !has(object.spec.type) || object.spec.type != 'ExternalName')") {
+				p = append(p, problemf("%s: matchCondition %s matches every update of an ExternalName Service; match only a change away from ExternalName", w.where, mc.Name))
+			}
+		}
+	}
+	return p
+}
+
+func webhookClientConfig(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		ref := w.clientConfig.Service
+		if ref == nil || w.clientConfig.URL != nil {
+			p = append(p, problemf("%s must call the webhook through its Service, not a URL", w.where))
+			continue
+		}
+		want := ValidatePath
+		if w.mutating {
+			want = MutatePath
+		}
+		if ref.Path == nil || *ref.Path != want {
+			p = append(p, problemf("%s calls path %v, want %s", w.where, ptrString(ref.Path), want))
+		}
+		port := int32(443)
+		if ref.Port != nil {
+			port = *ref.Port
+		}
+		found := false
+		for _, s := range o.Services {
+			if s.Namespace == ref.Namespace && s.Name == ref.Name {
+				for _, sp := range s.Spec.Ports {
+					found = found || sp.Port == port
+				}
+			}
+		}
+		if !found {
+			p = append(p, problemf("%s calls Service %s/%s port %d, which the manifests do not define", w.where, ref.Namespace, ref.Name, port))
+		}
+	}
+	return p
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return *s
+}
+
+func webhookMatchAndReinvoke(o *objects) []string {
+	var p []string
+	for _, w := range o.webhooks() {
+		if w.matchPolicy == nil || *w.matchPolicy != admv1.Equivalent {
+			p = append(p, problemf("%s: matchPolicy must be Equivalent", w.where))
+		}
+		if w.mutating && (w.reinvocationPolicy == nil || *w.reinvocationPolicy != admv1.IfNeededReinvocationPolicy) {
+			p = append(p, problemf("%s: reinvocationPolicy must be IfNeeded, or a later mutating webhook can undo the reserved IP", w.where))
+		}
+	}
+	return p
+}
+
+type rbacRule struct {
+	where string
+	rule  rbacv1.PolicyRule
+}
+
+func (o *objects) rbacRules() []rbacRule {
+	var out []rbacRule
+	for _, r := range o.ClusterRoles {
+		for _, rule := range r.Rules {
+			out = append(out, rbacRule{"ClusterRole " + r.Name, rule})
+		}
+	}
+	for _, r := range o.Roles {
+		for _, rule := range r.Rules {
+			out = append(out, rbacRule{"Role " + r.Namespace + "/" + r.Name, rule})
+		}
+	}
+	return out
+}
+
+func rbacReadOnly(o *objects) []string {
+	var p []string
+	for _, r := range o.rbacRules() {
+		for _, v := range r.rule.Verbs {
+			if v != "get" && v != "list" && v != "watch" {
+				p = append(p, problemf("%s grants verb %q; the webhook only reads (get, list, watch)", r.where, v))
+			}
+		}
+	}
+	return p
+}
+
+func rbacResources(o *objects) []string {
+	var p []string
+	for _, r := range o.rbacRules() {
+		if len(r.rule.NonResourceURLs) > 0 {
+			p = append(p, problemf("%s grants non-resource URLs %q", r.where, r.rule.NonResourceURLs))
+		}
+		if !slices.Equal(r.rule.APIGroups, []string{"networking.k8s.io"}) {
+			p = append(p, problemf("%s grants API groups %q; the webhook reads only networking.k8s.io", r.where, r.rule.APIGroups))
+		}
+		for _, res := range r.rule.Resources {
+			if res != "servicecidrs" && res != "ipaddresses" {
+				p = append(p, problemf("%s grants resource %q; the webhook reads only servicecidrs and ipaddresses", r.where, res))
+			}
+		}
+	}
+	return p
+}
+
+func rbacBinding(o *objects) []string {
+	var p []string
+	for _, d := range o.Deployments {
+		sa := d.Spec.Template.Spec.ServiceAccountName
+		if sa == "" {
+			p = append(p, problemf("Deployment %s runs as the default service account", d.Name))
+			continue
+		}
+		if !slices.ContainsFunc(o.ServiceAccounts, func(s *corev1.ServiceAccount) bool { return s.Namespace == d.Namespace && s.Name == sa }) {
+			p = append(p, problemf("ServiceAccount %s/%s is not in the manifests", d.Namespace, sa))
+		}
+		bound := false
+		for _, b := range o.ClusterRoleBindings {
+			roleExists := b.RoleRef.Kind == "ClusterRole" && slices.ContainsFunc(o.ClusterRoles, func(r *rbacv1.ClusterRole) bool { return r.Name == b.RoleRef.Name })
+			for _, s := range b.Subjects {
+				bound = bound || (roleExists && s.Kind == "ServiceAccount" && s.Namespace == d.Namespace && s.Name == sa)
+			}
+		}
+		if !bound {
+			p = append(p, problemf("no ClusterRoleBinding binds a ClusterRole of the manifests to ServiceAccount %s/%s", d.Namespace, sa))
+		}
+	}
+	return p
+}
+
+func noRoot(o *objects) []string {
+	var p []string
+	for _, c := range o.containers() {
+		nonRoot, user := (*bool)(nil), (*int64)(nil)
+		if sc := c.pod.SecurityContext; sc != nil {
+			nonRoot, user = sc.RunAsNonRoot, sc.RunAsUser
+		}
+		if sc := c.c.SecurityContext; sc != nil {
+			if sc.RunAsNonRoot != nil {
+				nonRoot = sc.RunAsNonRoot
+			}
+			if sc.RunAsUser != nil {
+				user = sc.RunAsUser
+			}
+		}
+		if nonRoot == nil || !*nonRoot {
+			p = append(p, problemf("%s may run as root: runAsNonRoot is not true", c.where))
+		}
+		if user != nil && *user == 0 {
+			p = append(p, problemf("%s runs as user 0", c.where))
+		}
+	}
+	return p
+}
+
+func noPrivilegeEscalation(o *objects) []string {
+	var p []string
+	for _, c := range o.containers() {
+		sc := c.c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			p = append(p, problemf("%s: allowPrivilegeEscalation must be false", c.where))
+		}
+		if sc != nil && sc.Privileged != nil && *sc.Privileged {
+			p = append(p, problemf("%s is privileged", c.where))
+		}
+	}
+	return p
+}
+
+func readOnlyRoot(o *objects) []string {
+	var p []string
+	for _, c := range o.containers() {
+		if sc := c.c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			p = append(p, problemf("%s: readOnlyRootFilesystem must be true", c.where))
+		}
+	}
+	return p
+}
+
+func dropAllCapabilities(o *objects) []string {
+	var p []string
+	for _, c := range o.containers() {
+		sc := c.c.SecurityContext
+		if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			p = append(p, problemf("%s must drop ALL capabilities", c.where))
+		} else if len(sc.Capabilities.Add) > 0 {
+			p = append(p, problemf("%s adds capabilities %v", c.where, sc.Capabilities.Add))
+		}
+	}
+	return p
+}
+
+func seccompRuntimeDefault(o *objects) []string {
+	var p []string
+	for _, c := range o.containers() {
+		var prof *corev1.SeccompProfile
+		if sc := c.pod.SecurityContext; sc != nil {
+			prof = sc.SeccompProfile
+		}
+		if sc := c.c.SecurityContext; sc != nil && sc.SeccompProfile != nil {
+			prof = sc.SeccompProfile
+		}
+		if prof == nil || prof.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			p = append(p, problemf("%s does not run under the RuntimeDefault seccomp profile", c.where))
+		}
+	}
+	return p
+}
+
+func probes(o *objects) []string {
+	_, c, err := o.webhookContainer()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	addr, ok := flagValue(c, "health-probe-bind-address")
+	if !ok {
+		return []string{"the webhook container sets no --health-probe-bind-address"}
+	}
+	health, err := bindPort(addr)
+	if err != nil {
+		return []string{"--health-probe-bind-address: " + err.Error()}
+	}
+	var p []string
+	for _, pr := range []struct {
+		kind  string
+		probe *corev1.Probe
+		path  string
+	}{{"readinessProbe", c.ReadinessProbe, "/readyz"}, {"livenessProbe", c.LivenessProbe, "/healthz"}} {
+		if pr.probe == nil || pr.probe.HTTPGet == nil {
+			p = append(p, problemf("the webhook container has no HTTP %s", pr.kind))
+			continue
+		}
+		if pr.probe.HTTPGet.Path != pr.path {
+			p = append(p, problemf("%s probes %s, want %s", pr.kind, pr.probe.HTTPGet.Path, pr.path))
+		}
+		if port, ok := containerPort(c, pr.probe.HTTPGet.Port); !ok || port != health {
+			p = append(p, problemf("%s probes port %s, not the health port %d", pr.kind, pr.probe.HTTPGet.Port.String(), health))
+		}
+	}
+	return p
+}
+
+// mountFor returns the mounts of the volume that matches and the volume.
+func mountsOf(d *appsv1.Deployment, c *corev1.Container, match func(corev1.Volume) bool) (*corev1.Volume, []corev1.VolumeMount) {
+	for i, v := range d.Spec.Template.Spec.Volumes {
+		if !match(v) {
+			continue
+		}
+		var ms []corev1.VolumeMount
+		for _, m := range c.VolumeMounts {
+			if m.Name == v.Name {
+				ms = append(ms, m)
+			}
+		}
+		return &d.Spec.Template.Spec.Volumes[i], ms
+	}
+	return nil, nil
+}
+
+func policyMount(o *objects) []string {
+	d, c, err := o.webhookContainer()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	v, mounts := mountsOf(d, c, func(v corev1.Volume) bool { return v.ConfigMap != nil && v.ConfigMap.Name == policyConfigMap })
+	if v == nil || len(mounts) == 0 {
+		return []string{"the webhook container does not mount ConfigMap " + policyConfigMap}
+	}
+	var p []string
+	for _, m := range mounts {
+		if m.SubPath != "" || m.SubPathExpr != "" {
+			p = append(p, problemf("ConfigMap %s is mounted with subPath at %s: edits would never reach the pod", policyConfigMap, m.MountPath))
+		}
+	}
+	file, ok := flagValue(c, "policy")
+	if !ok {
+		return append(p, "the webhook container sets no --policy")
+	}
+	if filepath.Dir(file) != filepath.Clean(mounts[0].MountPath) || filepath.Base(file) != policyKey {
+		p = append(p, problemf("--policy=%s is not %s in the ConfigMap mount %s", file, policyKey, mounts[0].MountPath))
+	}
+	if len(v.ConfigMap.Items) > 0 {
+		p = append(p, "the ConfigMap volume selects items; mount every key under its own name")
+	}
+	return p
+}
+
+func policyParses(o *objects) []string {
+	for _, cm := range o.ConfigMaps {
+		if cm.Namespace == ownNamespace && cm.Name == policyConfigMap {
+			data, ok := cm.Data[policyKey]
+			if !ok {
+				return []string{problemf("ConfigMap %s has no key %s", policyConfigMap, policyKey)}
+			}
+			if _, err := policy.Parse([]byte(data)); err != nil {
+				return []string{problemf("ConfigMap %s: %s does not load: %v", policyConfigMap, policyKey, err)}
+			}
+			return nil
+		}
+	}
+	return []string{problemf("no ConfigMap %s/%s", ownNamespace, policyConfigMap)}
+}
+
+func certMount(o *objects) []string {
+	d, c, err := o.webhookContainer()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	v, mounts := mountsOf(d, c, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == tlsSecret })
+	if v == nil || len(mounts) != 1 {
+		return []string{"the webhook container does not mount Secret " + tlsSecret + " once"}
+	}
+	var p []string
+	if mounts[0].SubPath != "" || mounts[0].SubPathExpr != "" {
+		p = append(p, problemf("Secret %s is mounted with subPath: a rotated certificate would never reach the pod", tlsSecret))
+	}
+	if dir, _ := flagValue(c, "cert-dir"); filepath.Clean(dir) != filepath.Clean(mounts[0].MountPath) {
+		p = append(p, problemf("--cert-dir=%q, but Secret %s is mounted at %s", dir, tlsSecret, mounts[0].MountPath))
+	}
+	return p
+}
+
+func gracefulShutdown(o *objects) []string {
+	d, c, err := o.webhookContainer()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	v, ok := flagValue(c, "shutdown-delay")
+	if !ok {
+		return []string{"the webhook container sets no --shutdown-delay: it would stop while still in the Service's endpoints"}
+	}
+	delay, err := time.ParseDuration(v)
+	if err != nil {
+		return []string{"--shutdown-delay: " + err.Error()}
+	}
+	var longest time.Duration
+	for _, w := range o.webhooks() {
+		if w.timeoutSeconds != nil {
+			longest = max(longest, time.Duration(*w.timeoutSeconds)*time.Second)
+		}
+	}
+	grace := time.Duration(defaultGraceSecs) * time.Second
+	if s := d.Spec.Template.Spec.TerminationGracePeriodSeconds; s != nil {
+		grace = time.Duration(*s) * time.Second
+	}
+	if grace < delay+longest {
+		return []string{problemf("terminationGracePeriodSeconds %s is less than --shutdown-delay %s plus the longest review %s: in-flight reviews would be killed", grace, delay, longest)}
+	}
+	return nil
+}
+
+func resourcesSet(o *objects) []string {
+	var p []string
+	for _, c := range o.containers() {
+		r := c.c.Resources
+		if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() {
+			p = append(p, problemf("%s requests no CPU or no memory", c.where))
+		}
+		if r.Limits.Memory().IsZero() {
+			p = append(p, problemf("%s has no memory limit", c.where))
+		} else if r.Requests.Memory().Cmp(*r.Limits.Memory()) > 0 {
+			p = append(p, problemf("%s requests more memory than its limit", c.where))
+		}
+	}
+	return p
+}
+
+func serviceRoutesToWebhook(o *objects) []string {
+	d, c, err := o.webhookContainer()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	v, ok := flagValue(c, "port")
+	if !ok {
+		return []string{"the webhook container sets no --port"}
+	}
+	want, err := strconv.ParseInt(v, 10, 32)
+	if err != nil {
+		return []string{"--port: " + err.Error()}
+	}
+	var p []string
+	for _, w := range o.webhooks() {
+		ref := w.clientConfig.Service
+		if ref == nil {
+			continue // webhookClientConfig reports it
+		}
+		for _, s := range o.Services {
+			if s.Namespace != ref.Namespace || s.Name != ref.Name {
+				continue
+			}
+			if !selects(&metav1.LabelSelector{MatchLabels: s.Spec.Selector}, d.Spec.Template.Labels) {
+				p = append(p, problemf("Service %s does not select the pods of Deployment %s", s.Name, d.Name))
+			}
+			for _, sp := range s.Spec.Ports {
+				if ref.Port != nil && sp.Port != *ref.Port {
+					continue
+				}
+				if port, ok := containerPort(c, sp.TargetPort); !ok || int64(port) != want {
+					p = append(p, problemf("Service %s port %d goes to targetPort %s, not the webhook's --port %d", s.Name, sp.Port, sp.TargetPort.String(), want))
+				}
+			}
+		}
+	}
+	return p
+}
+
+// installLabel is the label a two-step install filters on: apply
+// everything but the webhook configurations, wait for ready pods, then apply
+// the rest (docs/deploying.md).
+const installLabel = "app.kubernetes.io/component"
+
+func (o *objects) metas() []metav1.ObjectMeta {
+	var out []metav1.ObjectMeta
+	for _, x := range o.Namespaces {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.ServiceAccounts {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.ConfigMaps {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.Services {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.Deployments {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.PDBs {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.ClusterRoles {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.ClusterRoleBindings {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.Roles {
+		out = append(out, x.ObjectMeta)
+	}
+	for _, x := range o.RoleBindings {
+		out = append(out, x.ObjectMeta)
+	}
+	return out
+}
+
+func webhookConfigurationsApplyLast(o *objects) []string {
+	var p []string
+	for _, c := range o.Mutating {
+		if c.Labels[installLabel] != "webhook-configuration" {
+			p = append(p, problemf("MutatingWebhookConfiguration %s lacks %s=webhook-configuration", c.Name, installLabel))
+		}
+	}
+	for _, c := range o.Validating {
+		if c.Labels[installLabel] != "webhook-configuration" {
+			p = append(p, problemf("ValidatingWebhookConfiguration %s lacks %s=webhook-configuration", c.Name, installLabel))
+		}
+	}
+	for _, m := range o.metas() {
+		if m.Labels[installLabel] == "webhook-configuration" {
+			p = append(p, problemf("%s carries %s=webhook-configuration and would be held back by a two-step install", m.Name, installLabel))
+		}
+	}
+	return p
+}
+
+var safetyChecks = []struct {
+	name  string
+	check check
+}{
+	{"runs at least two replicas", replicasAtLeastTwo},
+	{"has a PodDisruptionBudget for the webhook pods", hasPDB},
+	{"spreads the replicas over nodes", spreadOverNodes},
+	{"gives every webhook a timeout of 1 to 30 seconds", webhookTimeouts},
+	{"declares every webhook free of side effects", webhookSideEffects},
+	{"speaks only admission.k8s.io/v1", webhookReviewVersions},
+	{"chooses a failurePolicy for every webhook", webhookFailurePolicy},
+	{"matches only creates and updates of Services", webhookRules},
+	{"keeps the webhook's own namespace out and kube-system in", webhookNamespaces},
+	{"exempts default/kubernetes from every webhook, for the apiserver's own writes only", webhookDefaultKubernetes},
+	{"calls the mutating webhook on ExternalName Services only when they leave ExternalName", mutateExternalNameOnlyWhenLeavingIt},
+	{"calls the webhook Service on the webhook paths", webhookClientConfig},
+	{"matches equivalent versions and reinvokes the mutating webhook", webhookMatchAndReinvoke},
+	{"grants only get, list and watch", rbacReadOnly},
+	{"grants access to ServiceCIDRs and IPAddresses only", rbacResources},
+	{"binds the role to the Deployment's service account", rbacBinding},
+	{"runs no container as root", noRoot},
+	{"lets no container escalate privileges", noPrivilegeEscalation},
+	{"gives every container a read-only root filesystem", readOnlyRoot},
+	{"drops every capability", dropAllCapabilities},
+	{"runs every container under the RuntimeDefault seccomp profile", seccompRuntimeDefault},
+	{"probes /readyz and /healthz on the health port", probes},
+	{"mounts the policy ConfigMap as a directory, not with subPath", policyMount},
+	{"ships a policy that loads", policyParses},
+	{"mounts the serving certificate where --cert-dir points", certMount},
+	{"gives the shutdown delay and in-flight reviews time before SIGKILL", gracefulShutdown},
+	{"sets resource requests and a memory limit", resourcesSet},
+	{"routes the webhook Service to the webhook port", serviceRoutesToWebhook},
+	{"labels the webhook configurations, and only them, for a two-step install", webhookConfigurationsApplyLast},
+}
+
+func TestBaseIsSafe(t *testing.T) {
+	o := loadBase(t)
+	for _, sc := range safetyChecks {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, p := range sc.check(o) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The checks are only worth something if they fail: each case breaks one
+// property of the real base and expects the check to say so.
+func TestChecksCatchUnsafeManifests(t *testing.T) {
+	deploy := func(o *objects) *appsv1.Deployment { return o.Deployments[0] }
+	pod := func(o *objects) *corev1.PodSpec { return &o.Deployments[0].Spec.Template.Spec }
+	ctr := func(o *objects) *corev1.Container { return &o.Deployments[0].Spec.Template.Spec.Containers[0] }
+	mwh := func(o *objects) *admv1.MutatingWebhook { return &o.Mutating[0].Webhooks[0] }
+	vwh := func(o *objects) *admv1.ValidatingWebhook { return &o.Validating[0].Webhooks[0] }
+	setArg := func(c *corev1.Container, name, value string) {
+		for i, a := range c.Args {
+			if strings.HasPrefix(a, "--"+name+"=") {
+				c.Args[i] = "--" + name + "=" + value
+			}
+		}
+	}
+	cases := []struct {
+		name    string
+		check   check
+		breakIt func(o *objects)
+		want    string
+	}{
+		{"rejects a Deployment with fewer than two replicas", replicasAtLeastTwo,
+			func(o *objects) { deploy(o).Spec.Replicas = ptr(int32(1)) }, "1 replicas"},
+		{"rejects a Deployment that leaves replicas to the default of one", replicasAtLeastTwo,
+			func(o *objects) { deploy(o).Spec.Replicas = nil }, "1 replicas"},
+		{"rejects manifests without a PodDisruptionBudget", hasPDB,
+			func(o *objects) { o.PDBs = nil }, "no PodDisruptionBudget"},
+		{"rejects a PodDisruptionBudget that selects other pods", hasPDB,
+			func(o *objects) { o.PDBs[0].Spec.Selector.MatchLabels = map[string]string{"app": "other"} }, "no PodDisruptionBudget"},
+		{"rejects a PodDisruptionBudget that lets every pod go", hasPDB,
+			func(o *objects) { o.PDBs[0].Spec.MaxUnavailable = ptr(intstr.FromString("100%")) }, "every one"},
+		{"rejects a PodDisruptionBudget with neither bound", hasPDB,
+			func(o *objects) { o.PDBs[0].Spec.MaxUnavailable, o.PDBs[0].Spec.MinAvailable = nil, nil }, "neither"},
+		{"rejects replicas that may share a node", spreadOverNodes,
+			func(o *objects) { pod(o).TopologySpreadConstraints, pod(o).Affinity = nil, nil }, "spread"},
+		{"rejects a webhook without timeoutSeconds", webhookTimeouts,
+			func(o *objects) { vwh(o).TimeoutSeconds = nil }, "no timeoutSeconds"},
+		{"rejects a webhook timeout beyond 30 seconds", webhookTimeouts,
+			func(o *objects) { mwh(o).TimeoutSeconds = ptr(int32(31)) }, "outside 1..30"},
+		{"rejects a webhook with side effects", webhookSideEffects,
+			func(o *objects) { mwh(o).SideEffects = ptr(admv1.SideEffectClassSome) }, "sideEffects"},
+		{"rejects a webhook without sideEffects", webhookSideEffects,
+			func(o *objects) { vwh(o).SideEffects = nil }, "sideEffects"},
+		{"rejects admissionReviewVersions other than v1", webhookReviewVersions,
+			func(o *objects) { vwh(o).AdmissionReviewVersions = []string{"v1", "v1beta1"} }, "want [v1]"},
+		{"rejects a webhook that leaves failurePolicy to the default", webhookFailurePolicy,
+			func(o *objects) { mwh(o).FailurePolicy = nil }, "failurePolicy"},
+		{"rejects a webhook that matches Pods too", webhookRules,
+			func(o *objects) { mwh(o).Rules[0].Resources = []string{"services", "pods"} }, "resources"},
+		{"rejects a webhook that matches deletes", webhookRules,
+			func(o *objects) { vwh(o).Rules[0].Operations = append(vwh(o).Rules[0].Operations, admv1.Delete) }, "DELETE"},
+		{"rejects a webhook that covers its own namespace", webhookNamespaces,
+			func(o *objects) { mwh(o).NamespaceSelector = nil }, "its own namespace"},
+		{"rejects a webhook that leaves kube-system out", webhookNamespaces,
+			func(o *objects) {
+				vwh(o).NamespaceSelector.MatchExpressions[0].Values = []string{ownNamespace, "kube-system"}
+			}, "kube-system uncovered"},
+		{"rejects a webhook that does not exempt default/kubernetes", webhookDefaultKubernetes,
+			func(o *objects) { vwh(o).MatchConditions = nil }, "default/kubernetes"},
+		{"rejects an exemption of default/kubernetes that reads request.name unguarded", webhookDefaultKubernetes,
+			func(o *objects) {
+				mwh(o).MatchConditions[0].Expression = "!(request.namespace == 'default' && request.name == 'kubernetes')"
+			}, "without has(request.name)"},
+		{"rejects an exemption of default/kubernetes for every user", webhookDefaultKubernetes,
+			func(o *objects) {
+				vwh(o).MatchConditions[0].Expression = "!(request.namespace == 'default' && has(request.name) && request.name == 'kubernetes')"
+			}, "system:apiserver"},
+		{"rejects a mutating webhook called on label-only updates of ExternalName Services", mutateExternalNameOnlyWhenLeavingIt,
+			func(o *objects) {
+				mwh(o).MatchConditions[1].Expression = "request.operation != 'UPDATE' || (has(oldObject.spec) && has(oldObject.spec.type) && oldObject.spec.type == 'ExternalName')"
+			}, "change away from ExternalName"},
+		{"rejects a webhook called on the wrong path", webhookClientConfig,
+			func(o *objects) { mwh(o).ClientConfig.Service.Path = ptr(ValidatePath) }, "want " + MutatePath},
+		{"rejects a webhook called through a Service the manifests lack", webhookClientConfig,
+			func(o *objects) { vwh(o).ClientConfig.Service.Name = "elsewhere" }, "do not define"},
+		{"rejects a mutating webhook that is not reinvoked", webhookMatchAndReinvoke,
+			func(o *objects) { mwh(o).ReinvocationPolicy = ptr(admv1.NeverReinvocationPolicy) }, "IfNeeded"},
+		{"rejects exact version matching", webhookMatchAndReinvoke,
+			func(o *objects) { vwh(o).MatchPolicy = ptr(admv1.Exact) }, "Equivalent"},
+		{"rejects RBAC that may create", rbacReadOnly,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules[0].Verbs = append(o.ClusterRoles[0].Rules[0].Verbs, "create")
+			}, `"create"`},
+		{"rejects RBAC with a wildcard verb", rbacReadOnly,
+			func(o *objects) { o.ClusterRoles[0].Rules[0].Verbs = []string{"*"} }, `"*"`},
+		{"rejects a namespaced Role that may delete", rbacReadOnly,
+			func(o *objects) {
+				o.Roles = append(o.Roles, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ownNamespace},
+					Rules: []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"delete"}}}})
+			}, `"delete"`},
+		{"rejects RBAC that reads Secrets", rbacResources,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+			}, `"secrets"`},
+		{"rejects a binding to another service account", rbacBinding,
+			func(o *objects) { o.ClusterRoleBindings[0].Subjects[0].Namespace = "default" }, "no ClusterRoleBinding"},
+		{"rejects a container that may run as root", noRoot,
+			func(o *objects) { pod(o).SecurityContext.RunAsNonRoot = nil; ctr(o).SecurityContext.RunAsNonRoot = nil }, "may run as root"},
+		{"rejects a container that overrides the pod's runAsNonRoot", noRoot,
+			func(o *objects) { ctr(o).SecurityContext.RunAsNonRoot = ptr(false) }, "may run as root"},
+		{"rejects a container that runs as user 0", noRoot,
+			func(o *objects) { ctr(o).SecurityContext.RunAsUser = ptr(int64(0)) }, "user 0"},
+		{"rejects an init container that may run as root", noRoot,
+			func(o *objects) {
+				pod(o).SecurityContext.RunAsNonRoot = nil
+				pod(o).InitContainers = []corev1.Container{{Name: "setup"}}
+			}, "init container setup may run as root"},
+		{"rejects a container that may escalate privileges", noPrivilegeEscalation,
+			func(o *objects) { ctr(o).SecurityContext.AllowPrivilegeEscalation = nil }, "allowPrivilegeEscalation"},
+		{"rejects a privileged container", noPrivilegeEscalation,
+			func(o *objects) { ctr(o).SecurityContext.Privileged = ptr(true) }, "privileged"},
+		{"rejects a writable root filesystem", readOnlyRoot,
+			func(o *objects) { ctr(o).SecurityContext.ReadOnlyRootFilesystem = ptr(false) }, "readOnlyRootFilesystem"},
+		{"rejects a container that keeps its capabilities", dropAllCapabilities,
+			func(o *objects) { ctr(o).SecurityContext.Capabilities.Drop = nil }, "drop ALL"},
+		{"rejects a container that adds a capability", dropAllCapabilities,
+			func(o *objects) { ctr(o).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"} }, "NET_ADMIN"},
+		{"rejects a container without a seccomp profile", seccompRuntimeDefault,
+			func(o *objects) {
+				pod(o).SecurityContext.SeccompProfile = nil
+				ctr(o).SecurityContext.SeccompProfile = nil
+			}, "RuntimeDefault"},
+		{"rejects an Unconfined seccomp profile", seccompRuntimeDefault,
+			func(o *objects) {
+				ctr(o).SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+			}, "RuntimeDefault"},
+		{"rejects a readiness probe on the wrong path", probes,
+			func(o *objects) { ctr(o).ReadinessProbe.HTTPGet.Path = "/healthz" }, "want /readyz"},
+		{"rejects a liveness probe on the metrics port", probes,
+			func(o *objects) { ctr(o).LivenessProbe.HTTPGet.Port = intstr.FromString("metrics") }, "not the health port"},
+		{"rejects a container without a liveness probe", probes,
+			func(o *objects) { ctr(o).LivenessProbe = nil }, "no HTTP livenessProbe"},
+		{"rejects the policy ConfigMap mounted with subPath", policyMount,
+			func(o *objects) {
+				for i := range ctr(o).VolumeMounts {
+					if ctr(o).VolumeMounts[i].Name == "policy" {
+						ctr(o).VolumeMounts[i].SubPath = policyKey
+					}
+				}
+			}, "subPath"},
+		{"rejects a --policy outside the ConfigMap mount", policyMount,
+			func(o *objects) { setArg(ctr(o), "policy", "/policy.yaml") }, "not policy.yaml"},
+		{"rejects a policy that does not load", policyParses,
+			func(o *objects) {
+				o.ConfigMaps[0].Data[policyKey] = "apiVersion: clusterip-policy/v1alpha1\nkind: Nope\n"
+			}, "does not load"},
+		{"rejects a --cert-dir where the Secret is not mounted", certMount,
+			func(o *objects) { setArg(ctr(o), "cert-dir", "/certs") }, "--cert-dir"},
+		{"rejects a grace period shorter than the shutdown delay and a review", gracefulShutdown,
+			func(o *objects) { pod(o).TerminationGracePeriodSeconds = ptr(int64(5)) }, "in-flight reviews would be killed"},
+		{"rejects a webhook without a shutdown delay", gracefulShutdown,
+			func(o *objects) {
+				ctr(o).Args = slices.DeleteFunc(ctr(o).Args, func(a string) bool { return strings.HasPrefix(a, "--shutdown-delay") })
+			}, "no --shutdown-delay"},
+		{"rejects a container without a memory limit", resourcesSet,
+			func(o *objects) { ctr(o).Resources.Limits = nil }, "no memory limit"},
+		{"rejects a container without requests", resourcesSet,
+			func(o *objects) { ctr(o).Resources.Requests = nil }, "requests no CPU"},
+		{"rejects a Service whose targetPort misses the webhook", serviceRoutesToWebhook,
+			func(o *objects) { o.Services[0].Spec.Ports[0].TargetPort = intstr.FromInt32(8443) }, "targetPort 8443"},
+		{"rejects a webhook configuration a two-step install would apply first", webhookConfigurationsApplyLast,
+			func(o *objects) { delete(o.Validating[0].Labels, installLabel) }, "lacks"},
+		{"rejects a Deployment a two-step install would hold back", webhookConfigurationsApplyLast,
+			func(o *objects) { deploy(o).Labels[installLabel] = "webhook-configuration" }, "held back"},
+		{"rejects a Service that selects other pods", serviceRoutesToWebhook,
+			func(o *objects) { o.Services[0].Spec.Selector = map[string]string{"app": "other"} }, "does not select"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := loadBase(t)
+			if p := tc.check(o); len(p) > 0 {
+				t.Fatalf("the check fails on the unbroken base already: %v", p)
+			}
+			tc.breakIt(o)
+			p := tc.check(o)
+			if len(p) == 0 {
+				t.Fatal("the check found nothing wrong")
+			}
+			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Errorf("no problem mentions %q; got %q", tc.want, p)
+			}
+		})
+	}
+}
