@@ -202,7 +202,7 @@ func decisionsFor(c *framework.Cluster, namespace, name string) []framework.Deci
 
 // eventuallyDenied retries do for up to 5 seconds while it fails for another
 // reason than webhook's denial (for example the apiserver's own "already
-// allocated" while the webhook's informer is a few milliseconds behind), then
+// allocated" while the webhook's view is a few milliseconds behind), then
 // requires webhook's denial with every part.
 func eventuallyDenied(t *testing.T, webhook string, do func() error, parts ...string) {
 	t.Helper()

@@ -160,7 +160,7 @@ func TestDeploymentManifests(t *testing.T) {
 	pid := w.Pid()
 
 	t.Run("without its RBAC the webhook is not ready and denies every review as not ready", func(t *testing.T) {
-		// Wait until its informers have been refused at least once.
+		// Wait until its list+watch has been refused at least once.
 		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
 			if log, _ := w.Log(); strings.Contains(log, "forbidden") {
 				break
