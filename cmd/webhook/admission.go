@@ -40,6 +40,9 @@ type reviewer struct {
 	// maxStaleness is how long a failed watch is tolerated (and flagged in
 	// the audit log) before reviews are denied as not ready.
 	maxStaleness time.Duration
+	// releaser runs after a mutating decision (holds.go); nil when
+	// reservation holds are off.
+	releaser allocationHook
 }
 
 var (
@@ -212,8 +215,12 @@ func (r *reviewer) record(line auditLine, d *policy.Decision) {
 // mutatingHandler serves the MutatingWebhookConfiguration.
 type mutatingHandler struct{ *reviewer }
 
-func (h mutatingHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	return h.review(policy.StageMutate, req)
+func (h mutatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	resp := h.review(policy.StageMutate, req)
+	if h.releaser != nil {
+		resp = h.releaser.beforeAllocation(ctx, req, resp)
+	}
+	return resp
 }
 
 // validatingHandler serves the ValidatingWebhookConfiguration.

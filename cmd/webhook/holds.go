@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/holds"
+	"clusterip-policy/pkg/policy"
+)
+
+// Holds: the leader keeps an IPAddress for each reserved address its owner
+// does not hold, so the apiserver's allocator skips it; every replica
+// releases the hold of an owner being created, in the mutating stage,
+// before the apiserver allocates. pkg/holds decides; this file talks to
+// the apiserver. The races are in docs/deploying.md, "Reservation holds".
+
+const (
+	holdPassInterval = time.Second
+	// holdCallTimeout bounds each call of a pass or a release.
+	holdCallTimeout = 2 * time.Second
+	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
+	// the rest follow on the next passes.
+	maxHoldCreatesPerPass = 100
+	// holdListPageSize and maxHoldListPages bound the list of our holds
+	// (policy.MaxReservations of them at most).
+	holdListPageSize = 500
+	maxHoldListPages = policy.MaxReservations/holdListPageSize + 1
+)
+
+type holdOptions struct {
+	enabled        bool
+	grace          time.Duration
+	leaseNamespace string
+	leaseName      string
+	identity       string
+}
+
+func (o *holdOptions) validate() error {
+	if !o.enabled {
+		return nil
+	}
+	if o.grace < 100*time.Millisecond || o.grace > time.Minute {
+		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.grace)
+	}
+	if o.leaseNamespace == "" {
+		return errors.New("--leader-election-namespace is empty; give the webhook's namespace (POD_NAMESPACE from the downward API)")
+	}
+	if o.leaseName == "" {
+		return errors.New("--leader-election-lease is empty; give the Lease name, such as clusterip-policy-holds")
+	}
+	return nil
+}
+
+// defaultIdentity is the pod name from the downward API, else the host
+// name with a random suffix, so two processes on one host differ.
+func defaultIdentity() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h + "_" + rand.String(6)
+}
+
+type holdMetrics struct {
+	states   *prometheus.GaugeVec
+	leader   prometheus.Gauge
+	changes  *prometheus.CounterVec
+	releases *prometheus.CounterVec
+}
+
+func newHoldMetrics(reg prometheus.Registerer) *holdMetrics {
+	m := &holdMetrics{
+		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "clusterip_policy_holds",
+			Help: "Reservations by hold state, as the leader last saw them: held (an IPAddress of ours), owner (the owner Service holds it), other (someone else's IPAddress), waiting (free, within the grace), candidate (free past the grace), not-applied (not held by design). Zero on replicas that are not the leader.",
+		}, []string{"state"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_holds_leader",
+			Help: "1 on the replica that holds the Lease and keeps the holds.",
+		}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_hold_changes_total",
+			Help: "Holds created and deleted by this replica as leader (action: created, deleted, failed).",
+		}, []string{"action"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_hold_releases_total",
+			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.states, m.leader, m.changes, m.releases)
+	for _, s := range holds.States {
+		m.states.WithLabelValues(s)
+	}
+	return m
+}
+
+// holdKeeper is the leader's loop.
+type holdKeeper struct {
+	client      kubernetes.Interface
+	policies    *policyStore
+	view        *allocview.View
+	staticCIDRs []netip.Prefix
+	skip        []string // namespaces the webhook never reviews (its own)
+	grace       time.Duration
+	log         logr.Logger
+	metrics     *holdMetrics
+}
+
+// run takes part in leader election until ctx ends; while leading it keeps
+// the holds.
+func (k *holdKeeper) run(ctx context.Context, o holdOptions) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaseNamespace, Name: o.leaseName},
+		Client:     k.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: o.identity},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+			ReleaseOnCancel: true, Name: o.leaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(lctx context.Context) {
+					k.log.Info("leading: keeping reservation holds", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", o.identity)
+					k.metrics.leader.Set(1)
+					k.keep(lctx)
+				},
+				OnStoppedLeading: func() {
+					k.metrics.leader.Set(0)
+					for _, s := range holds.States {
+						k.metrics.states.WithLabelValues(s).Set(0)
+					}
+					k.log.Info("stopped leading", "identity", o.identity)
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		le.Run(ctx) // returns when leadership is lost or ctx ends
+	}
+	return nil
+}
+
+// keep runs a pass every holdPassInterval while ctx (the leadership) lasts.
+// A new leader starts with no memory of when addresses became free, so it
+// waits the whole grace before its first creates.
+func (k *holdKeeper) keep(ctx context.Context) {
+	free := holds.FreeSince{}
+	t := time.NewTicker(holdPassInterval)
+	defer t.Stop()
+	for {
+		if err := k.pass(ctx, free); err != nil && ctx.Err() == nil {
+			k.log.Error(err, "hold pass failed; retrying", "in", holdPassInterval.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) error {
+	pol := k.policies.Current()
+	snap := k.view.Snapshot()
+	if pol == nil || !snap.Synced {
+		return nil
+	}
+	env := policy.Env{Policy: pol.policy, Snapshot: snap, StaticCIDRs: k.staticCIDRs}
+	wants, notApplied := holds.Wants(pol.policy, env.Ranges(), k.skip)
+	objs, err := k.listHolds(ctx)
+	if err != nil {
+		return err
+	}
+	listed := make([]holds.Hold, 0, len(objs))
+	uids := map[netip.Addr]*networkingv1.IPAddress{}
+	for i := range objs {
+		ip, err := netip.ParseAddr(objs[i].Name)
+		if err != nil {
+			continue // not a name the apiserver accepts for an IPAddress; never ours
+		}
+		listed = append(listed, holds.Hold{IP: ip, Owner: kubesource.HolderOf(&objs[i])})
+		uids[ip] = &objs[i]
+	}
+	plan := holds.Decide(wants, notApplied, listed, snap.Holder, free, time.Now(), k.grace)
+	for s, n := range plan.States {
+		k.metrics.states.WithLabelValues(s).Set(float64(n))
+	}
+	for _, h := range plan.Delete {
+		o := uids[h.IP]
+		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+		err := k.client.NetworkingV1().IPAddresses().Delete(cctx, o.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &o.UID}})
+		cancel()
+		switch {
+		case err == nil:
+			k.metrics.changes.WithLabelValues("deleted").Inc()
+			k.log.Info("hold deleted: its reservation left the policy or names another owner", "ip", h.IP.String(), "owner", h.Owner.String())
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			k.metrics.changes.WithLabelValues("failed").Inc()
+			k.log.Error(err, "could not delete a hold", "ip", h.IP.String())
+		}
+	}
+	for i, w := range plan.Create {
+		if i == maxHoldCreatesPerPass || ctx.Err() != nil {
+			break
+		}
+		k.create(ctx, w, free)
+	}
+	return nil
+}
+
+// create holds w.IP if its owner Service does not exist. An owner that
+// exists either holds the address already (the view lagged) or holds
+// another one, which `webhook audit` reports as reservation-not-held; and
+// while an owner exists it may be updated to dual-stack, when the mutating
+// stage would release a hold of its added family.
+func (k *holdKeeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) {
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
+	_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
+	if err == nil {
+		delete(free, w.IP)
+		return
+	}
+	if !apierrors.IsNotFound(err) {
+		k.metrics.changes.WithLabelValues("failed").Inc()
+		k.log.Error(err, "could not check the owner of a reservation; not holding it this pass", "ip", w.IP.String(), "owner", w.Owner.String())
+		return
+	}
+	_, err = k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		k.metrics.changes.WithLabelValues("created").Inc()
+		k.log.Info("hold created", "ip", w.IP.String(), "owner", w.Owner.String())
+	case apierrors.IsAlreadyExists(err):
+		// Someone allocated it since the view was read: it is not free.
+		delete(free, w.IP)
+	default:
+		k.metrics.changes.WithLabelValues("failed").Inc()
+		k.log.Error(err, "could not create a hold", "ip", w.IP.String(), "owner", w.Owner.String())
+	}
+}
+
+func holdObject(w holds.Want) *networkingv1.IPAddress {
+	family := "IPv4"
+	if w.IP.Is6() {
+		family = "IPv6"
+	}
+	return &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: w.IP.String(), // canonical, as the apiserver names IPAddresses
+			Labels: map[string]string{
+				holds.ManagedByLabel:              holds.ManagedBy,
+				networkingv1.LabelIPAddressFamily: family,
+			},
+		},
+		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+			Group: "", Resource: "services", Namespace: w.Owner.Namespace, Name: w.Owner.Name,
+		}},
+	}
+}
+
+func (k *holdKeeper) listHolds(ctx context.Context) ([]networkingv1.IPAddress, error) {
+	var out []networkingv1.IPAddress
+	cont := ""
+	for range maxHoldListPages {
+		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+		l, err := k.client.NetworkingV1().IPAddresses().List(cctx, metav1.ListOptions{LabelSelector: holds.Selector, Limit: holdListPageSize, Continue: cont})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
+		}
+		out = append(out, l.Items...)
+		if cont = l.Continue; cont == "" {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("list the holds (IPAddresses -l %s): more than %d pages", holds.Selector, maxHoldListPages)
+}
+
+// allocationHook is what the mutating handler calls with its answer, before
+// the apiserver allocates; it may turn the answer into a refusal.
+type allocationHook interface {
+	beforeAllocation(ctx context.Context, req admission.Request, resp admission.Response) admission.Response
+}
+
+var _ allocationHook = (*holdReleaser)(nil)
+
+// holdReleaser deletes the hold of an owner being created, from the
+// mutating stage: the apiserver allocates right after it, and would refuse
+// an address an IPAddress still holds.
+type holdReleaser struct {
+	client   kubernetes.Interface
+	policies *policyStore
+	log      logr.Logger
+	metrics  *holdMetrics
+}
+
+// beforeAllocation is the mutating handler's hook: for an allowed,
+// non-dry-run CREATE or UPDATE of a reservation owner, it deletes our holds
+// on the reserved addresses the Service will ask the apiserver for (the
+// ones it names, or the webhook patched in). If a release fails, the
+// request is refused with 503 (the apiserver would otherwise fail it with
+// "provided IP is already allocated"), and the client retries.
+func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Request, resp admission.Response) admission.Response {
+	if !resp.Allowed || (req.DryRun != nil && *req.DryRun) || (req.Operation != "CREATE" && req.Operation != "UPDATE") {
+		return resp
+	}
+	pol := r.policies.Current()
+	if pol == nil {
+		return resp
+	}
+	svc, err := decodeService(req.Object.Raw)
+	if err != nil {
+		return resp
+	}
+	owner := policy.Owner{Namespace: svc.Namespace, Name: svc.Name}
+	if owner.Namespace == "" {
+		owner.Namespace = req.Namespace
+	}
+	if owner.Name == "" {
+		owner.Name = req.Name
+	}
+	candidates := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
+	for _, p := range resp.Patches {
+		if p.Path != "/spec/clusterIPs" && p.Path != "/spec/clusterIP" {
+			continue
+		}
+		b, _ := json.Marshal(p.Value)
+		var one string
+		var many []string
+		if json.Unmarshal(b, &one) == nil {
+			candidates = append(candidates, one)
+		} else if json.Unmarshal(b, &many) == nil {
+			candidates = append(candidates, many...)
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	for _, s := range candidates {
+		ip, err := netip.ParseAddr(s)
+		if err != nil || seen[ip] || len(seen) == 2 {
+			continue // not an address ("", None), or more than a Service can hold
+		}
+		ip = ip.Unmap()
+		res, ok := pol.policy.ReservedOwner(ip, allocview.RangeSet{})
+		if !ok || res.Implicit || res.Owner != owner {
+			continue
+		}
+		seen[ip] = true
+		if err := r.release(ctx, ip, owner); err != nil {
+			r.metrics.releases.WithLabelValues("failed").Inc()
+			r.log.Error(err, "could not release a hold before the owner's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
+			return notReady(fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2)))
+		}
+	}
+	return resp
+}
+
+// release deletes the hold on ip if it is ours and names owner; anything
+// else at that address is left alone (an allocation of the owner being
+// re-created, someone else's IPAddress: the apiserver then decides).
+func (r *holdReleaser) release(ctx context.Context, ip netip.Addr, owner policy.Owner) error {
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
+	a, err := r.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		r.metrics.releases.WithLabelValues("absent").Inc()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if holds.Releasable(a.Labels, kubesource.HolderOf(a), owner) != nil {
+		r.metrics.releases.WithLabelValues("absent").Inc()
+		return nil
+	}
+	err = r.client.NetworkingV1().IPAddresses().Delete(cctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &a.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	r.metrics.releases.WithLabelValues("released").Inc()
+	r.log.Info("hold released for the owner's allocation", "ip", ip.String(), "owner", owner.String())
+	return nil
+}
