@@ -33,7 +33,13 @@ import (
 // the apiserver. The races are in docs/deploying.md, "Reservation holds".
 
 const (
+	// A pass runs at least every holdPassInterval, as soon as the view
+	// changes (an IPAddress came or went: a release) but not more often
+	// than every holdMinPassGap, and when a waiting address ends its grace.
+	// So a hold comes back about --hold-grace after the address was freed.
 	holdPassInterval = time.Second
+	holdMinPassGap   = 250 * time.Millisecond
+	holdPollInterval = 50 * time.Millisecond
 	// holdCallTimeout bounds each call of a pass or a release.
 	holdCallTimeout = 2 * time.Second
 	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
@@ -159,16 +165,25 @@ func (k *holdKeeper) run(ctx context.Context, o holdOptions) error {
 	return nil
 }
 
-// keep runs a pass every holdPassInterval while ctx (the leadership) lasts.
-// A new leader starts with no memory of when addresses became free, so it
-// waits the whole grace before its first creates.
+// keep runs passes while ctx (the leadership) lasts. A new leader starts
+// with no memory of when addresses became free, so it waits the whole
+// grace before its first creates.
 func (k *holdKeeper) keep(ctx context.Context) {
 	free := holds.FreeSince{}
-	t := time.NewTicker(holdPassInterval)
+	t := time.NewTicker(holdPollInterval)
 	defer t.Stop()
+	var last, due time.Time
+	var seen uint64
 	for {
-		if err := k.pass(ctx, free); err != nil && ctx.Err() == nil {
-			k.log.Error(err, "hold pass failed; retrying", "in", holdPassInterval.String())
+		now := time.Now()
+		gen := k.view.Snapshot().Generation
+		if now.Sub(last) >= holdPassInterval || (now.Sub(last) >= holdMinPassGap && (gen != seen || (!due.IsZero() && !now.Before(due)))) {
+			last, seen = now, gen
+			next, err := k.pass(ctx, free)
+			if err != nil && ctx.Err() == nil {
+				k.log.Error(err, "hold pass failed; retrying", "in", holdPassInterval.String())
+			}
+			due = next
 		}
 		select {
 		case <-ctx.Done():
@@ -178,17 +193,19 @@ func (k *holdKeeper) keep(ctx context.Context) {
 	}
 }
 
-func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) error {
+// pass runs one plan and returns when the next one is due at the latest
+// (zero: after holdPassInterval).
+func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, error) {
 	pol := k.policies.Current()
 	snap := k.view.Snapshot()
 	if pol == nil || !snap.Synced {
-		return nil
+		return time.Time{}, nil
 	}
 	env := policy.Env{Policy: pol.policy, Snapshot: snap, StaticCIDRs: k.staticCIDRs}
 	wants, notApplied := holds.Wants(pol.policy, env.Ranges(), k.skip)
 	objs, err := k.listHolds(ctx)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	listed := make([]holds.Hold, 0, len(objs))
 	uids := map[netip.Addr]*networkingv1.IPAddress{}
@@ -225,7 +242,7 @@ func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) error {
 		}
 		k.create(ctx, w, free)
 	}
-	return nil
+	return plan.Next, nil
 }
 
 // create holds w.IP if its owner Service does not exist. An owner that

@@ -52,10 +52,6 @@ const (
 // States lists every state, for a gauge that shows zeros too.
 var States = []string{StateHeld, StateOwner, StateOther, StateWaiting, StateCandidate, StateNotApplied}
 
-// MaxWants bounds how many reservations are held; the policy allows 10,000
-// reservations, and one IPAddress each is small (about 400 bytes in etcd).
-const MaxWants = policy.MaxReservations
-
 // Wants returns the reservations to hold, in policy order, and how many
 // are not held by design: the implicit default/kubernetes address (the
 // apiserver creates that Service itself, with no mutating review to
@@ -63,7 +59,8 @@ const MaxWants = policy.MaxReservations
 // lives in a namespace the webhook never reviews (skipNamespaces: its own,
 // and those the policy exempts, which get no release either), and
 // addresses outside the active ranges (the apiserver could not allocate
-// them anyway).
+// them anyway). The policy bounds reservations (policy.MaxReservations), so
+// the holds are bounded too: one small IPAddress each.
 func Wants(p *policy.Policy, rs allocview.RangeSet, skipNamespaces []string) (wants []Want, notApplied int) {
 	for _, r := range p.Reservations {
 		if r.Implicit || slices.Contains(skipNamespaces, r.Owner.Namespace) || slices.Contains(p.ExemptNamespaces, r.Owner.Namespace) {
@@ -71,10 +68,6 @@ func Wants(p *policy.Policy, rs allocview.RangeSet, skipNamespaces []string) (wa
 			continue
 		}
 		if k := rs.Place(r.IP).Kind; k == allocview.Outside || k == allocview.Unusable {
-			notApplied++
-			continue
-		}
-		if len(wants) == MaxWants {
 			notApplied++
 			continue
 		}
@@ -94,6 +87,9 @@ type Plan struct {
 	Delete []Hold
 	// States counts the wants (and not-applied reservations) by state.
 	States map[string]int
+	// Next is when the first waiting address ends its grace (zero when
+	// none waits): the leader's next pass is due then at the latest.
+	Next time.Time
 }
 
 // FreeSince remembers when each wanted address was first seen free, so an
@@ -153,6 +149,9 @@ func Decide(wants []Want, notApplied int, holds []Hold, allocated func(netip.Add
 		}
 		if now.Sub(since) < grace {
 			plan.States[StateWaiting]++
+			if end := since.Add(grace); plan.Next.IsZero() || end.Before(plan.Next) {
+				plan.Next = end
+			}
 			continue
 		}
 		plan.States[StateCandidate]++

@@ -108,8 +108,8 @@ func TestReservationHolds(t *testing.T) {
 		waitHold(t, ctx, cs, "10.96.0.10", 5*time.Second)
 		back := time.Since(failedAt)
 		t.Logf("e2e: holds: the hold came back %s after the owner's create failed", back.Round(10*time.Millisecond))
-		if back > 3*time.Second {
-			t.Errorf("the hold came back after %s, want within 3s (grace 1s + one pass)", back)
+		if back > 2*time.Second {
+			t.Errorf("the hold came back after %s, want within 2s (the 1s grace, then the pass it schedules)", back)
 		}
 	})
 
@@ -301,4 +301,3 @@ func eventuallyMetric(t *testing.T, ctx context.Context, c *framework.Cluster, n
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
