@@ -346,16 +346,15 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 	if pol == nil {
 		return resp
 	}
+	// Most requests are not an owner's: answer them without decoding the
+	// object again. A reservation names its owner, so the request has a name.
+	owner := policy.Owner{Namespace: req.Namespace, Name: req.Name}
+	if len(pol.policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
+		return resp
+	}
 	svc, err := decodeService(req.Object.Raw)
 	if err != nil {
 		return resp
-	}
-	owner := policy.Owner{Namespace: svc.Namespace, Name: svc.Name}
-	if owner.Namespace == "" {
-		owner.Namespace = req.Namespace
-	}
-	if owner.Name == "" {
-		owner.Name = req.Name
 	}
 	candidates := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
 	for _, p := range resp.Patches {
