@@ -14,7 +14,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -45,10 +47,6 @@ const (
 	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
 	// the rest follow on the next passes.
 	maxHoldCreatesPerPass = 100
-	// holdListPageSize and maxHoldListPages bound the list of our holds
-	// (policy.MaxReservations of them at most).
-	holdListPageSize = 500
-	maxHoldListPages = policy.MaxReservations/holdListPageSize + 1
 )
 
 type holdOptions struct {
@@ -126,8 +124,10 @@ type holdKeeper struct {
 	staticCIDRs []netip.Prefix
 	skip        []string // namespaces the webhook never reviews (its own)
 	grace       time.Duration
-	log         logr.Logger
-	metrics     *holdMetrics
+	// holds lists our holds: from the leader's label-filtered informer.
+	holds   func() ([]*networkingv1.IPAddress, error)
+	log     logr.Logger
+	metrics *holdMetrics
 }
 
 // run takes part in leader election until ctx ends; while leading it keeps
@@ -169,6 +169,23 @@ func (k *holdKeeper) run(ctx context.Context, o holdOptions) error {
 // with no memory of when addresses became free, so it waits the whole
 // grace before its first creates.
 func (k *holdKeeper) keep(ctx context.Context) {
+	// The leader follows its own holds with a watch filtered by the label,
+	// rather than listing them each pass: a label-selected list makes the
+	// apiserver scan every IPAddress of the cluster.
+	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = holds.Selector }))
+	lister := factory.Networking().V1().IPAddresses().Lister()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			k.log.Info("stopped before the holds were listed", "type", typ.String())
+			return
+		}
+	}
+	k.holds = func() ([]*networkingv1.IPAddress, error) {
+		return lister.List(labels.SelectorFromSet(labels.Set{holds.ManagedByLabel: holds.ManagedBy}))
+	}
 	free := holds.FreeSince{}
 	t := time.NewTicker(holdPollInterval)
 	defer t.Stop()
@@ -203,19 +220,19 @@ func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time,
 	}
 	env := policy.Env{Policy: pol.policy, Snapshot: snap, StaticCIDRs: k.staticCIDRs}
 	wants, notApplied := holds.Wants(pol.policy, env.Ranges(), k.skip)
-	objs, err := k.listHolds(ctx)
+	objs, err := k.holds()
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
 	}
 	listed := make([]holds.Hold, 0, len(objs))
 	uids := map[netip.Addr]*networkingv1.IPAddress{}
-	for i := range objs {
-		ip, err := netip.ParseAddr(objs[i].Name)
+	for _, o := range objs {
+		ip, err := netip.ParseAddr(o.Name)
 		if err != nil {
 			continue // not a name the apiserver accepts for an IPAddress; never ours
 		}
-		listed = append(listed, holds.Hold{IP: ip, Owner: kubesource.HolderOf(&objs[i])})
-		uids[ip] = &objs[i]
+		listed = append(listed, holds.Hold{IP: ip, Owner: kubesource.HolderOf(o)})
+		uids[ip] = o
 	}
 	plan := holds.Decide(wants, notApplied, listed, snap.Holder, free, time.Now(), k.grace)
 	for s, n := range plan.States {
@@ -266,6 +283,7 @@ func (k *holdKeeper) create(ctx context.Context, w holds.Want, free holds.FreeSi
 	_, err = k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
 	switch {
 	case err == nil:
+		delete(free, w.IP) // until the informer and the view show it, it counts as newly free
 		k.metrics.changes.WithLabelValues("created").Inc()
 		k.log.Info("hold created", "ip", w.IP.String(), "owner", w.Owner.String())
 	case apierrors.IsAlreadyExists(err):
@@ -294,24 +312,6 @@ func holdObject(w holds.Want) *networkingv1.IPAddress {
 			Group: "", Resource: "services", Namespace: w.Owner.Namespace, Name: w.Owner.Name,
 		}},
 	}
-}
-
-func (k *holdKeeper) listHolds(ctx context.Context) ([]networkingv1.IPAddress, error) {
-	var out []networkingv1.IPAddress
-	cont := ""
-	for range maxHoldListPages {
-		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
-		l, err := k.client.NetworkingV1().IPAddresses().List(cctx, metav1.ListOptions{LabelSelector: holds.Selector, Limit: holdListPageSize, Continue: cont})
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
-		}
-		out = append(out, l.Items...)
-		if cont = l.Continue; cont == "" {
-			return out, nil
-		}
-	}
-	return nil, fmt.Errorf("list the holds (IPAddresses -l %s): more than %d pages", holds.Selector, maxHoldListPages)
 }
 
 // allocationHook is what the mutating handler calls with its answer, before

@@ -123,7 +123,19 @@ func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 		ipAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
 	)
 	hm := newHoldMetrics(prometheus.NewRegistry())
-	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: newLogger(&strings.Builder{}), metrics: hm}
+	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: newLogger(&strings.Builder{}), metrics: hm,
+		holds: func() ([]*networkingv1.IPAddress, error) {
+			// What the leader's informer holds: the list by label.
+			l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
+			if err != nil {
+				return nil, err
+			}
+			var out []*networkingv1.IPAddress
+			for i := range l.Items {
+				out = append(out, &l.Items[i])
+			}
+			return out, nil
+		}}
 	long := time.Now().Add(-time.Minute)
 	free := holds.FreeSince{netip.MustParseAddr("10.96.0.10"): long, netip.MustParseAddr("10.96.0.20"): long}
 	if _, err := k.pass(context.Background(), free); err != nil {
