@@ -42,6 +42,8 @@ const (
 	holdPassInterval = time.Second
 	holdMinPassGap   = 250 * time.Millisecond
 	holdPollInterval = 50 * time.Millisecond
+	// holdErrorLogInterval bounds the log of a lasting failure.
+	holdErrorLogInterval = 10 * time.Second
 	// holdCallTimeout bounds each call of a pass or a release.
 	holdCallTimeout = 2 * time.Second
 	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
@@ -189,7 +191,7 @@ func (k *holdKeeper) keep(ctx context.Context) {
 	free := holds.FreeSince{}
 	t := time.NewTicker(holdPollInterval)
 	defer t.Stop()
-	var last, due time.Time
+	var last, due, lastErrLog time.Time
 	var seen uint64
 	for {
 		now := time.Now()
@@ -197,8 +199,9 @@ func (k *holdKeeper) keep(ctx context.Context) {
 		if now.Sub(last) >= holdPassInterval || (now.Sub(last) >= holdMinPassGap && (gen != seen || (!due.IsZero() && !now.Before(due)))) {
 			last, seen = now, gen
 			next, err := k.pass(ctx, free)
-			if err != nil && ctx.Err() == nil {
-				k.log.Error(err, "hold pass failed; retrying", "in", holdPassInterval.String())
+			if err != nil && ctx.Err() == nil && now.Sub(lastErrLog) >= holdErrorLogInterval {
+				lastErrLog = now
+				k.log.Error(err, "hold pass failed; retrying every pass, logged at most every "+holdErrorLogInterval.String()+" (clusterip_policy_hold_changes_total{action=\"failed\"} counts each failure)")
 			}
 			due = next
 		}
@@ -235,6 +238,7 @@ func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time,
 		uids[ip] = o
 	}
 	plan := holds.Decide(wants, notApplied, listed, snap.Holder, free, time.Now(), k.grace)
+	var failures passFailures
 	for s, n := range plan.States {
 		k.metrics.states.WithLabelValues(s).Set(float64(n))
 	}
@@ -249,17 +253,45 @@ func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time,
 			k.log.Info("hold deleted: its reservation left the policy or names another owner", "ip", h.IP.String(), "owner", h.Owner.String())
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		default:
-			k.metrics.changes.WithLabelValues("failed").Inc()
-			k.log.Error(err, "could not delete a hold", "ip", h.IP.String())
+			failures.add(fmt.Errorf("delete the hold on %s: %w", h.IP, err))
 		}
 	}
 	for i, w := range plan.Create {
 		if i == maxHoldCreatesPerPass || ctx.Err() != nil {
 			break
 		}
-		k.create(ctx, w, free)
+		failures.add(k.create(ctx, w, free))
 	}
-	return plan.Next, nil
+	k.metrics.changes.WithLabelValues("failed").Add(float64(failures.n))
+	return plan.Next, failures.err()
+}
+
+// passFailures keeps the first error of a pass and counts the rest, so a
+// lasting failure (RBAC, an apiserver down) logs one line a pass, not one
+// per reservation.
+type passFailures struct {
+	n     int
+	first error
+}
+
+func (f *passFailures) add(err error) {
+	if err == nil {
+		return
+	}
+	if f.n == 0 {
+		f.first = err
+	}
+	f.n++
+}
+
+func (f *passFailures) err() error {
+	switch f.n {
+	case 0:
+		return nil
+	case 1:
+		return f.first
+	}
+	return fmt.Errorf("%w (and %d more failures this pass)", f.first, f.n-1)
 }
 
 // create holds w.IP if its owner Service does not exist. An owner that
@@ -267,18 +299,16 @@ func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time,
 // another one, which `webhook audit` reports as reservation-not-held; and
 // while an owner exists it may be updated to dual-stack, when the mutating
 // stage would release a hold of its added family.
-func (k *holdKeeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) {
+func (k *holdKeeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) error {
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
 	_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
 	if err == nil {
 		delete(free, w.IP)
-		return
+		return nil
 	}
 	if !apierrors.IsNotFound(err) {
-		k.metrics.changes.WithLabelValues("failed").Inc()
-		k.log.Error(err, "could not check the owner of a reservation; not holding it this pass", "ip", w.IP.String(), "owner", w.Owner.String())
-		return
+		return fmt.Errorf("get the owner %s of the reservation %s (not held this pass): %w", w.Owner, w.IP, err)
 	}
 	_, err = k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
 	switch {
@@ -290,9 +320,9 @@ func (k *holdKeeper) create(ctx context.Context, w holds.Want, free holds.FreeSi
 		// Someone allocated it since the view was read: it is not free.
 		delete(free, w.IP)
 	default:
-		k.metrics.changes.WithLabelValues("failed").Inc()
-		k.log.Error(err, "could not create a hold", "ip", w.IP.String(), "owner", w.Owner.String())
+		return fmt.Errorf("create the hold on %s for %s: %w", w.IP, w.Owner, err)
 	}
+	return nil
 }
 
 func holdObject(w holds.Want) *networkingv1.IPAddress {

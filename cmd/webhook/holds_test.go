@@ -170,3 +170,34 @@ func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 		t.Errorf("changes: %v created, %v deleted; want 1, 1", c, d)
 	}
 }
+
+func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
+	const pol = testPolicy + `- ip: 10.96.0.20
+  service: default/ingress-vip
+- ip: 10.96.0.30
+  service: default/worker
+`
+	r := newTestReviewer(t, pol, true)
+	client := fake.NewClientset()
+	client.PrependReactor("get", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "kube-dns", errors.New("RBAC says no"))
+	})
+	hm := newHoldMetrics(prometheus.NewRegistry())
+	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: newLogger(&strings.Builder{}), metrics: hm,
+		holds: func() ([]*networkingv1.IPAddress, error) { return nil, nil }}
+	long := time.Now().Add(-time.Minute)
+	free := holds.FreeSince{}
+	for _, ip := range []string{"10.96.0.10", "10.96.0.20", "10.96.0.30"} {
+		free[netip.MustParseAddr(ip)] = long
+	}
+	_, err := k.pass(context.Background(), free)
+	if err == nil || !strings.Contains(err.Error(), "get the owner kube-system/kube-dns of the reservation 10.96.0.10") || !strings.Contains(err.Error(), "and 2 more failures this pass") {
+		t.Fatalf("pass error = %v, want the first failure and the count of the others", err)
+	}
+	if v := testutil.ToFloat64(hm.changes.WithLabelValues("failed")); v != 3 {
+		t.Errorf("changes{failed} = %v, want 3", v)
+	}
+	if l, _ := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("holds created without knowing whether the owner exists: %v", l.Items)
+	}
+}
