@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/pkg/holds"
+	"clusterip-policy/pkg/policy"
 )
 
 func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
@@ -199,5 +200,20 @@ func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
 	}
 	if l, _ := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
 		t.Errorf("holds created without knowing whether the owner exists: %v", l.Items)
+	}
+}
+
+func TestAHoldIsNamedByTheCanonicalAddressAndLabelledWithItsFamily(t *testing.T) {
+	for _, tc := range []struct{ ip, name, family string }{
+		{"10.96.0.10", "10.96.0.10", "IPv4"},
+		{"fd00:10:96:0:0::a", "fd00:10:96::a", "IPv6"},
+	} {
+		a := holdObject(holds.Want{IP: netip.MustParseAddr(tc.ip), Owner: policy.Owner{Namespace: "kube-system", Name: "kube-dns"}})
+		if a.Name != tc.name || a.Labels[networkingv1.LabelIPAddressFamily] != tc.family || a.Labels[holds.ManagedByLabel] != holds.ManagedBy {
+			t.Errorf("%s: name %s labels %v; want name %s, family %s, managed-by %s", tc.ip, a.Name, a.Labels, tc.name, tc.family, holds.ManagedBy)
+		}
+		if r := a.Spec.ParentRef; r == nil || r.Group != "" || r.Resource != "services" || r.Namespace != "kube-system" || r.Name != "kube-dns" {
+			t.Errorf("%s: parentRef %+v, want services kube-system/kube-dns", tc.ip, a.Spec.ParentRef)
+		}
 	}
 }
