@@ -212,8 +212,19 @@ func TestReservationHolds(t *testing.T) {
 		}
 	})
 
-	t.Run("a reservation that leaves the policy loses its hold", func(t *testing.T) {
-		p := strings.Replace(sharedPolicy, "reservations:\n- ip: 10.96.0.10\n  service: kube-system/kube-dns\n  note: cluster DNS\n", "reservations: []\n", 1)
+	t.Run("a reservation that moves loses its hold, and an address someone else holds is never touched", func(t *testing.T) {
+		// kube-dns's reservation moves to the address of dynamic-001, which
+		// the apiserver's own IPAddress holds.
+		taken, err := cs.CoreV1().Services(ns).Get(ctx, "dynamic-001", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := taken.Spec.ClusterIP
+		before, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := strings.Replace(sharedPolicy, "- ip: 10.96.0.10\n", "- ip: "+ip+"\n", 1)
 		if p == sharedPolicy {
 			t.Fatal("the shared policy changed; update this test")
 		}
@@ -227,9 +238,18 @@ func TestReservationHolds(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if v := metricSum(t, ctx, c, "clusterip_policy_hold_changes_total", `action="deleted"`); v != 1 {
-			t.Fatalf("%v holds deleted, want 1", v)
+		eventuallyMetric(t, ctx, c, "clusterip_policy_holds", `state="other"`, 1)
+		time.Sleep(3 * time.Second) // passes of the leader, past the grace
+		after, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+		if err != nil || after.UID != before.UID || after.Labels[networkingv1.LabelManagedBy] != "ipallocator.k8s.io" {
+			t.Fatalf("the apiserver's IPAddress %s was touched: before %+v, after %+v (%v)", ip, before.ObjectMeta, after, err)
 		}
+		created := metricSum(t, ctx, c, "clusterip_policy_hold_changes_total", `action="created"`)
+		deleted := metricSum(t, ctx, c, "clusterip_policy_hold_changes_total", `action="deleted"`)
+		if created != 0 || deleted != 1 {
+			t.Fatalf("the leader (the replica left) made %v creates and %v deletes, want 0 and 1", created, deleted)
+		}
+		t.Logf("e2e: holds: the reservation moved to %s, held by %s: the hold on 10.96.0.10 was deleted, %s left alone", ip, taken.Name, ip)
 	})
 }
 
