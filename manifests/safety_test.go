@@ -113,8 +113,15 @@ func webhookTimeouts(o *objects) []string {
 func webhookSideEffects(o *objects) []string {
 	var p []string
 	for _, w := range o.webhooks() {
-		if w.sideEffects == nil || *w.sideEffects != admv1.SideEffectClassNone {
-			p = append(p, problemf("%s: sideEffects must be None (dry-run requests reach it)", w.where))
+		// The mutating webhook deletes a reservation hold (an IPAddress of
+		// ours) before an owner's create, never on a dry run (see
+		// cmd/webhook/holds.go); the validating one changes nothing.
+		want, why := admv1.SideEffectClassNone, "dry-run requests reach it, and it changes nothing"
+		if w.mutating {
+			want, why = admv1.SideEffectClassNoneOnDryRun, "it releases a reservation hold for an owner's create, never on a dry run"
+		}
+		if w.sideEffects == nil || *w.sideEffects != want {
+			p = append(p, problemf("%s: sideEffects must be %s (%s)", w.where, want, why))
 		}
 	}
 	return p
@@ -311,31 +318,73 @@ func (o *objects) rbacRules() []rbacRule {
 	return out
 }
 
-func rbacReadOnly(o *objects) []string {
+// rbacGrant is one thing the webhook may do, and why; rbacExact allows
+// nothing else. Widen this only together with the code that needs it.
+type rbacGrant struct {
+	kind, group, resource string // kind: ClusterRole, or Role (in the webhook's namespace)
+	verbs                 []string
+	why                   string
+}
+
+var rbacGrants = []rbacGrant{
+	{"ClusterRole", "networking.k8s.io", "servicecidrs", []string{"get", "list", "watch"}, "the view of the active Service ranges"},
+	{"ClusterRole", "networking.k8s.io", "ipaddresses", []string{"get", "list", "watch", "create", "delete"}, "the view of allocated addresses; create and delete: reservation holds (--hold-reservations), only IPAddresses labelled managed-by clusterip-policy.io"},
+	{"ClusterRole", "", "services", []string{"get"}, "the holds' leader re-holds a reserved address only while its owner Service does not exist"},
+	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds"},
+}
+
+func rbacExact(o *objects) []string {
 	var p []string
-	for _, r := range o.rbacRules() {
-		for _, v := range r.rule.Verbs {
-			if v != "get" && v != "list" && v != "watch" {
-				p = append(p, problemf("%s grants verb %q; the webhook only reads (get, list, watch)", r.where, v))
+	check := func(kind, where string, rule rbacv1.PolicyRule) {
+		if len(rule.NonResourceURLs) > 0 {
+			p = append(p, problemf("%s grants non-resource URLs %q", where, rule.NonResourceURLs))
+		}
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				i := slices.IndexFunc(rbacGrants, func(x rbacGrant) bool { return x.kind == kind && x.group == g && x.resource == res })
+				if i < 0 {
+					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get) and, in a Role, its Lease", where, res, g))
+					continue
+				}
+				for _, v := range rule.Verbs {
+					if !slices.Contains(rbacGrants[i].verbs, v) {
+						p = append(p, problemf("%s grants verb %q on %s; the webhook needs only %q there (%s)", where, v, res, rbacGrants[i].verbs, rbacGrants[i].why))
+					}
+				}
 			}
+		}
+	}
+	for _, r := range o.ClusterRoles {
+		for _, rule := range r.Rules {
+			check("ClusterRole", "ClusterRole "+r.Name, rule)
+		}
+	}
+	for _, r := range o.Roles {
+		if r.Namespace != ownNamespace {
+			p = append(p, problemf("Role %s/%s is outside the webhook's namespace %s", r.Namespace, r.Name, ownNamespace))
+		}
+		for _, rule := range r.Rules {
+			check("Role", "Role "+r.Namespace+"/"+r.Name, rule)
 		}
 	}
 	return p
 }
 
-func rbacResources(o *objects) []string {
+// rbacRoleBinding: the Lease Role is bound to the Deployment's service
+// account in its own namespace.
+func rbacRoleBinding(o *objects) []string {
 	var p []string
-	for _, r := range o.rbacRules() {
-		if len(r.rule.NonResourceURLs) > 0 {
-			p = append(p, problemf("%s grants non-resource URLs %q", r.where, r.rule.NonResourceURLs))
-		}
-		if !slices.Equal(r.rule.APIGroups, []string{"networking.k8s.io"}) {
-			p = append(p, problemf("%s grants API groups %q; the webhook reads only networking.k8s.io", r.where, r.rule.APIGroups))
-		}
-		for _, res := range r.rule.Resources {
-			if res != "servicecidrs" && res != "ipaddresses" {
-				p = append(p, problemf("%s grants resource %q; the webhook reads only servicecidrs and ipaddresses", r.where, res))
+	for _, d := range o.Deployments {
+		sa := d.Spec.Template.Spec.ServiceAccountName
+		bound := false
+		for _, b := range o.RoleBindings {
+			roleExists := b.RoleRef.Kind == "Role" && slices.ContainsFunc(o.Roles, func(r *rbacv1.Role) bool { return r.Name == b.RoleRef.Name && r.Namespace == b.Namespace })
+			for _, s := range b.Subjects {
+				bound = bound || (roleExists && b.Namespace == d.Namespace && s.Kind == "ServiceAccount" && s.Namespace == d.Namespace && s.Name == sa)
 			}
+		}
+		if !bound {
+			p = append(p, problemf("no RoleBinding in %s binds a Role of the manifests (the holds' Lease) to ServiceAccount %s/%s", d.Namespace, d.Namespace, sa))
 		}
 	}
 	return p
@@ -710,7 +759,7 @@ var safetyChecks = []struct {
 	{"has a PodDisruptionBudget for the webhook pods", hasPDB},
 	{"spreads the replicas over nodes", spreadOverNodes},
 	{"gives every webhook a timeout of 1 to 30 seconds", webhookTimeouts},
-	{"declares every webhook free of side effects", webhookSideEffects},
+	{"declares the mutating webhook free of side effects on dry runs and the validating one free of any", webhookSideEffects},
 	{"speaks only admission.k8s.io/v1", webhookReviewVersions},
 	{"chooses a failurePolicy for every webhook", webhookFailurePolicy},
 	{"matches only creates and updates of Services", webhookRules},
@@ -719,9 +768,9 @@ var safetyChecks = []struct {
 	{"calls the mutating webhook on ExternalName Services only when they leave ExternalName", mutateExternalNameOnlyWhenLeavingIt},
 	{"calls the webhook Service on the webhook paths", webhookClientConfig},
 	{"matches equivalent versions and reinvokes the mutating webhook", webhookMatchAndReinvoke},
-	{"grants only get, list and watch", rbacReadOnly},
-	{"grants access to ServiceCIDRs and IPAddresses only", rbacResources},
+	{"grants exactly what the view and the reservation holds need", rbacExact},
 	{"binds the role to the Deployment's service account", rbacBinding},
+	{"binds the Lease role to the Deployment's service account in its namespace", rbacRoleBinding},
 	{"runs no container as root", noRoot},
 	{"lets no container escalate privileges", noPrivilegeEscalation},
 	{"gives every container a read-only root filesystem", readOnlyRoot},
@@ -829,18 +878,38 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { mwh(o).ReinvocationPolicy = ptr(admv1.NeverReinvocationPolicy) }, "IfNeeded"},
 		{"rejects exact version matching", webhookMatchAndReinvoke,
 			func(o *objects) { vwh(o).MatchPolicy = ptr(admv1.Exact) }, "Equivalent"},
-		{"rejects RBAC that may create", rbacReadOnly,
+		{"rejects RBAC that may create ServiceCIDRs", rbacExact,
 			func(o *objects) {
 				o.ClusterRoles[0].Rules[0].Verbs = append(o.ClusterRoles[0].Rules[0].Verbs, "create")
 			}, `"create"`},
-		{"rejects RBAC with a wildcard verb", rbacReadOnly,
+		{"rejects RBAC with a wildcard verb", rbacExact,
 			func(o *objects) { o.ClusterRoles[0].Rules[0].Verbs = []string{"*"} }, `"*"`},
-		{"rejects a namespaced Role that may delete", rbacReadOnly,
+		{"rejects a namespaced Role over IPAddresses", rbacExact,
 			func(o *objects) {
 				o.Roles = append(o.Roles, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ownNamespace},
 					Rules: []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"delete"}}}})
+			}, `grants resource "ipaddresses"`},
+		{"rejects RBAC that may update IPAddresses", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"update"}})
+			}, `"update"`},
+		{"rejects RBAC that may delete Services", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"delete"}})
 			}, `"delete"`},
-		{"rejects RBAC that reads Secrets", rbacResources,
+		{"rejects a Lease grant cluster-wide", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}})
+			}, `"leases"`},
+		{"rejects a Lease role in another namespace", rbacExact,
+			func(o *objects) { o.Roles[0].Namespace = "default" }, "outside the webhook's namespace"},
+		{"rejects a Lease role bound to no one", rbacRoleBinding,
+			func(o *objects) { o.RoleBindings = nil }, "no RoleBinding"},
+		{"rejects a mutating webhook declared free of side effects", webhookSideEffects,
+			func(o *objects) { mwh(o).SideEffects = ptr(admv1.SideEffectClassNone) }, "NoneOnDryRun"},
+		{"rejects a validating webhook with side effects on dry runs", webhookSideEffects,
+			func(o *objects) { vwh(o).SideEffects = ptr(admv1.SideEffectClassNoneOnDryRun) }, "sideEffects must be None"},
+		{"rejects RBAC that reads Secrets", rbacExact,
 			func(o *objects) {
 				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
 			}, `"secrets"`},

@@ -43,6 +43,9 @@ type reviewer struct {
 	staticCIDRs []netip.Prefix
 	audit       logr.Logger
 	metrics     *metrics
+	// releaser runs after a mutating decision (holds.go); nil when
+	// reservation holds are off.
+	releaser allocationHook
 }
 
 var (
@@ -192,8 +195,12 @@ func (r *reviewer) record(line auditLine, d *policy.Decision) {
 // mutatingHandler serves the MutatingWebhookConfiguration.
 type mutatingHandler struct{ *reviewer }
 
-func (h mutatingHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	return h.handle(policy.StageMutate, req)
+func (h mutatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	resp := h.handle(policy.StageMutate, req)
+	if h.releaser != nil {
+		resp = h.releaser.beforeAllocation(ctx, req, resp)
+	}
+	return resp
 }
 
 // validatingHandler serves the ValidatingWebhookConfiguration.

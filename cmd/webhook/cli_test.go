@@ -150,6 +150,10 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
 	os.WriteFile(good, []byte(testPolicy), 0o644)
 	os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644)
+	certDir := filepath.Join(dir, "tls") // only checked for presence before the hold flags
+	os.Mkdir(certDir, 0o755)
+	os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644)
+	os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644)
 	tests := []struct {
 		args []string
 		want string
@@ -159,6 +163,9 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"serve", "--policy", bad}, `--policy: policy ` + bad + `: line 3: unknown field \"reservation\"`},
 		{[]string{"serve", "--policy", good, "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there or run `make certs`"},
 		{[]string{"serve", "--policy", good, "--port", "70000"}, "--port 70000 is not a TCP port"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--hold-grace", "0s"}, "--hold-grace 0s is outside 100ms-1m"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--leader-election-namespace", ""}, "--leader-election-namespace is empty"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI("", tt.args...)

@@ -33,6 +33,7 @@ import (
 	"clusterip-policy/manifests"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/holds"
 	"clusterip-policy/pkg/policy"
 )
 
@@ -49,6 +50,7 @@ type serveOptions struct {
 	shutdownDelay  time.Duration
 	maxStaleness   time.Duration
 	clientCAFile   string
+	holds          holdOptions
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -65,7 +67,19 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
+	fs.BoolVar(&o.holds.enabled, "hold-reservations", false, "Keep an IPAddress (label "+holds.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
+	fs.DurationVar(&o.holds.grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
+	fs.StringVar(&o.holds.leaseNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held: the webhook configurations exclude it, so nothing would release them.")
+	fs.StringVar(&o.holds.leaseName, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease.")
+	fs.StringVar(&o.holds.identity, "leader-election-identity", defaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
 	return fs
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
 }
 
 // validate checks every flag before anything starts, naming the flag, the
@@ -98,6 +112,9 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 		if _, err := parseClientCABundle(o.clientCAFile, time.Now()); err != nil {
 			return nil, fmt.Errorf("--client-ca-file: %w", err)
 		}
+	}
+	if err := o.holds.validate(); err != nil {
+		return nil, err
 	}
 	var cidrs []netip.Prefix
 	for _, s := range o.serviceCIDRs {
@@ -188,6 +205,13 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	registerViewMetrics(defaultRegistry, source)
 	ready := readiness{policies: policies, view: view, staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
 	rev := &reviewer{readiness: ready, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
+	var keeper *holdKeeper
+	if o.holds.enabled {
+		hm := newHoldMetrics(defaultRegistry)
+		rev.releaser = &holdReleaser{client: client, policies: policies, log: log.WithName("holds"), metrics: hm}
+		keeper = &holdKeeper{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
+			skip: []string{o.holds.leaseNamespace}, grace: o.holds.grace, log: log.WithName("holds"), metrics: hm}
+	}
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
 	// only from inside --cert-dir (see clientauth.go).
@@ -234,7 +258,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 
-	errs := make(chan error, 5)
+	errs := make(chan error, 8) // one per goroutine below, so none blocks on exit
 	var wg sync.WaitGroup
 	goRun := func(name string, fn func() error) {
 		wg.Add(1)
@@ -248,6 +272,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	goRun("view", func() error { return source.Run(bgCtx) })
 	goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
 	goRun("webhook server", func() error { return server.Start(webhookCtx) })
+	if keeper != nil {
+		goRun("reservation holds", func() error { return keeper.run(bgCtx, o.holds) })
+	}
 	if cas != nil {
 		goRun("client CA watcher", func() error { cas.watch(bgCtx, clientCAReloadInterval); return nil })
 	}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -287,17 +288,29 @@ func TestDeploymentManifests(t *testing.T) {
 		t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })
 	})
 
-	t.Run("the webhook's service account may only read ServiceCIDRs and IPAddresses", func(t *testing.T) {
+	t.Run("the webhook's service account may read ServiceCIDRs and IPAddresses and only what the holds need beyond", func(t *testing.T) {
 		sa := c.RBAC.UserName()
 		// What every service account may do (discovery, reviewing itself,
 		// whatever the Kubernetes release grants all authenticated users):
 		// an account no manifest mentions, in a namespace of its own.
 		const nobody = "system:serviceaccount:e2e-baseline:nobody"
-		want := map[string]canIRow{
-			"servicecidrs.networking.k8s.io []": {resource: "servicecidrs.networking.k8s.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
-			"ipaddresses.networking.k8s.io []":  {resource: "ipaddresses.networking.k8s.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
+		everywhere := map[string]canIRow{
+			"servicecidrs.networking.k8s.io [] []": {resource: "servicecidrs.networking.k8s.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
+			// create, delete: the reservation holds; services get: a hold
+			// comes back only while its owner does not exist.
+			"ipaddresses.networking.k8s.io [] []": {resource: "ipaddresses.networking.k8s.io", nonResource: "[]", names: "[]", verbs: "[get list watch create delete]"},
+			"services [] []":                      {resource: "services", nonResource: "[]", names: "[]", verbs: "[get]"},
 		}
+		// In its own namespace, the Lease electing the replica that keeps
+		// the holds.
+		own := maps.Clone(everywhere)
+		own["leases.coordination.k8s.io [] []"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"}
+		own["leases.coordination.k8s.io [] [clusterip-policy-holds]"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[clusterip-policy-holds]", verbs: "[get update]"}
 		for _, ns := range []string{"default", "clusterip-policy", "kube-system"} {
+			want := everywhere
+			if ns == "clusterip-policy" {
+				want = own
+			}
 			out, _, err := c.Kubectl(ctx, "", "auth", "can-i", "--list", "--as="+sa, "-n", ns)
 			if err != nil {
 				t.Fatal(err)
@@ -313,7 +326,7 @@ func TestDeploymentManifests(t *testing.T) {
 			extra := map[string]canIRow{}
 			for _, r := range parseCanIList(t, out) {
 				if !base[r] {
-					extra[r.resource+" "+r.nonResource] = r
+					extra[r.resource+" "+r.nonResource+" "+r.names] = r
 				}
 			}
 			if !reflect.DeepEqual(extra, want) {

@@ -50,6 +50,10 @@ type Options struct {
 	Detach             bool // leave the processes running after this process exits
 	Logf               func(format string, args ...any)
 
+	// WebhookArgs are extra `webhook serve` flags for every webhook the
+	// cluster starts (for example --hold-reservations).
+	WebhookArgs []string
+
 	// WebhookClientAuth makes every apiserver present a client certificate
 	// to the webhooks and every webhook require it (see clientauth.go).
 	WebhookClientAuth bool
@@ -315,7 +319,7 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 			return err
 		}
 		start := time.Now()
-		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile, ExtraArgs: c.ClientAuth.WebhookArgs()}
+		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile, ExtraArgs: append(c.ClientAuth.WebhookArgs(), c.opts.WebhookArgs...)}
 		po := ProcessOptions{Detach: c.opts.Detach}
 		var w *Webhook
 		if err := retryPortClash(func() (err error) {

@@ -1,0 +1,449 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/holds"
+	"clusterip-policy/pkg/policy"
+)
+
+// Holds: the leader keeps an IPAddress for each reserved address its owner
+// does not hold, so the apiserver's allocator skips it; every replica
+// releases the hold of an owner being created, in the mutating stage,
+// before the apiserver allocates. pkg/holds decides; this file talks to
+// the apiserver. The races are in docs/deploying.md, "Reservation holds".
+
+const (
+	// A pass runs at least every holdPassInterval, as soon as the view
+	// changes (an IPAddress came or went: a release) but not more often
+	// than every holdMinPassGap, and when a waiting address ends its grace.
+	// So a hold comes back about --hold-grace after the address was freed.
+	holdPassInterval = time.Second
+	holdMinPassGap   = 250 * time.Millisecond
+	holdPollInterval = 50 * time.Millisecond
+	// holdErrorLogInterval bounds the log of a lasting failure.
+	holdErrorLogInterval = 10 * time.Second
+	// holdCallTimeout bounds each call of a pass or a release.
+	holdCallTimeout = 2 * time.Second
+	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
+	// the rest follow on the next passes.
+	maxHoldCreatesPerPass = 100
+)
+
+type holdOptions struct {
+	enabled        bool
+	grace          time.Duration
+	leaseNamespace string
+	leaseName      string
+	identity       string
+}
+
+func (o *holdOptions) validate() error {
+	if !o.enabled {
+		return nil
+	}
+	if o.grace < 100*time.Millisecond || o.grace > time.Minute {
+		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.grace)
+	}
+	if o.leaseNamespace == "" {
+		return errors.New("--leader-election-namespace is empty; give the webhook's namespace (POD_NAMESPACE from the downward API)")
+	}
+	if o.leaseName == "" {
+		return errors.New("--leader-election-lease is empty; give the Lease name, such as clusterip-policy-holds")
+	}
+	return nil
+}
+
+// defaultIdentity is the pod name from the downward API, else the host
+// name with a random suffix, so two processes on one host differ.
+func defaultIdentity() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h + "_" + rand.String(6)
+}
+
+type holdMetrics struct {
+	states   *prometheus.GaugeVec
+	leader   prometheus.Gauge
+	changes  *prometheus.CounterVec
+	releases *prometheus.CounterVec
+}
+
+func newHoldMetrics(reg prometheus.Registerer) *holdMetrics {
+	m := &holdMetrics{
+		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "clusterip_policy_holds",
+			Help: "Reservations by hold state, as the leader last saw them: held (an IPAddress of ours), owner (the owner Service holds it), other (someone else's IPAddress), waiting (free, within the grace), candidate (free past the grace), not-applied (not held by design). Zero on replicas that are not the leader.",
+		}, []string{"state"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_holds_leader",
+			Help: "1 on the replica that holds the Lease and keeps the holds.",
+		}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_hold_changes_total",
+			Help: "Holds created and deleted by this replica as leader (action: created, deleted, failed).",
+		}, []string{"action"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_hold_releases_total",
+			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.states, m.leader, m.changes, m.releases)
+	for _, s := range holds.States {
+		m.states.WithLabelValues(s)
+	}
+	return m
+}
+
+// holdKeeper is the leader's loop.
+type holdKeeper struct {
+	client      kubernetes.Interface
+	policies    *policyStore
+	view        *allocview.View
+	staticCIDRs []netip.Prefix
+	skip        []string // namespaces the webhook never reviews (its own)
+	grace       time.Duration
+	// holds lists our holds: from the leader's label-filtered informer.
+	holds   func() ([]*networkingv1.IPAddress, error)
+	log     logr.Logger
+	metrics *holdMetrics
+}
+
+// run takes part in leader election until ctx ends; while leading it keeps
+// the holds.
+func (k *holdKeeper) run(ctx context.Context, o holdOptions) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaseNamespace, Name: o.leaseName},
+		Client:     k.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: o.identity},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+			ReleaseOnCancel: true, Name: o.leaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(lctx context.Context) {
+					k.log.Info("leading: keeping reservation holds", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", o.identity)
+					k.metrics.leader.Set(1)
+					k.keep(lctx)
+				},
+				OnStoppedLeading: func() {
+					k.metrics.leader.Set(0)
+					for _, s := range holds.States {
+						k.metrics.states.WithLabelValues(s).Set(0)
+					}
+					k.log.Info("stopped leading", "identity", o.identity)
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		le.Run(ctx) // returns when leadership is lost or ctx ends
+	}
+	return nil
+}
+
+// keep runs passes while ctx (the leadership) lasts. A new leader starts
+// with no memory of when addresses became free, so it waits the whole
+// grace before its first creates.
+func (k *holdKeeper) keep(ctx context.Context) {
+	// The leader follows its own holds with a watch filtered by the label,
+	// rather than listing them each pass: a label-selected list makes the
+	// apiserver scan every IPAddress of the cluster.
+	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = holds.Selector }))
+	lister := factory.Networking().V1().IPAddresses().Lister()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			k.log.Info("stopped before the holds were listed", "type", typ.String())
+			return
+		}
+	}
+	k.holds = func() ([]*networkingv1.IPAddress, error) {
+		return lister.List(labels.SelectorFromSet(labels.Set{holds.ManagedByLabel: holds.ManagedBy}))
+	}
+	free := holds.FreeSince{}
+	t := time.NewTicker(holdPollInterval)
+	defer t.Stop()
+	var last, due, lastErrLog time.Time
+	var seen uint64
+	for {
+		now := time.Now()
+		gen := k.view.Snapshot().Generation
+		if now.Sub(last) >= holdPassInterval || (now.Sub(last) >= holdMinPassGap && (gen != seen || (!due.IsZero() && !now.Before(due)))) {
+			last, seen = now, gen
+			next, err := k.pass(ctx, free)
+			if err != nil && ctx.Err() == nil && now.Sub(lastErrLog) >= holdErrorLogInterval {
+				lastErrLog = now
+				k.log.Error(err, "hold pass failed; retrying every pass, logged at most every "+holdErrorLogInterval.String()+" (clusterip_policy_hold_changes_total{action=\"failed\"} counts each failure)")
+			}
+			due = next
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pass runs one plan and returns when the next one is due at the latest
+// (zero: after holdPassInterval).
+func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, error) {
+	pol := k.policies.Current()
+	snap := k.view.Snapshot()
+	if pol == nil || !snap.Synced {
+		return time.Time{}, nil
+	}
+	env := policy.Env{Policy: pol.policy, Snapshot: snap, StaticCIDRs: k.staticCIDRs}
+	wants, notApplied := holds.Wants(pol.policy, env.Ranges(), k.skip)
+	objs, err := k.holds()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
+	}
+	listed := make([]holds.Hold, 0, len(objs))
+	uids := map[netip.Addr]*networkingv1.IPAddress{}
+	for _, o := range objs {
+		ip, err := netip.ParseAddr(o.Name)
+		if err != nil {
+			continue // not a name the apiserver accepts for an IPAddress; never ours
+		}
+		listed = append(listed, holds.Hold{IP: ip, Owner: kubesource.HolderOf(o)})
+		uids[ip] = o
+	}
+	plan := holds.Decide(wants, notApplied, listed, snap.Holder, free, time.Now(), k.grace)
+	var failures passFailures
+	for s, n := range plan.States {
+		k.metrics.states.WithLabelValues(s).Set(float64(n))
+	}
+	for _, h := range plan.Delete {
+		o := uids[h.IP]
+		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+		err := k.client.NetworkingV1().IPAddresses().Delete(cctx, o.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &o.UID}})
+		cancel()
+		switch {
+		case err == nil:
+			k.metrics.changes.WithLabelValues("deleted").Inc()
+			k.log.Info("hold deleted: its reservation left the policy or names another owner", "ip", h.IP.String(), "owner", h.Owner.String())
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			failures.add(fmt.Errorf("delete the hold on %s: %w", h.IP, err))
+		}
+	}
+	for i, w := range plan.Create {
+		if i == maxHoldCreatesPerPass || ctx.Err() != nil {
+			break
+		}
+		failures.add(k.create(ctx, w, free))
+	}
+	k.metrics.changes.WithLabelValues("failed").Add(float64(failures.n))
+	return plan.Next, failures.err()
+}
+
+// passFailures keeps the first error of a pass and counts the rest, so a
+// lasting failure (RBAC, an apiserver down) logs one line a pass, not one
+// per reservation.
+type passFailures struct {
+	n     int
+	first error
+}
+
+func (f *passFailures) add(err error) {
+	if err == nil {
+		return
+	}
+	if f.n == 0 {
+		f.first = err
+	}
+	f.n++
+}
+
+func (f *passFailures) err() error {
+	switch f.n {
+	case 0:
+		return nil
+	case 1:
+		return f.first
+	}
+	return fmt.Errorf("%w (and %d more failures this pass)", f.first, f.n-1)
+}
+
+// create holds w.IP if its owner Service does not exist. An owner that
+// exists either holds the address already (the view lagged) or holds
+// another one, which `webhook audit` reports as reservation-not-held; and
+// while an owner exists it may be updated to dual-stack, when the mutating
+// stage would release a hold of its added family.
+func (k *holdKeeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) error {
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
+	_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
+	if err == nil {
+		delete(free, w.IP)
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get the owner %s of the reservation %s (not held this pass): %w", w.Owner, w.IP, err)
+	}
+	_, err = k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		delete(free, w.IP) // until the informer and the view show it, it counts as newly free
+		k.metrics.changes.WithLabelValues("created").Inc()
+		k.log.Info("hold created", "ip", w.IP.String(), "owner", w.Owner.String())
+	case apierrors.IsAlreadyExists(err):
+		// Someone allocated it since the view was read: it is not free.
+		delete(free, w.IP)
+	default:
+		return fmt.Errorf("create the hold on %s for %s: %w", w.IP, w.Owner, err)
+	}
+	return nil
+}
+
+func holdObject(w holds.Want) *networkingv1.IPAddress {
+	family := "IPv4"
+	if w.IP.Is6() {
+		family = "IPv6"
+	}
+	return &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: w.IP.String(), // canonical, as the apiserver names IPAddresses
+			Labels: map[string]string{
+				holds.ManagedByLabel:              holds.ManagedBy,
+				networkingv1.LabelIPAddressFamily: family,
+			},
+		},
+		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+			Group: "", Resource: "services", Namespace: w.Owner.Namespace, Name: w.Owner.Name,
+		}},
+	}
+}
+
+// allocationHook is what the mutating handler calls with its answer, before
+// the apiserver allocates; it may turn the answer into a refusal.
+type allocationHook interface {
+	beforeAllocation(ctx context.Context, req admission.Request, resp admission.Response) admission.Response
+}
+
+var _ allocationHook = (*holdReleaser)(nil)
+
+// holdReleaser deletes the hold of an owner being created, from the
+// mutating stage: the apiserver allocates right after it, and would refuse
+// an address an IPAddress still holds.
+type holdReleaser struct {
+	client   kubernetes.Interface
+	policies *policyStore
+	log      logr.Logger
+	metrics  *holdMetrics
+}
+
+// beforeAllocation is the mutating handler's hook: for an allowed,
+// non-dry-run CREATE or UPDATE of a reservation owner, it deletes our holds
+// on the reserved addresses the Service will ask the apiserver for (the
+// ones it names, or the webhook patched in). If a release fails, the
+// request is refused with 503 (the apiserver would otherwise fail it with
+// "provided IP is already allocated"), and the client retries.
+func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Request, resp admission.Response) admission.Response {
+	if !resp.Allowed || (req.DryRun != nil && *req.DryRun) || (req.Operation != "CREATE" && req.Operation != "UPDATE") {
+		return resp
+	}
+	pol := r.policies.Current()
+	if pol == nil {
+		return resp
+	}
+	// Most requests are not an owner's: answer them without decoding the
+	// object again. A reservation names its owner, so the request has a name.
+	owner := policy.Owner{Namespace: req.Namespace, Name: req.Name}
+	if len(pol.policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
+		return resp
+	}
+	svc, err := decodeService(req.Object.Raw)
+	if err != nil {
+		return resp
+	}
+	candidates := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
+	for _, p := range resp.Patches {
+		if p.Path != "/spec/clusterIPs" && p.Path != "/spec/clusterIP" {
+			continue
+		}
+		b, _ := json.Marshal(p.Value)
+		var one string
+		var many []string
+		if json.Unmarshal(b, &one) == nil {
+			candidates = append(candidates, one)
+		} else if json.Unmarshal(b, &many) == nil {
+			candidates = append(candidates, many...)
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	for _, s := range candidates {
+		ip, err := netip.ParseAddr(s)
+		if err != nil || seen[ip] || len(seen) == 2 {
+			continue // not an address ("", None), or more than a Service can hold
+		}
+		ip = ip.Unmap()
+		res, ok := pol.policy.ReservedOwner(ip, allocview.RangeSet{})
+		if !ok || res.Implicit || res.Owner != owner {
+			continue
+		}
+		seen[ip] = true
+		if err := r.release(ctx, ip, owner); err != nil {
+			r.metrics.releases.WithLabelValues("failed").Inc()
+			r.log.Error(err, "could not release a hold before the owner's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
+			return notReady(fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2)))
+		}
+	}
+	return resp
+}
+
+// release deletes the hold on ip if it is ours and names owner; anything
+// else at that address is left alone (an allocation of the owner being
+// re-created, someone else's IPAddress: the apiserver then decides).
+func (r *holdReleaser) release(ctx context.Context, ip netip.Addr, owner policy.Owner) error {
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
+	a, err := r.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		r.metrics.releases.WithLabelValues("absent").Inc()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if holds.Releasable(a.Labels, kubesource.HolderOf(a), owner) != nil {
+		r.metrics.releases.WithLabelValues("absent").Inc()
+		return nil
+	}
+	err = r.client.NetworkingV1().IPAddresses().Delete(cctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &a.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	r.metrics.releases.WithLabelValues("released").Inc()
+	r.log.Info("hold released for the owner's allocation", "ip", ip.String(), "owner", owner.String())
+	return nil
+}

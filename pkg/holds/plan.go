@@ -1,0 +1,173 @@
+// Package holds decides which reserved addresses the webhook keeps held in
+// the apiserver with IPAddress objects of its own, so that the apiserver's
+// allocator never hands them out: it skips every address that has an
+// IPAddress, whoever made it (pkg/registry/core/service/ipallocator). The
+// package is pure: the controller in cmd/webhook lists, creates and
+// deletes; this file says what to do and why.
+package holds
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/policy"
+)
+
+// A hold is an IPAddress named by the reserved IP, with spec.parentRef
+// naming the owner Service and this label. The apiserver's repair loop
+// deletes only IPAddresses labelled managed-by ipallocator.k8s.io
+// (repairip.go, syncIPAddress), so it leaves holds alone.
+const (
+	ManagedByLabel = "ipaddress.kubernetes.io/managed-by"
+	ManagedBy      = "clusterip-policy.io"
+	// Selector lists the holds: kubectl get ipaddresses -l <Selector>.
+	Selector = ManagedByLabel + "=" + ManagedBy
+)
+
+// Want is a reservation the leader should hold.
+type Want struct {
+	IP    netip.Addr
+	Owner policy.Owner
+}
+
+// Hold is an IPAddress this project manages, as listed.
+type Hold struct {
+	IP    netip.Addr
+	Owner allocview.Holder
+}
+
+// Why a reservation is not held; a state of the holds gauge.
+const (
+	StateHeld       = "held"        // our IPAddress holds it
+	StateOwner      = "owner"       // the owner Service's own allocation holds it
+	StateOther      = "other"       // an IPAddress of someone else holds it (audit reports that Service)
+	StateWaiting    = "waiting"     // free, within the grace after it became free
+	StateCandidate  = "candidate"   // free past the grace: the leader checks the owner and creates the hold
+	StateNotApplied = "not-applied" // not held by design (see Wants)
+)
+
+// States lists every state, for a gauge that shows zeros too.
+var States = []string{StateHeld, StateOwner, StateOther, StateWaiting, StateCandidate, StateNotApplied}
+
+// Wants returns the reservations to hold, in policy order, and how many
+// are not held by design: the implicit default/kubernetes address (the
+// apiserver creates that Service itself, with no mutating review to
+// release a hold, so a hold would block it), reservations whose owner
+// lives in a namespace the webhook never reviews (skipNamespaces: its own,
+// and those the policy exempts, which get no release either), and
+// addresses outside the active ranges (the apiserver could not allocate
+// them anyway). The policy bounds reservations (policy.MaxReservations), so
+// the holds are bounded too: one small IPAddress each.
+func Wants(p *policy.Policy, rs allocview.RangeSet, skipNamespaces []string) (wants []Want, notApplied int) {
+	for _, r := range p.Reservations {
+		if r.Implicit || slices.Contains(skipNamespaces, r.Owner.Namespace) || slices.Contains(p.ExemptNamespaces, r.Owner.Namespace) {
+			notApplied++
+			continue
+		}
+		if k := rs.Place(r.IP).Kind; k == allocview.Outside || k == allocview.Unusable {
+			notApplied++
+			continue
+		}
+		wants = append(wants, Want{IP: r.IP, Owner: r.Owner})
+	}
+	return wants, notApplied
+}
+
+// Plan is one pass of the leader.
+type Plan struct {
+	// Create are reservations free past the grace; the leader creates a
+	// hold for each only after it finds the owner Service absent.
+	Create []Want
+	// Delete are holds to remove: their reservation left the policy, or
+	// names another owner now (parentRef is immutable, so a changed owner
+	// is a delete now and a create on a later pass).
+	Delete []Hold
+	// States counts the wants (and not-applied reservations) by state.
+	States map[string]int
+	// Next is when the first waiting address ends its grace (zero when
+	// none waits): the leader's next pass is due then at the latest.
+	Next time.Time
+}
+
+// FreeSince remembers when each wanted address was first seen free, so an
+// address is re-held only after it has stayed free for the grace: an
+// owner's create released it a moment ago and the apiserver is about to
+// allocate it (see docs/deploying.md, "Reservation holds").
+type FreeSince map[netip.Addr]time.Time
+
+// Decide computes a pass. allocated is the view of every IPAddress (any
+// manager); holds are ours as listed by label. It updates free and drops
+// entries of addresses that are no longer wanted or no longer free.
+func Decide(wants []Want, notApplied int, holds []Hold, allocated func(netip.Addr) (allocview.Holder, bool), free FreeSince, now time.Time, grace time.Duration) Plan {
+	plan := Plan{States: map[string]int{}}
+	for _, s := range States {
+		plan.States[s] = 0
+	}
+	plan.States[StateNotApplied] = notApplied
+	wanted := make(map[netip.Addr]policy.Owner, len(wants))
+	for _, w := range wants {
+		wanted[w.IP] = w.Owner
+	}
+	ours := make(map[netip.Addr]bool, len(holds))
+	for _, h := range holds {
+		owner, ok := wanted[h.IP]
+		if !ok || !h.Owner.IsService(owner.Namespace, owner.Name) {
+			plan.Delete = append(plan.Delete, h)
+			continue
+		}
+		ours[h.IP] = true
+	}
+	for ip := range free {
+		if _, ok := wanted[ip]; !ok {
+			delete(free, ip)
+		}
+	}
+	for _, w := range wants {
+		if ours[w.IP] {
+			plan.States[StateHeld]++
+			delete(free, w.IP)
+			continue
+		}
+		if h, ok := allocated(w.IP); ok {
+			// The view may lag our own list by a moment; either way the
+			// address is not free. Whose it is decides the state only.
+			if h.IsService(w.Owner.Namespace, w.Owner.Name) {
+				plan.States[StateOwner]++
+			} else {
+				plan.States[StateOther]++
+			}
+			delete(free, w.IP)
+			continue
+		}
+		since, seen := free[w.IP]
+		if !seen {
+			free[w.IP] = now
+			since = now
+		}
+		if now.Sub(since) < grace {
+			plan.States[StateWaiting]++
+			if end := since.Add(grace); plan.Next.IsZero() || end.Before(plan.Next) {
+				plan.Next = end
+			}
+			continue
+		}
+		plan.States[StateCandidate]++
+		plan.Create = append(plan.Create, w)
+	}
+	return plan
+}
+
+// Releasable reports whether the IPAddress (its labels and parentRef) is a
+// hold of ours for owner: the only kind a release may delete.
+func Releasable(labels map[string]string, holder allocview.Holder, owner policy.Owner) error {
+	if labels[ManagedByLabel] != ManagedBy {
+		return fmt.Errorf("the IPAddress is managed by %q, not %s", labels[ManagedByLabel], ManagedBy)
+	}
+	if !holder.IsService(owner.Namespace, owner.Name) {
+		return fmt.Errorf("the hold names %s, not %s", holder, owner)
+	}
+	return nil
+}
