@@ -202,6 +202,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOptions(cas)})
 	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
 	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
+	server.Register(manifests.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{
