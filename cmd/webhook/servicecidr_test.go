@@ -165,3 +165,46 @@ func TestAuditAnnotations(t *testing.T) {
 		})
 	}
 }
+
+// Hostile ServiceCIDR reviews (sent straight to the webhook; the apiserver
+// validates a ServiceCIDR before the validating stage) get bounded answers,
+// audit lines and annotations, and fixed metric labels.
+func TestServiceCIDRHandlerBoundsHostileRequests(t *testing.T) {
+	long := strings.Repeat("n", 1<<20)
+	tests := []struct {
+		name    string
+		body    func(t *testing.T) []byte
+		message string
+	}{
+		{"50,000 CIDRs", func(t *testing.T) []byte {
+			return serviceCIDRReview(t, "many", "admin", nil, repeated("10.200.0.0/24", 50000))
+		}, "spec.cidrs: Too many: 50000"},
+		{"a megabyte name, user and CIDR", func(t *testing.T) []byte {
+			return setRequest(t, serviceCIDRReview(t, long, long, repeated("g", 100000), []string{long}), func(req map[string]any) {})
+		}, `spec.cidrs[0]: Invalid value: "` + strings.Repeat("n", 128) + `... (1048448 more bytes)": is not a CIDR`},
+		{"an update from 50,000 old CIDRs", func(t *testing.T) []byte {
+			return serviceCIDRReview(t, "grow", "admin", nil, []string{"10.97.0.0/24", "fd00:99::/112"}, repeated("10.97.0.0/24", 50000)...)
+		}, `spec.cidrs[1]: Invalid value: "fd00:99::/112"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newTestReviewer(t, testPolicy+"allowedCIDRs: [10.96.0.0/12]\n", true)
+			raw, resp := serveRaw(t, serviceCIDRHandler{r.reviewer}, tt.body(t), "application/json")
+			if resp.Allowed || len(raw) > 1024 {
+				t.Fatalf("allowed=%v, %d bytes: %.300s", resp.Allowed, len(raw), raw)
+			}
+			if !strings.Contains(resp.Result.Message, tt.message) {
+				t.Errorf("message %.300q lacks %q", resp.Result.Message, tt.message)
+			}
+			if n := r.auditBuf.Len(); n > 4096 {
+				t.Fatalf("audit line is %d bytes: %.300s", n, r.auditBuf)
+			}
+			for k, v := range resp.AuditAnnotations {
+				if len(v) > 128 {
+					t.Errorf("annotation %s is %d bytes", k, len(v))
+				}
+			}
+			assertMetricLabelsAreFixed(t, r)
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"clusterip-policy/pkg/allocview"
 )
@@ -79,7 +80,8 @@ func ReviewServiceCIDR(env Env, req ServiceCIDRRequest) Decision {
 		v := cidrViolation{env: env, d: &d, field: fmt.Sprintf("spec.cidrs[%d]", i), raw: raw}
 		p, err := allocview.ParsePrefix(raw)
 		if err != nil {
-			v.report(RuleInvalidIP, "%v", err)
+			// The value is quoted (clipped) at the front already.
+			v.report(RuleInvalidIP, "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)))
 			continue
 		}
 		if v.reportNotAllowed(p) {

@@ -59,7 +59,8 @@ func TestReviewServiceCIDR(t *testing.T) {
 		{name: "an update that keeps the CIDRs (labels, finalizers) passes, even for an unapproved range", req: ServiceCIDRRequest{Operation: Update, Name: "rogue", CIDRs: []string{"10.200.0.0/24"}, OldCIDRs: []string{"10.200.0.0/24"}}, skipped: "spec.cidrs unchanged"},
 		{name: "an update adding an unapproved second family is refused on that CIDR", req: ServiceCIDRRequest{Operation: Update, Name: "extra", CIDRs: []string{"10.97.0.0/24", "fd00:99::/112"}, OldCIDRs: []string{"10.97.0.0/24"}}, rule: RuleOutsideServiceCIDRs, message: `spec.cidrs[1]: Invalid value: "fd00:99::/112"`},
 		{name: "an update does not compare the object with its own stored ranges", cidrs: append([]allocview.ServiceCIDR{serviceCIDR("e2e-runtime", true, "10.97.0.0/16")}, v4Only...), req: ServiceCIDRRequest{Operation: Update, Name: "e2e-runtime", CIDRs: []string{"10.97.0.0/16", "fd00:10:96::/112"}, OldCIDRs: []string{"10.97.0.0/16"}}},
-		{name: "a malformed CIDR (only sent straight to the webhook) is invalid-ip", req: create("bad", "10.96.0.0/33"), rule: RuleInvalidIP, message: `spec.cidrs[0]: Invalid value: "10.96.0.0/33": `},
+		{name: "a malformed CIDR (only sent straight to the webhook) is invalid-ip", req: create("bad", "10.96.0.0/33"), rule: RuleInvalidIP, message: `spec.cidrs[0]: Invalid value: "10.96.0.0/33": is not a CIDR such as 10.96.0.0/16 or fd00:10:96::/108`},
+		{name: "a CIDR with host bits set says which one was meant", req: create("bad", "10.97.0.1/24"), rule: RuleInvalidIP, message: `spec.cidrs[0]: Invalid value: "10.97.0.1/24": has host bits set; did you mean 10.97.0.0/24?`},
 		{name: "more CIDRs than the apiserver allows get one short denial", req: create("many", strings.Split(strings.Repeat("10.97.0.0/24,", 5000), ",")...), rule: RuleInvalidIP, message: "spec.cidrs: Too many: 5001: a ServiceCIDR holds at most 2 CIDRs, one per IP family"},
 	}
 	for _, tt := range tests {
