@@ -155,6 +155,7 @@ func loadBase(t *testing.T) *objects {
 // webhook is one webhook of either configuration, for checks that apply to both.
 type webhook struct {
 	where                   string // "MutatingWebhookConfiguration clusterip-policy, webhook mutate-..."
+	name                    string
 	mutating                bool
 	clientConfig            admv1.WebhookClientConfig
 	rules                   []admv1.RuleWithOperations
@@ -173,7 +174,7 @@ func (o *objects) webhooks() []webhook {
 	for _, c := range o.Mutating {
 		for _, w := range c.Webhooks {
 			out = append(out, webhook{
-				where:    fmt.Sprintf("MutatingWebhookConfiguration %s, webhook %s", c.Name, w.Name),
+				where: fmt.Sprintf("MutatingWebhookConfiguration %s, webhook %s", c.Name, w.Name), name: w.Name,
 				mutating: true, clientConfig: w.ClientConfig, rules: w.Rules, failurePolicy: w.FailurePolicy,
 				matchPolicy: w.MatchPolicy, namespaceSelector: w.NamespaceSelector, sideEffects: w.SideEffects,
 				timeoutSeconds: w.TimeoutSeconds, admissionReviewVersions: w.AdmissionReviewVersions,
@@ -184,7 +185,7 @@ func (o *objects) webhooks() []webhook {
 	for _, c := range o.Validating {
 		for _, w := range c.Webhooks {
 			out = append(out, webhook{
-				where:        fmt.Sprintf("ValidatingWebhookConfiguration %s, webhook %s", c.Name, w.Name),
+				where: fmt.Sprintf("ValidatingWebhookConfiguration %s, webhook %s", c.Name, w.Name), name: w.Name,
 				clientConfig: w.ClientConfig, rules: w.Rules, failurePolicy: w.FailurePolicy,
 				matchPolicy: w.MatchPolicy, namespaceSelector: w.NamespaceSelector, sideEffects: w.SideEffects,
 				timeoutSeconds: w.TimeoutSeconds, admissionReviewVersions: w.AdmissionReviewVersions,

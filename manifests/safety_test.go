@@ -148,8 +148,12 @@ func webhookFailurePolicy(o *objects) []string {
 }
 
 func webhookRules(o *objects) []string {
-	var p []string
+	p := hasServiceCIDRWebhook(o)
 	for _, w := range o.webhooks() {
+		if w.name == serviceCIDRWebhook {
+			p = append(p, serviceCIDRRules(w)...)
+			continue
+		}
 		if len(w.rules) == 0 {
 			p = append(p, problemf("%s has no rules", w.where))
 		}
@@ -175,6 +179,9 @@ func webhookRules(o *objects) []string {
 func webhookNamespaces(o *objects) []string {
 	var p []string
 	for _, w := range o.webhooks() {
+		if w.name == serviceCIDRWebhook {
+			continue // cluster-scoped objects: a namespaceSelector never applies (serviceCIDRRules holds scope Cluster)
+		}
 		sel := w.namespaceSelector
 		if sel == nil {
 			sel = &metav1.LabelSelector{} // the API default: every namespace
@@ -204,6 +211,10 @@ func webhookNamespaces(o *objects) []string {
 func webhookDefaultKubernetes(o *objects) []string {
 	var p []string
 	for _, w := range o.webhooks() {
+		if w.name == serviceCIDRWebhook {
+			p = append(p, serviceCIDRDefaultExempt(w)...)
+			continue
+		}
 		exempt := false
 		for _, mc := range w.matchConditions {
 			e := strings.Join(strings.Fields(mc.Expression), " ")
@@ -253,8 +264,11 @@ func webhookClientConfig(o *objects) []string {
 			continue
 		}
 		want := ValidatePath
-		if w.mutating {
+		switch {
+		case w.mutating:
 			want = MutatePath
+		case w.name == serviceCIDRWebhook:
+			want = ValidateServiceCIDRPath
 		}
 		if ref.Path == nil || *ref.Path != want {
 			p = append(p, problemf("%s calls path %v, want %s", w.where, ptrString(ref.Path), want))
@@ -807,6 +821,10 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 	ctr := func(o *objects) *corev1.Container { return &o.Deployments[0].Spec.Template.Spec.Containers[0] }
 	mwh := func(o *objects) *admv1.MutatingWebhook { return &o.Mutating[0].Webhooks[0] }
 	vwh := func(o *objects) *admv1.ValidatingWebhook { return &o.Validating[0].Webhooks[0] }
+	cwh := func(o *objects) *admv1.ValidatingWebhook {
+		i := slices.IndexFunc(o.Validating[0].Webhooks, func(w admv1.ValidatingWebhook) bool { return w.Name == serviceCIDRWebhook })
+		return &o.Validating[0].Webhooks[i]
+	}
 	setArg := func(c *corev1.Container, name, value string) {
 		for i, a := range c.Args {
 			if strings.HasPrefix(a, "--"+name+"=") {
@@ -874,6 +892,32 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { mwh(o).ClientConfig.Service.Path = ptr(ValidatePath) }, "want " + MutatePath},
 		{"rejects a webhook called through a Service the manifests lack", webhookClientConfig,
 			func(o *objects) { vwh(o).ClientConfig.Service.Name = "elsewhere" }, "do not define"},
+		{"rejects a ServiceCIDR webhook that also matches servicecidrs/status", webhookRules,
+			func(o *objects) { cwh(o).Rules[0].Resources = []string{"servicecidrs", "servicecidrs/status"} }, "exactly"},
+		{"rejects a ServiceCIDR webhook that also matches IPAddresses", webhookRules,
+			func(o *objects) { cwh(o).Rules[0].Resources = []string{"servicecidrs", "ipaddresses"} }, "exactly"},
+		{"rejects a ServiceCIDR webhook that matches every version", webhookRules,
+			func(o *objects) { cwh(o).Rules[0].APIVersions = []string{"*"} }, "exactly"},
+		{"rejects a ServiceCIDR webhook that matches deletes", webhookRules,
+			func(o *objects) { cwh(o).Rules[0].Operations = append(cwh(o).Rules[0].Operations, admv1.Delete) }, "exactly"},
+		{"rejects a ServiceCIDR webhook with a second rule", webhookRules,
+			func(o *objects) { cwh(o).Rules = append(cwh(o).Rules, cwh(o).Rules[0]) }, "exactly"},
+		{"rejects a ServiceCIDR webhook whose scope is not Cluster", webhookRules,
+			func(o *objects) { cwh(o).Rules[0].Scope = ptr(admv1.AllScopes) }, "exactly"},
+		{"rejects configurations without the ServiceCIDR webhook", webhookRules,
+			func(o *objects) { o.Validating[0].Webhooks = o.Validating[0].Webhooks[:1] }, "no webhook " + serviceCIDRWebhook},
+		{"rejects a ServiceCIDR webhook that does not exempt the apiserver's default ServiceCIDR", webhookDefaultKubernetes,
+			func(o *objects) { cwh(o).MatchConditions = cwh(o).MatchConditions[1:] }, "default ServiceCIDR"},
+		{"rejects an exemption of the default ServiceCIDR for every user", webhookDefaultKubernetes,
+			func(o *objects) {
+				cwh(o).MatchConditions[0].Expression = "!(has(request.name) && request.name == 'kubernetes')"
+			}, "system:apiserver"},
+		{"rejects an exemption of the default ServiceCIDR that reads request.name unguarded", webhookDefaultKubernetes,
+			func(o *objects) {
+				cwh(o).MatchConditions[0].Expression = "!(request.name == 'kubernetes' && has(request.userInfo.username) && request.userInfo.username == 'system:apiserver')"
+			}, "without has(request.name)"},
+		{"rejects a ServiceCIDR webhook called on the Service path", webhookClientConfig,
+			func(o *objects) { cwh(o).ClientConfig.Service.Path = ptr(ValidatePath) }, "want " + ValidateServiceCIDRPath},
 		{"rejects a mutating webhook that is not reinvoked", webhookMatchAndReinvoke,
 			func(o *objects) { mwh(o).ReinvocationPolicy = ptr(admv1.NeverReinvocationPolicy) }, "IfNeeded"},
 		{"rejects exact version matching", webhookMatchAndReinvoke,

@@ -10,12 +10,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Paths of the webhook's two admission endpoints: the binary serves them,
+// Paths of the webhook's admission endpoints: the binary serves them,
 // base/webhook-configurations.yaml sends the apiservers to them (checked by
 // webhookClientConfig in safety_test.go), and the e2e harness calls them.
 const (
 	MutatePath   = "/mutate-v1-service"
 	ValidatePath = "/validate-v1-service"
+	// ValidateServiceCIDRPath reviews networking.k8s.io/v1 ServiceCIDRs.
+	ValidateServiceCIDRPath = "/validate-v1-servicecidr"
 )
 
 // SplitYAML returns the non-empty documents of a multi-document YAML

@@ -23,7 +23,9 @@ import (
 //	admissionEndpoint   body budget and response cap (boundedResponse), then
 //	                    controller-runtime's webhook.Admission decodes the review
 //	mutatingHandler.Handle, validatingHandler.Handle  pick the stage
-//	reviewer.handle     times the request, answers it, records the answer
+//	                    (serviceCIDRHandler: ServiceCIDR objects, servicecidr.go)
+//	reviewer.handle     times the request, answers it, adds the apiserver's
+//	                    auditAnnotations (auditannotations.go), records the answer
 //	reviewer.answer     parse, check readiness, decide, respond:
 //	  malformed           a review no apiserver sends: 400
 //	  policy.OperationSkip  DELETE, CONNECT: allowed, nothing to allocate
@@ -74,7 +76,14 @@ func refused(message string) answered { return answered{outcome: policy.Denied, 
 
 func (r *reviewer) handle(stage policy.Stage, req admission.Request) admission.Response {
 	start := time.Now()
-	resp, a := r.answer(stage, req)
+	var resp admission.Response
+	var a answered
+	if stage == policy.StageServiceCIDR {
+		resp, a = r.answerServiceCIDR(req)
+	} else {
+		resp, a = r.answer(stage, req)
+	}
+	resp.AuditAnnotations = auditAnnotations(a)
 	r.record(newAuditLine(stage, req, a, time.Since(start)), a.decision)
 	return resp
 }

@@ -326,7 +326,7 @@ func assertMetricLabelsAreFixed(t *testing.T, r testReviewer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowed := map[string]bool{"": true, "mutate": true, "validate": true, "allowed": true, "denied": true, "warned": true, "patched": true, "success": true, "failure": true}
+	allowed := map[string]bool{"": true, "mutate": true, "validate": true, "servicecidr": true, "allowed": true, "denied": true, "warned": true, "patched": true, "success": true, "failure": true}
 	for _, id := range policy.Rules {
 		allowed[string(id)] = true
 	}

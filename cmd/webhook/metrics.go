@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer, view *allocview.View) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_decisions_total",
-			Help: "Admission decisions by stage (mutate, validate), decision (allowed, denied, warned, patched) and rule (empty when none matched).",
+			Help: "Admission decisions by stage (mutate, validate, servicecidr), decision (allowed, denied, warned, patched) and rule (empty when none matched).",
 		}, []string{"stage", "decision", "rule"}),
 		policyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_policy_reloads_total",

@@ -59,7 +59,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for reaching the apiserver. Empty: the in-cluster service account.")
 	fs.StringVar(&o.certDir, "cert-dir", "/tls", "Directory holding the serving certificate as tls.crt and tls.key (a kubernetes.io/tls Secret mounted as a volume). The files are reloaded when they change, so certificates rotate without a restart.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address the webhook listens on; empty means all interfaces.")
-	fs.IntVar(&o.port, "port", 9443, "Port of the HTTPS webhook endpoints /mutate-v1-service and /validate-v1-service.")
+	fs.IntVar(&o.port, "port", 9443, "Port of the HTTPS webhook endpoints /mutate-v1-service, /validate-v1-service and /validate-v1-servicecidr.")
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz (liveness: the process answers) and /readyz (ready: webhook serving, policy loaded, view of ServiceCIDRs and IPAddresses synced).")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; \"0\" turns it off.")
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR to use when the cluster serves no ServiceCIDR objects (before Kubernetes 1.33). Repeatable, primary family first; replaces the policy's serviceCIDRs.")
@@ -226,6 +226,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOptions(cas)})
 	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
 	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
+	server.Register(manifests.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{

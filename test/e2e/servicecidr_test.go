@@ -14,6 +14,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"clusterip-policy/test/e2e/framework"
 )
 
 // createServiceCIDR creates a ServiceCIDR and, when the test ends, deletes
@@ -101,14 +103,32 @@ func TestServiceCIDRCreatedAtRunTime(t *testing.T) {
 
 // A ServiceCIDR outside the policy's allowedCIDRs (10.96.0.0/12) is
 // unapproved: the webhook hands out nothing from it, though the apiserver
-// does allocate from it.
+// does allocate from it. The ServiceCIDR webhook refuses such a range at the
+// door (servicecidr_door_test.go), so this one is created before the webhook
+// configurations are registered, as in a cluster that had it before the
+// webhook was installed: the Service stages must still catch it.
 func TestServiceCIDROutsideAllowedCIDRs(t *testing.T) {
-	c := shared(t)
+	c := own(t, framework.Options{Policy: sharedPolicy, Webhooks: 1, NoRegister: true})
 	cs := c.Client(0)
 	ctx := testContext(t, 3*60e9)
 	ns := namespace(t, c, "unapproved-cidr")
 	unapproved := netip.MustParsePrefix("10.200.0.0/24")
 	createServiceCIDR(t, ctx, cs, ns, "e2e-unapproved", unapproved.String())
+	if err := c.RegisterWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("an update that keeps its ranges (a label, as a finalizer would be) still goes through", func(t *testing.T) {
+		mark := c.Webhooks[0].LogSize()
+		if _, _, err := c.Kubectl(ctx, "", "label", "servicecidr", "e2e-unapproved", "e2e=kept"); err != nil {
+			t.Fatalf("labelling the unapproved ServiceCIDR was refused: %v", err)
+		}
+		for _, d := range c.Webhooks[0].DecisionsFrom(mark) {
+			if d.Stage == "servicecidr" {
+				t.Errorf("the ServiceCIDR webhook was called for a label-only update (range-changes-only should not send it): %s", d.Raw)
+			}
+		}
+	})
 
 	t.Run("a static request in it is denied", func(t *testing.T) {
 		// Until the webhook's view has the new ServiceCIDR it denies the
