@@ -1,0 +1,121 @@
+package manifests
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// promtool is Prometheus' own rule checker and rule unit tester. It is not
+// a Go dependency of this repository (the prometheus module is large):
+// Debian ships it in the package prometheus. Without it these tests skip
+// and say how to get it; the checks in monitoring_test.go run regardless.
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed (apt-get install prometheus): the alerts' PromQL and their unit tests in testdata/alerts-promtool-test.yaml are not run")
+	}
+	return p
+}
+
+// runPromtool runs promtool with args in dir, bounded in time.
+func runPromtool(t *testing.T, bin, dir string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestAlertsParseWithPromtool(t *testing.T) {
+	bin := promtool(t)
+	out, err := runPromtool(t, bin, MonitoringDir, "check", "rules", AlertsFile)
+	if err != nil {
+		t.Fatalf("promtool check rules %s: %v\n%s", AlertsFile, err, out)
+	}
+	// A broken copy fails, so the run above checked something.
+	dir := t.TempDir()
+	broken := strings.Replace(string(readMonitoring(t, AlertsFile)), "> 0.05)", "> 0.05", 1)
+	if err := os.WriteFile(filepath.Join(dir, AlertsFile), []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runPromtool(t, bin, dir, "check", "rules", AlertsFile); err == nil {
+		t.Errorf("promtool check rules accepted an expression with an unclosed parenthesis:\n%s", out)
+	}
+}
+
+// The alerts fire on the series they are meant for, and only then:
+// testdata/alerts-promtool-test.yaml, run against alerts.yaml without its
+// annotations (promtool would otherwise want every text repeated).
+func TestAlertsFireOnTheirSeries(t *testing.T) {
+	bin := promtool(t)
+	rf := loadRulesFile(t)
+	if out, err := runAlertTests(t, bin, rf); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+	// Broken copies: each loses the part of an expression that a case in
+	// the test file exists for, and the run fails on that alert.
+	for _, c := range []struct {
+		alert, cut string
+	}{
+		// A pod's first refusal (the failure series starts at 1).
+		{"ClusterIPPolicyPolicyRefused", ` or (clusterip_policy_policy_reloads_total{result="failure"} unless clusterip_policy_policy_reloads_total{result="failure"} offset 15m)`},
+		// A rule that denied nothing the day before.
+		{"ClusterIPPolicyDenialsRising", "\n         or 0 * sum by (stage, rule) (rate(clusterip_policy_decisions_total{decision=\"denied\"}[15m]))"},
+	} {
+		t.Run(c.alert, func(t *testing.T) {
+			rf := loadRulesFile(t)
+			found := false
+			for gi := range rf.Groups {
+				for ri, r := range rf.Groups[gi].Rules {
+					if r.Alert == c.alert && strings.Contains(r.Expr, c.cut) {
+						rf.Groups[gi].Rules[ri].Expr = strings.Replace(r.Expr, c.cut, "", 1)
+						found = true
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("the expression of %s no longer holds %q", c.alert, c.cut)
+			}
+			out, err := runAlertTests(t, bin, rf)
+			if err == nil || !strings.Contains(out, "alertname: "+c.alert) {
+				t.Errorf("promtool test rules did not fail on %s without %q: %v\n%s", c.alert, c.cut, err, out)
+			}
+		})
+	}
+}
+
+// runAlertTests writes rf without annotations as rules.yaml beside the
+// test file and runs promtool test rules.
+func runAlertTests(t *testing.T, bin string, rf *RulesFile) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	for gi := range rf.Groups {
+		for ri := range rf.Groups[gi].Rules {
+			rf.Groups[gi].Rules[ri].Annotations = nil
+		}
+	}
+	rules, err := yaml.Marshal(rf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile(filepath.Join("testdata", "alerts-promtool-test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"rules.yaml": rules, "tests.yaml": tests} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return runPromtool(t, bin, dir, "test", "rules", "tests.yaml")
+}
