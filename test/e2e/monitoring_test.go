@@ -1,0 +1,114 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"clusterip-policy/manifests"
+	"clusterip-policy/test/e2e/framework"
+)
+
+// Every metric that the alerts (manifests/monitoring/prometheusrule.yaml)
+// and the dashboard (dashboard.json) read is served, with samples, by a
+// real webhook (holds on) or a real kube-apiserver v1.37.2 once they have
+// reviewed an allowed, a denied and a reservation owner's Service create.
+// The only exceptions: up, which Prometheus makes for each scrape itself,
+// and manifests.PendingMetrics, logged while they are not served.
+func TestMonitoringMetricsExist(t *testing.T) {
+	c := own(t, framework.Options{
+		Policy:      sharedPolicy,
+		Webhooks:    1,
+		WebhookArgs: []string{"--hold-reservations"},
+	})
+	cs := c.Client(0)
+	ctx := testContext(t, 2*time.Minute)
+	ns := namespace(t, c, "monitoring")
+
+	// The traffic the metrics count: a hold (kube-dns does not exist), an
+	// allowed create, a denied one (the apiserver counts the rejection),
+	// and the owner's create, which releases the hold.
+	waitHold(t, ctx, cs, "10.96.0.10", 30*time.Second)
+	mustCreate(t, ctx, cs, service(ns, "dynamic"))
+	_, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.10")))
+	requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
+	if _, stderr, err := c.Kubectl(ctx, kubeDNSWithoutIP, "create", "-f", "-"); err != nil {
+		t.Fatalf("create kube-dns: %v: %s", err, stderr)
+	}
+
+	webhookText, err := c.Webhooks[0].Metrics()
+	if err != nil {
+		t.Fatalf("webhook /metrics: %v", err)
+	}
+	apiserverRaw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("kube-apiserver /metrics: %v", err)
+	}
+	served := map[string]map[string]bool{} // metric name -> who serves samples of it
+	for who, text := range map[string]string{"the webhook": webhookText, "kube-apiserver": string(apiserverRaw)} {
+		sc := bufio.NewScanner(strings.NewReader(text))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "" || line[0] == '#' {
+				continue
+			}
+			if i := strings.IndexAny(line, "{ "); i > 0 {
+				if served[line[:i]] == nil {
+					served[line[:i]] = map[string]bool{}
+				}
+				served[line[:i]][who] = true
+			}
+		}
+		if err := sc.Err(); err != nil {
+			t.Fatalf("read the metrics of %s: %v", who, err)
+		}
+	}
+
+	exprs, err := manifests.MonitoringExprs(filepath.Join("..", "..", "manifests", manifests.MonitoringDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBy := map[string][]string{} // metric name -> the rules and panels that read it
+	for where, expr := range exprs {
+		names, err := manifests.ExprMetrics(expr)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		for _, n := range names {
+			readBy[n] = append(readBy[n], where)
+		}
+	}
+	names := make([]string, 0, len(readBy))
+	for n := range readBy {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	found := 0
+	for _, n := range names {
+		by, ok := served[n]
+		wantWho := "the webhook"
+		if strings.HasPrefix(n, "apiserver_") {
+			wantWho = "kube-apiserver"
+		}
+		switch {
+		case n == "up":
+			t.Logf("e2e: monitoring: up is Prometheus' own scrape health, not served by a target")
+		case !ok && manifests.PendingMetrics[n] != "":
+			t.Logf("e2e: monitoring: %s is not served yet: expected from %s (read by %d rules and panels)", n, manifests.PendingMetrics[n], len(readBy[n]))
+		case !ok:
+			sort.Strings(readBy[n])
+			t.Errorf("%s is served by neither the webhook nor kube-apiserver, but %s read it", n, strings.Join(readBy[n], "; "))
+		case !by[wantWho]:
+			t.Errorf("%s is served by %v, not by %s", n, by, wantWho)
+		default:
+			found++
+		}
+	}
+	t.Logf("e2e: monitoring: %d of the %d metrics the alerts and the dashboard read are served with samples", found, len(names))
+}
