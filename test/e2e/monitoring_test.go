@@ -19,7 +19,9 @@ import (
 // real webhook (holds on) or a real kube-apiserver v1.37.2 once they have
 // reviewed an allowed, a denied and a reservation owner's Service create.
 // The only exceptions: up, which Prometheus makes for each scrape itself,
-// and manifests.PendingMetrics, logged while they are not served.
+// and manifests.PendingMetrics, logged while they are not served. Then,
+// with the webhook stopped, the series ClusterIPPolicyWebhookUnreachable
+// selects grows by the one create that failed.
 func TestMonitoringMetricsExist(t *testing.T) {
 	c := own(t, framework.Options{
 		Policy:      sharedPolicy,
@@ -111,4 +113,28 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		}
 	}
 	t.Logf("e2e: monitoring: %d of the %d metrics the alerts and the dashboard read are served with samples", found, len(names))
+
+	// ClusterIPPolicyWebhookUnreachable selects the series the apiserver
+	// counts when it cannot call the webhook: with the webhook stopped, a
+	// create fails and that series grows.
+	const unreachable = `error_type="calling_webhook_error"`
+	mutateName := `name="` + mutating + `"`
+	before, err := c.APIServerMetric(ctx, 0, "apiserver_admission_webhook_rejection_count", mutateName, unreachable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Webhooks[0].Stop(15 * time.Second)
+	if _, err := create(ctx, cs, service(ns, "while-down")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Fatalf("with the webhook stopped, a create should fail calling it: %v", err)
+	}
+	after, err := c.APIServerMetric(ctx, 0, "apiserver_admission_webhook_rejection_count", mutateName, unreachable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before+1 {
+		t.Fatalf("apiserver_admission_webhook_rejection_count{%s,%s} %v -> %v, want one more", mutateName, unreachable, before, after)
+	}
+	if !strings.Contains(exprs[manifests.PrometheusRuleFile+" alert ClusterIPPolicyWebhookUnreachable"], unreachable) {
+		t.Errorf("ClusterIPPolicyWebhookUnreachable no longer selects %s", unreachable)
+	}
 }
