@@ -96,10 +96,16 @@ type Dashboard struct {
 	UID        string  `json:"uid"`
 	Panels     []Panel `json:"panels"`
 	Templating struct {
-		List []struct {
-			Name string `json:"name"`
-		} `json:"list"`
+		List []Variable `json:"list"`
 	} `json:"templating"`
+}
+
+// Variable is a dashboard variable. A query variable's Definition is
+// Grafana's `label_values(metric, label)`.
+type Variable struct {
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	Definition string `json:"definition"`
 }
 
 // Panel is a dashboard panel; a row may hold panels of its own.

@@ -101,6 +101,8 @@ var (
 	severities   = []string{"critical", "warning", "info"}
 	// templateVar is a Grafana variable: $name or ${name}.
 	templateVar = regexp.MustCompile(`\$\{?([a-zA-Z_][a-zA-Z0-9_]*)`)
+	// labelValues is a query variable's label_values(metric, label).
+	labelValues = regexp.MustCompile(`^label_values\(\s*([^,]+?)\s*,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*\)$`)
 	// grafanaBuiltins are the variables Grafana defines itself.
 	grafanaBuiltins = []string{"__rate_interval", "__interval", "__range"}
 )
@@ -232,6 +234,15 @@ func checkDashboard(d *Dashboard, known map[string]knownMetric) []string {
 	vars := slices.Clone(grafanaBuiltins)
 	for _, v := range d.Templating.List {
 		vars = append(vars, v.Name)
+		if v.Type != "query" {
+			continue
+		}
+		m := labelValues.FindStringSubmatch(v.Definition)
+		if m == nil {
+			p = append(p, fmt.Sprintf("%s variable %s: query %q is not label_values(metric, label)", DashboardFile, v.Name, v.Definition))
+			continue
+		}
+		p = append(p, checkExpr(DashboardFile+" variable "+v.Name, m[1], known)...)
 	}
 	ids := map[int]bool{}
 	queries := 0
@@ -520,6 +531,13 @@ func TestMonitoringChecksCatchBrokenFiles(t *testing.T) {
 			p.Targets = nil
 		}, "no query"},
 		{"a duplicate panel id", func(d *Dashboard) { d.Panels[1].ID = d.Panels[0].ID }, "is used twice"},
+		{"a variable over an unknown metric", func(d *Dashboard) {
+			for i := range d.Templating.List {
+				if d.Templating.List[i].Type == "query" {
+					d.Templating.List[i].Definition = "label_values(clusterip_policy_synced, job)"
+				}
+			}
+		}, "variable job: reads clusterip_policy_synced"},
 	}
 	for _, c := range dashboardCases {
 		t.Run("dashboard: "+c.name, func(t *testing.T) {
