@@ -249,7 +249,7 @@ func auditNote(f policy.Finding) string {
 	}
 	action := ""
 	if f.Action != "" {
-		action = ", " + string(f.Action) + " at admission"
+		action = "; " + string(f.Action) + " at admission"
 	}
-	return fmt.Sprintf("%s (%s, %s%s). Fix: %s", strings.TrimSuffix(what, "."), f.Rule, f.Field, action, f.Fix)
+	return fmt.Sprintf("%s. Rule %s (%s%s). Fix: %s", strings.TrimSuffix(what, "."), f.Rule, f.Field, action, f.Fix)
 }
