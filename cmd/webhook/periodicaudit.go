@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -36,6 +39,8 @@ const (
 	// auditEventWindow: the same Service (by UID), rule and address get one
 	// Event per window. It is the apiserver's default --event-ttl, so the
 	// finding stays on `kubectl describe` while it lasts, and no more often.
+	// An Event's name is derived from the finding and the clock hour, so a
+	// new leader that creates it again in the same hour finds it exists.
 	auditEventWindow = time.Hour
 	// maxAuditEventsPerPass bounds the Events of one pass; the rest are
 	// counted (events_total{result="deferred"}) and emitted on later passes.
@@ -86,14 +91,14 @@ func newPeriodicAuditMetrics(reg prometheus.Registerer) *periodicAuditMetrics {
 		}, []string{"result"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_audit_events_total",
-			Help: "Events of the periodic audit by result (created, failed, deferred: over the per-pass cap or after repeated failures, emitted on a later pass).",
+			Help: "Events of the periodic audit by result (created; existing: already created this hour, by a former leader; failed; deferred: over the per-pass cap or after repeated failures, emitted on a later pass).",
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.violations, m.lastSuccess, m.passes, m.events)
 	for _, r := range []string{"success", "failed", "skipped"} {
 		m.passes.WithLabelValues(r)
 	}
-	for _, r := range []string{"created", "failed", "deferred"} {
+	for _, r := range []string{"created", "existing", "failed", "deferred"} {
 		m.events.WithLabelValues(r)
 	}
 	return m
@@ -122,8 +127,8 @@ type periodicAudit struct {
 	now         func() time.Time
 	// emitted is when each finding last got an Event, pruned after
 	// auditEventWindow: at most maxAuditEventsPerPass entries per pass
-	// within the window. A new leader starts empty, so a leader change may
-	// repeat an Event once.
+	// within the window. A new leader starts empty; the Events' names keep
+	// it from repeating an Event of the same clock hour.
 	emitted map[eventKey]time.Time
 }
 
@@ -187,25 +192,30 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 			delete(a.emitted, k)
 		}
 	}
-	var created, deferred int
+	var created, existing, deferred int
 	var failures passFailures
 	for _, f := range report.Findings {
 		k := eventKey{uids[policy.Owner{Namespace: f.Namespace, Name: f.Name}], f.Namespace, f.Name, f.Rule, f.IP}
 		if _, done := a.emitted[k]; done {
 			continue
 		}
-		if created+failures.n == maxAuditEventsPerPass || failures.n == maxAuditEventFailures {
+		if created+existing+failures.n == maxAuditEventsPerPass || failures.n == maxAuditEventFailures {
 			deferred++
 			continue
 		}
-		if err := a.emit(ctx, k.uid, f, now, created+failures.n); err != nil {
+		switch err := a.emit(ctx, k, f, now); {
+		case apierrors.IsAlreadyExists(err):
+			existing++
+		case err != nil:
 			failures.add(fmt.Errorf("create the Event on Service %s/%s: %w", f.Namespace, f.Name, err))
 			continue
+		default:
+			created++
 		}
-		created++
 		a.emitted[k] = now
 	}
 	a.metrics.events.WithLabelValues("created").Add(float64(created))
+	a.metrics.events.WithLabelValues("existing").Add(float64(existing))
 	a.metrics.events.WithLabelValues("failed").Add(float64(failures.n))
 	a.metrics.events.WithLabelValues("deferred").Add(float64(deferred))
 	if created > 0 || deferred > 0 || failures.n > 0 {
@@ -217,20 +227,28 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 	return nil
 }
 
-// emit creates one Warning Event on the Service of f. seq tells apart the
-// names of Events created in the same nanosecond.
-func (a *periodicAudit) emit(ctx context.Context, uid types.UID, f policy.Finding, now time.Time, seq int) error {
+// emit creates one Warning Event on the Service of f.
+func (a *periodicAudit) emit(ctx context.Context, k eventKey, f policy.Finding, now time.Time) error {
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
-	_, err := a.client.EventsV1().Events(f.Namespace).Create(cctx, auditEvent(uid, f, a.instance, now, seq), metav1.CreateOptions{})
+	_, err := a.client.EventsV1().Events(f.Namespace).Create(cctx, auditEvent(k, f, a.instance, now), metav1.CreateOptions{})
 	return err
+}
+
+// auditEventName is the Service's name and a digest of the finding and the
+// clock hour: the same finding gets the same name within the hour, from
+// whichever replica leads.
+func auditEventName(k eventKey, now time.Time) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s\x00%s\x00%d", k.uid, k.namespace, k.name, k.rule, k.ip, now.Truncate(auditEventWindow).Unix()))
+	return k.name + "." + hex.EncodeToString(sum[:8])
 }
 
 // auditEvent is the Event of one finding: type Warning on the Service, its
 // note the finding's rule, address, problem and fix.
-func auditEvent(uid types.UID, f policy.Finding, instance string, now time.Time, seq int) *eventsv1.Event {
+func auditEvent(k eventKey, f policy.Finding, instance string, now time.Time) *eventsv1.Event {
+	uid := k.uid
 	return &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: f.Namespace, Name: fmt.Sprintf("%s.%x%02x", f.Name, now.UnixNano(), seq%256)},
+		ObjectMeta:          metav1.ObjectMeta{Namespace: f.Namespace, Name: auditEventName(k, now)},
 		EventTime:           metav1.NewMicroTime(now),
 		ReportingController: auditReportingController,
 		ReportingInstance:   policy.Clip(instance, maxReportingInstanceBytes-64),

@@ -256,7 +256,7 @@ func TestAuditEventStaysWithinTheEventsAPILimits(t *testing.T) {
 	long := strings.Repeat("x", 5000)
 	f := policy.Finding{Namespace: "team-a", Name: strings.Repeat("n", 63), Rule: policy.RuleOutsideServiceCIDRs, Action: policy.Action("deny"),
 		Field: "spec.clusterIPs[0]", IP: "10.200.0.5", Problem: policy.Clip(long, policy.MaxMessageBytes), Fix: policy.Clip(long, policy.MaxMessageBytes)}
-	e := auditEvent("uid", f, strings.Repeat("i", 300), time.Now(), 7)
+	e := auditEvent(eventKey{"uid", f.Namespace, f.Name, f.Rule, f.IP}, f, strings.Repeat("i", 300), time.Now())
 	if len(e.Note) > 1024 {
 		t.Errorf("note is %d bytes, over the 1 kB limit", len(e.Note))
 	}
@@ -294,5 +294,44 @@ func TestServeRefusesABadAuditInterval(t *testing.T) {
 		if code != exitBadData || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%v: exit %d stderr %s; want 2 and %q", tt.args, code, stderr, tt.want)
 		}
+	}
+}
+
+func TestANewLeaderDoesNotRepeatTheEventsOfTheHour(t *testing.T) {
+	client := fake.NewClientset(auditedService("team-a", "outside", "10.200.0.5"), auditedService("team-a", "squatter", "10.96.0.10"))
+	first, now, _ := newTestAudit(t, client, true)
+	*now = now.Truncate(time.Hour).Add(20 * time.Minute)
+	if err := first.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The leader changes: the new one remembers nothing.
+	second, now2, _ := newTestAudit(t, client, true)
+	*now2 = now.Add(30 * time.Minute) // the same clock hour
+	if err := second.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := listEvents(t, client); got["team-a/outside"] != 1 || got["team-a/squatter"] != 1 {
+		t.Fatalf("after a leader change within the hour: Events = %v, want one each", got)
+	}
+	if c, e := testutil.ToFloat64(second.metrics.events.WithLabelValues("created")), testutil.ToFloat64(second.metrics.events.WithLabelValues("existing")); c != 0 || e != 2 {
+		t.Errorf("new leader: events created %v, existing %v; want 0, 2", c, e)
+	}
+	// It remembers them now: no create at all on its next pass.
+	creates := 0
+	client.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) { creates++; return false, nil, nil })
+	*now2 = now2.Add(5 * time.Minute)
+	if err := second.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if creates != 0 {
+		t.Errorf("%d creates on the new leader's next pass, want 0", creates)
+	}
+	// A lasting finding an hour later: a new Event.
+	*now2 = now2.Add(auditEventWindow)
+	if err := second.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := listEvents(t, client); got["team-a/outside"] != 2 {
+		t.Errorf("an hour later: Events = %v, want a second one on team-a/outside", got)
 	}
 }
