@@ -24,13 +24,17 @@ import (
 type leaderWork func(ctx context.Context)
 
 // runLeader takes part in leader election until ctx ends; while leading it
-// runs every work and waits for all of them to return before leading ends.
+// runs every work. client-go calls OnStartedLeading in a goroutine and does
+// not wait for it when leadership is lost, so runLeader waits for the works
+// of one term to return before it campaigns again: one replica never runs
+// two terms' works at once (their metrics would race).
 func runLeader(ctx context.Context, client kubernetes.Interface, o holdOptions, log logr.Logger, works ...leaderWork) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaseNamespace, Name: o.leaseName},
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: o.identity},
 	}
+	var term sync.WaitGroup
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
@@ -38,12 +42,10 @@ func runLeader(ctx context.Context, client kubernetes.Interface, o holdOptions, 
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
 					log.Info("leading", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", o.identity, "works", len(works))
-					var wg sync.WaitGroup
 					for _, w := range works {
-						wg.Add(1)
-						go func() { defer wg.Done(); w(lctx) }()
+						term.Add(1)
+						go func() { defer term.Done(); w(lctx) }()
 					}
-					wg.Wait()
 				},
 				OnStoppedLeading: func() {
 					log.Info("stopped leading", "identity", o.identity)
@@ -53,7 +55,8 @@ func runLeader(ctx context.Context, client kubernetes.Interface, o holdOptions, 
 		if err != nil {
 			return fmt.Errorf("leader election: %w", err)
 		}
-		le.Run(ctx) // returns when leadership is lost or ctx ends
+		le.Run(ctx) // returns when leadership is lost or ctx ends, and cancels the term's context
+		term.Wait()
 	}
 	return nil
 }
