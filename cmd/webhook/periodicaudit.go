@@ -48,6 +48,9 @@ const (
 	// maxAuditEventFailures ends a pass's Events after that many failed
 	// creates (RBAC, an apiserver down): the rest wait for the next pass.
 	maxAuditEventFailures = 3
+	// auditNotReadyRetry is how soon a pass skipped for an unsynced view
+	// is tried again.
+	auditNotReadyRetry = time.Second
 	// auditPassTimeout bounds the Services list of one pass.
 	auditPassTimeout = time.Minute
 	// auditEventNoteBytes keeps a note within events.k8s.io's 1 kB limit,
@@ -141,14 +144,20 @@ func (a *periodicAudit) lead(ctx context.Context) {
 		a.metrics.violations.Reset() // a replica that does not lead does not know
 		a.metrics.lastSuccess.Set(0)
 	}()
-	t := time.NewTicker(a.interval)
-	defer t.Stop()
 	for {
-		if err := a.pass(ctx); err != nil && ctx.Err() == nil {
+		wait := a.interval
+		switch err := a.pass(ctx); {
+		case errors.Is(err, errAuditNotReady):
+			// A new leader may lead before its view is synced: try again
+			// soon rather than a whole interval later.
+			wait = min(a.interval, auditNotReadyRetry)
+		case err != nil && ctx.Err() == nil:
 			a.log.Error(err, "periodic audit failed; retrying at the next interval", "interval", a.interval.String())
 		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}
@@ -163,7 +172,7 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 	snap := a.view.Snapshot()
 	if pol == nil || !snap.Synced {
 		a.metrics.passes.WithLabelValues("skipped").Inc()
-		return nil
+		return errAuditNotReady
 	}
 	lctx, cancel := context.WithTimeout(ctx, auditPassTimeout)
 	all, err := listServices(lctx, a.client)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
 )
 
@@ -225,8 +227,8 @@ func TestPeriodicAuditFailuresAreBoundedAndRetried(t *testing.T) {
 func TestPeriodicAuditWaitsForTheViewAndForgetsItsGaugesWhenLeadingEnds(t *testing.T) {
 	client := fake.NewClientset(auditedService("team-a", "outside", "10.200.0.5"))
 	a, _, _ := newTestAudit(t, client, false)
-	if err := a.pass(context.Background()); err != nil {
-		t.Fatal(err)
+	if err := a.pass(context.Background()); !errors.Is(err, errAuditNotReady) {
+		t.Fatalf("pass on an unsynced view: %v, want errAuditNotReady (retried within a second)", err)
 	}
 	if v := testutil.ToFloat64(a.metrics.passes.WithLabelValues("skipped")); v != 1 || len(listEvents(t, client)) != 0 {
 		t.Fatalf("an unsynced view: passes{skipped} = %v, Events %v; want 1 and none", v, listEvents(t, client))
@@ -334,4 +336,29 @@ func TestANewLeaderDoesNotRepeatTheEventsOfTheHour(t *testing.T) {
 	if got := listEvents(t, client); got["team-a/outside"] != 2 {
 		t.Errorf("an hour later: Events = %v, want a second one on team-a/outside", got)
 	}
+}
+
+func TestALeaderWhoseViewIsNotSyncedAuditsAsSoonAsItIs(t *testing.T) {
+	client := fake.NewClientset(auditedService("team-a", "outside", "10.200.0.5"))
+	a, _, _ := newTestAudit(t, client, false)
+	a.interval = time.Hour // the next regular pass would be an hour away
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { a.lead(ctx); close(done) }()
+	time.Sleep(100 * time.Millisecond)
+	a.view.Update(func(tx *allocview.Tx) {
+		tx.SetServiceCIDR(allocview.ServiceCIDR{Name: "kubernetes", CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Ready: true})
+		tx.MarkSynced(true)
+	})
+	synced := time.Now()
+	for testutil.ToFloat64(a.metrics.passes.WithLabelValues("success")) == 0 {
+		if time.Since(synced) > 3*time.Second {
+			t.Fatal("no pass within 3s of the view being synced")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("first pass %s after the view was synced", time.Since(synced).Round(time.Millisecond))
+	cancel()
+	<-done
 }
