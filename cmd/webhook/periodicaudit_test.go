@@ -289,7 +289,7 @@ func TestServeRefusesABadAuditInterval(t *testing.T) {
 		{[]string{"--audit-interval", "48h"}, "--audit-interval 48h0m0s is outside 1s-24h"},
 		{[]string{"--audit-interval", "-1s"}, "--audit-interval -1s is outside 1s-24h"},
 		// The audit needs the Lease even without --hold-reservations.
-		{[]string{"--leader-election-lease", ""}, "--leader-election-lease is empty"},
+		{[]string{"--audit-interval", "5m", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
 	} {
 		args := append([]string{"serve", "--policy", good, "--cert-dir", certDir}, tt.args...)
 		code, _, stderr := runCLI("", args...)
