@@ -343,8 +343,9 @@ type rbacGrant struct {
 var rbacGrants = []rbacGrant{
 	{"ClusterRole", "networking.k8s.io", "servicecidrs", []string{"get", "list", "watch"}, "the view of the active Service ranges"},
 	{"ClusterRole", "networking.k8s.io", "ipaddresses", []string{"get", "list", "watch", "create", "delete"}, "the view of allocated addresses; create and delete: reservation holds (--hold-reservations), only IPAddresses labelled managed-by clusterip-policy.io"},
-	{"ClusterRole", "", "services", []string{"get"}, "the holds' leader re-holds a reserved address only while its owner Service does not exist"},
-	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds"},
+	{"ClusterRole", "", "services", []string{"get", "list"}, "get: the holds' leader re-holds a reserved address only while its owner Service does not exist; list: the leader's periodic audit (--audit-interval) reads the existing Services"},
+	{"ClusterRole", "events.k8s.io", "events", []string{"create"}, "the periodic audit's Warning Event on each offending Service; it never updates or deletes one (it deduplicates itself)"},
+	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit"},
 }
 
 func rbacExact(o *objects) []string {
@@ -357,7 +358,7 @@ func rbacExact(o *objects) []string {
 			for _, res := range rule.Resources {
 				i := slices.IndexFunc(rbacGrants, func(x rbacGrant) bool { return x.kind == kind && x.group == g && x.resource == res })
 				if i < 0 {
-					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get) and, in a Role, its Lease", where, res, g))
+					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), events (events.k8s.io, create) and, in a Role, its Lease", where, res, g))
 					continue
 				}
 				for _, v := range rule.Verbs {
@@ -941,6 +942,18 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) {
 				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"delete"}})
 			}, `"delete"`},
+		{"rejects RBAC that may change or delete Events", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"patch", "delete"}})
+			}, `"patch"`},
+		{"rejects RBAC on core Events (the audit writes events.k8s.io ones)", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})
+			}, `resource "events" of API group ""`},
+		{"rejects RBAC that may watch Services", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"watch"}})
+			}, `"watch"`},
 		{"rejects a Lease grant cluster-wide", rbacExact,
 			func(o *objects) {
 				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}})

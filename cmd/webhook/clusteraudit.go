@@ -199,17 +199,7 @@ func auditRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 // that does not serve ServiceCIDRs or IPAddresses gives a snapshot without
 // them, as kubesource's fallback does.
 func readCluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, *allocview.Snapshot, error) {
-	var services []*corev1.Service
-	err := listPages(ctx, "services", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
-		l, err := client.CoreV1().Services("").List(ctx, opts)
-		if err != nil {
-			return metav1.ListMeta{}, err
-		}
-		for i := range l.Items {
-			services = append(services, auditedFields(&l.Items[i]))
-		}
-		return l.ListMeta, nil
-	})
+	services, err := listServices(ctx, client)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -251,11 +241,31 @@ func readCluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Se
 	return services, snap, nil
 }
 
+// listServices lists the Services of all namespaces page by page, keeping
+// only the fields the audit reads; the server's periodic audit reads them
+// the same way.
+func listServices(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, error) {
+	var services []*corev1.Service
+	err := listPages(ctx, "services", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
+		l, err := client.CoreV1().Services("").List(ctx, opts)
+		if err != nil {
+			return metav1.ListMeta{}, err
+		}
+		for i := range l.Items {
+			services = append(services, auditedFields(&l.Items[i]))
+		}
+		return l.ListMeta, nil
+	})
+	return services, err
+}
+
 // auditedFields keeps what the audit reads of a Service, so that a cluster
 // of many Services is not held in memory whole.
 func auditedFields(s *corev1.Service) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
+		// UID: the periodic audit's Events name the Service by it, as
+		// `kubectl describe service` finds them.
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID},
 		Spec: corev1.ServiceSpec{Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs,
 			IPFamilies: s.Spec.IPFamilies, IPFamilyPolicy: s.Spec.IPFamilyPolicy},
 	}

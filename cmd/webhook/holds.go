@@ -18,8 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"clusterip-policy/pkg/allocview"
@@ -66,6 +64,12 @@ func (o *holdOptions) validate() error {
 	if o.grace < 100*time.Millisecond || o.grace > time.Minute {
 		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.grace)
 	}
+	return o.validateLease()
+}
+
+// validateLease checks the flags of the Lease that elects the replica
+// running the leader-only work (holds, periodic audit).
+func (o *holdOptions) validateLease() error {
 	if o.leaseNamespace == "" {
 		return errors.New("--leader-election-namespace is empty; give the webhook's namespace (POD_NAMESPACE from the downward API)")
 	}
@@ -132,39 +136,17 @@ type holdKeeper struct {
 	metrics *holdMetrics
 }
 
-// run takes part in leader election until ctx ends; while leading it keeps
-// the holds.
-func (k *holdKeeper) run(ctx context.Context, o holdOptions) error {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaseNamespace, Name: o.leaseName},
-		Client:     k.client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: o.identity},
-	}
-	for ctx.Err() == nil {
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-			ReleaseOnCancel: true, Name: o.leaseName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(lctx context.Context) {
-					k.log.Info("leading: keeping reservation holds", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", o.identity)
-					k.metrics.leader.Set(1)
-					k.keep(lctx)
-				},
-				OnStoppedLeading: func() {
-					k.metrics.leader.Set(0)
-					for _, s := range holds.States {
-						k.metrics.states.WithLabelValues(s).Set(0)
-					}
-					k.log.Info("stopped leading", "identity", o.identity)
-				},
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("leader election: %w", err)
+// lead keeps the holds while this replica leads (a leaderWork).
+func (k *holdKeeper) lead(ctx context.Context) {
+	k.log.Info("leading: keeping reservation holds")
+	k.metrics.leader.Set(1)
+	defer func() {
+		k.metrics.leader.Set(0)
+		for _, s := range holds.States {
+			k.metrics.states.WithLabelValues(s).Set(0)
 		}
-		le.Run(ctx) // returns when leadership is lost or ctx ends
-	}
-	return nil
+	}()
+	k.keep(ctx)
 }
 
 // keep runs passes while ctx (the leadership) lasts. A new leader starts

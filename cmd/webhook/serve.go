@@ -51,6 +51,7 @@ type serveOptions struct {
 	maxStaleness   time.Duration
 	clientCAFile   string
 	holds          holdOptions
+	audit          periodicAuditOptions
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -69,8 +70,9 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
 	fs.BoolVar(&o.holds.enabled, "hold-reservations", false, "Keep an IPAddress (label "+holds.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
 	fs.DurationVar(&o.holds.grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
-	fs.StringVar(&o.holds.leaseNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held: the webhook configurations exclude it, so nothing would release them.")
-	fs.StringVar(&o.holds.leaseName, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease.")
+	fs.DurationVar(&o.audit.interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as `webhook audit` does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+auditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
+	fs.StringVar(&o.holds.leaseNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there.")
+	fs.StringVar(&o.holds.leaseName, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
 	fs.StringVar(&o.holds.identity, "leader-election-identity", defaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
 	return fs
 }
@@ -115,6 +117,14 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	}
 	if err := o.holds.validate(); err != nil {
 		return nil, err
+	}
+	if err := o.audit.validate(); err != nil {
+		return nil, err
+	}
+	if o.audit.interval > 0 {
+		if err := o.holds.validateLease(); err != nil {
+			return nil, err
+		}
 	}
 	var cidrs []netip.Prefix
 	for _, s := range o.serviceCIDRs {
@@ -205,12 +215,19 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	registerViewMetrics(defaultRegistry, source)
 	ready := readiness{policies: policies, view: view, staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
 	rev := &reviewer{readiness: ready, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
-	var keeper *holdKeeper
+	var leaderWorks []leaderWork
 	if o.holds.enabled {
 		hm := newHoldMetrics(defaultRegistry)
 		rev.releaser = &holdReleaser{client: client, policies: policies, log: log.WithName("holds"), metrics: hm}
-		keeper = &holdKeeper{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
+		keeper := &holdKeeper{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
 			skip: []string{o.holds.leaseNamespace}, grace: o.holds.grace, log: log.WithName("holds"), metrics: hm}
+		leaderWorks = append(leaderWorks, keeper.lead)
+	}
+	if o.audit.interval > 0 {
+		pa := &periodicAudit{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
+			skip: []string{o.holds.leaseNamespace}, interval: o.audit.interval, instance: o.holds.identity,
+			log: log.WithName("periodic-audit"), metrics: newPeriodicAuditMetrics(defaultRegistry), now: time.Now}
+		leaderWorks = append(leaderWorks, pa.lead)
 	}
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
@@ -273,8 +290,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	goRun("view", func() error { return source.Run(bgCtx) })
 	goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
 	goRun("webhook server", func() error { return server.Start(webhookCtx) })
-	if keeper != nil {
-		goRun("reservation holds", func() error { return keeper.run(bgCtx, o.holds) })
+	if len(leaderWorks) > 0 {
+		goRun("leader election", func() error { return runLeader(bgCtx, client, o.holds, log.WithName("leader"), leaderWorks...) })
 	}
 	if cas != nil {
 		goRun("client CA watcher", func() error { cas.watch(bgCtx, clientCAReloadInterval); return nil })

@@ -288,7 +288,7 @@ func TestDeploymentManifests(t *testing.T) {
 		t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })
 	})
 
-	t.Run("the webhook's service account may read ServiceCIDRs and IPAddresses and only what the holds need beyond", func(t *testing.T) {
+	t.Run("the webhook's service account may read ServiceCIDRs and IPAddresses and only what the holds and the periodic audit need beyond", func(t *testing.T) {
 		sa := c.RBAC.UserName()
 		// What every service account may do (discovery, reviewing itself,
 		// whatever the Kubernetes release grants all authenticated users):
@@ -299,7 +299,10 @@ func TestDeploymentManifests(t *testing.T) {
 			// create, delete: the reservation holds; services get: a hold
 			// comes back only while its owner does not exist.
 			"ipaddresses.networking.k8s.io [] []": {resource: "ipaddresses.networking.k8s.io", nonResource: "[]", names: "[]", verbs: "[get list watch create delete]"},
-			"services [] []":                      {resource: "services", nonResource: "[]", names: "[]", verbs: "[get]"},
+			// services list, events create: the periodic audit lists the
+			// Services and puts an Event on each offending one.
+			"services [] []":             {resource: "services", nonResource: "[]", names: "[]", verbs: "[get list]"},
+			"events.events.k8s.io [] []": {resource: "events.events.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"},
 		}
 		// In its own namespace, the Lease electing the replica that keeps
 		// the holds.
