@@ -22,16 +22,6 @@ const (
 	DashboardFile      = "dashboard.json"
 )
 
-// PendingMetrics are metrics that work in progress adds to cmd/webhook,
-// which the alerts and the dashboard use already, with what adds them.
-// monitoring_test.go accepts them (and says when one is in the code and its
-// entry should go); TestMonitoringMetricsExist (test/e2e) logs them as not
-// yet served instead of failing.
-var PendingMetrics = map[string]string{
-	// A gauge by rule, set by the leader's periodic audit of existing Services.
-	"clusterip_policy_existing_violations": "the periodic audit (being added to cmd/webhook)",
-}
-
 // RuleGroup is a group of Prometheus rules, as in a rules file and in a
 // PrometheusRule's spec.groups.
 type RuleGroup struct {
