@@ -1,0 +1,326 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"clusterip-policy/certs"
+)
+
+// The Helm chart must carry the same objects and the same safety properties
+// as the kustomize base: these tests render it with the helm built by
+// hack/build-tools.sh and run safetyChecks over the result.
+
+const chartDir = "../charts/clusterip-policy"
+
+// helmBinary is the helm of hack/build-tools.sh, or a skip that says how to get it.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := filepath.Abs(filepath.Join("..", ".local", "bin", "helm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no helm at %s (run hack/build-tools.sh): %v", bin, err)
+	}
+	return bin
+}
+
+// helmTemplate renders the chart into the namespace the base uses, with
+// extra helm arguments (--set ...), and returns helm's output or its error
+// with stderr.
+func helmTemplate(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, helmBinary(t), append([]string{"template", "clusterip-policy", chartDir, "--namespace", ownNamespace}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, errors.New(strings.TrimSpace(stderr.String()) + ": " + err.Error())
+	}
+	return stdout.Bytes(), nil
+}
+
+// renderedChart is the chart rendered by helm: the kinds the safety checks
+// know, decoded strictly, and the rest (the TLS Secret, cert-manager's
+// objects) as plain maps.
+type renderedChart struct {
+	objects *objects
+	secrets []*corev1.Secret
+	other   []map[string]any // cert-manager Issuers and Certificates
+	all     []map[string]any
+}
+
+func renderChart(t *testing.T, args ...string) renderedChart {
+	t.Helper()
+	out, err := helmTemplate(t, args...)
+	if err != nil {
+		t.Fatalf("helm template %s: %v", strings.Join(args, " "), err)
+	}
+	docs, err := SplitYAML(out)
+	if err != nil {
+		t.Fatalf("helm template output: %v", err)
+	}
+	r := renderedChart{objects: &objects{}}
+	for i, doc := range docs {
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			t.Fatalf("document %d: %v", i+1, err)
+		}
+		r.all = append(r.all, m)
+		switch {
+		case m["apiVersion"] == "v1" && m["kind"] == "Secret":
+			if err := add(&r.secrets, doc); err != nil {
+				t.Fatalf("document %d (Secret): %v", i+1, err)
+			}
+		case m["apiVersion"] == "cert-manager.io/v1":
+			r.other = append(r.other, m)
+		default:
+			if err := r.objects.decode(doc); err != nil {
+				t.Fatalf("document %d: %v", i+1, err)
+			}
+		}
+	}
+	return r
+}
+
+var chartValueSets = []struct {
+	name string
+	args []string
+}{
+	{"default values (self-signed, generated certificate)", nil},
+	{"cert-manager", []string{"--set", "certificate.source=certManager"}},
+}
+
+func TestChartIsSafe(t *testing.T) {
+	for _, vs := range chartValueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			o := renderChart(t, vs.args...).objects
+			for _, sc := range safetyChecks {
+				t.Run(sc.name, func(t *testing.T) {
+					for _, p := range sc.check(o) {
+						t.Error(p)
+					}
+				})
+			}
+		})
+	}
+}
+
+// Every object of the base is in the chart, under the same kind, namespace
+// and name, and the chart adds only the TLS material.
+func TestChartHasTheBaseObjects(t *testing.T) {
+	chart := renderChart(t).objects
+	names := func(o *objects) map[string]bool {
+		set := map[string]bool{}
+		for _, m := range o.metas() {
+			set[m.Namespace+"/"+m.Name] = true
+		}
+		for _, c := range o.Mutating {
+			set["mutating/"+c.Name] = true
+		}
+		for _, c := range o.Validating {
+			set["validating/"+c.Name] = true
+		}
+		return set
+	}
+	base := loadBase(t)
+	// The namespace is helm's (--namespace --create-namespace), as for any chart.
+	base.Namespaces = nil
+	want, got := names(base), names(chart)
+	if !reflect.DeepEqual(want, got) {
+		t.Errorf("the chart renders %v, the base has %v", got, want)
+	}
+	if len(chart.Namespaces) != 0 {
+		t.Error("the chart renders a Namespace; helm creates the release namespace")
+	}
+}
+
+// The webhooks the chart renders with default values are the base's,
+// field for field, but for the caBundle the base leaves to its overlays:
+// the matchConditions above all, which must stay what the e2e tests proved.
+func TestChartWebhooksMatchTheBase(t *testing.T) {
+	chart, base := renderChart(t).objects, loadBase(t)
+	if len(chart.Mutating) != 1 || len(chart.Validating) != 1 {
+		t.Fatalf("the chart renders %d mutating and %d validating configurations, want 1 and 1", len(chart.Mutating), len(chart.Validating))
+	}
+	for i := range chart.Mutating[0].Webhooks {
+		chart.Mutating[0].Webhooks[i].ClientConfig.CABundle = nil
+	}
+	for i := range chart.Validating[0].Webhooks {
+		chart.Validating[0].Webhooks[i].ClientConfig.CABundle = nil
+	}
+	if !reflect.DeepEqual(chart.Mutating[0].Webhooks, base.Mutating[0].Webhooks) {
+		t.Errorf("the chart's mutating webhooks differ from manifests/base:\nchart: %+v\nbase:  %+v", chart.Mutating[0].Webhooks, base.Mutating[0].Webhooks)
+	}
+	if !reflect.DeepEqual(chart.Validating[0].Webhooks, base.Validating[0].Webhooks) {
+		t.Errorf("the chart's validating webhooks differ from manifests/base:\nchart: %+v\nbase:  %+v", chart.Validating[0].Webhooks, base.Validating[0].Webhooks)
+	}
+	for _, c := range chart.Mutating {
+		if c.Labels[installLabel] != "webhook-configuration" {
+			t.Errorf("MutatingWebhookConfiguration %s lacks %s=webhook-configuration", c.Name, installLabel)
+		}
+	}
+	// The Deployment's pod template is the base's but for the labels helm adds.
+	if !reflect.DeepEqual(chart.Deployments[0].Spec, base.Deployments[0].Spec) {
+		t.Errorf("the chart's Deployment spec differs from manifests/base:\nchart: %+v\nbase:  %+v", chart.Deployments[0].Spec, base.Deployments[0].Spec)
+	}
+	if !reflect.DeepEqual(chart.ClusterRoles[0].Rules, base.ClusterRoles[0].Rules) || !reflect.DeepEqual(chart.Roles[0].Rules, base.Roles[0].Rules) {
+		t.Error("the chart's RBAC rules differ from manifests/base")
+	}
+	if chart.ConfigMaps[0].Data[policyKey] != base.ConfigMaps[0].Data[policyKey] {
+		t.Errorf("the chart's default policy differs from manifests/base (examples/policy.yaml):\n%s", chart.ConfigMaps[0].Data[policyKey])
+	}
+}
+
+// The generated certificate is served from the mounted Secret and verifies
+// against the caBundle of every webhook for every name of the Service.
+func TestChartSelfSignedCertificateVerifies(t *testing.T) {
+	r := renderChart(t)
+	if len(r.secrets) != 1 || r.secrets[0].Name != tlsSecret || r.secrets[0].Namespace != ownNamespace || r.secrets[0].Type != corev1.SecretTypeTLS {
+		t.Fatalf("want one kubernetes.io/tls Secret %s/%s, got %d", ownNamespace, tlsSecret, len(r.secrets))
+	}
+	s := r.secrets[0]
+	var bundles [][]byte
+	for _, c := range r.objects.Mutating {
+		for _, w := range c.Webhooks {
+			bundles = append(bundles, w.ClientConfig.CABundle)
+		}
+	}
+	for _, c := range r.objects.Validating {
+		for _, w := range c.Webhooks {
+			bundles = append(bundles, w.ClientConfig.CABundle)
+		}
+	}
+	if len(bundles) != 3 {
+		t.Fatalf("%d webhooks, want 3", len(bundles))
+	}
+	for i, b := range bundles {
+		if !bytes.Equal(b, s.Data["ca.crt"]) {
+			t.Errorf("webhook %d: caBundle is not the Secret's ca.crt", i)
+		}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(bundles[0]) {
+		t.Fatal("the caBundle holds no PEM certificate")
+	}
+	block, _ := pem.Decode(s.Data["tls.crt"])
+	if block == nil {
+		t.Fatal("tls.crt holds no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range certs.ServiceDNSNames(deploymentName, ownNamespace) {
+		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("the served certificate does not verify for %s: %v", name, err)
+		}
+	}
+	if len(s.Data["tls.key"]) == 0 {
+		t.Error("the Secret has no tls.key")
+	}
+}
+
+func TestChartCertManagerInjectsTheCAIntoBothWebhooks(t *testing.T) {
+	r := renderChart(t, "--set", "certificate.source=certManager")
+	if len(r.secrets) != 0 {
+		t.Errorf("with cert-manager the chart renders %d Secrets; cert-manager writes %s", len(r.secrets), tlsSecret)
+	}
+	var configs []map[string]any
+	for _, m := range r.all {
+		if k := m["kind"]; k == "MutatingWebhookConfiguration" || k == "ValidatingWebhookConfiguration" {
+			configs = append(configs, m)
+			if strings.Contains(string(must(yaml.Marshal(m))), "caBundle") {
+				t.Errorf("%s carries a caBundle; the cainjector sets it", k)
+			}
+		}
+	}
+	for _, p := range certManagerInjection(configs, r.other, deploymentName) {
+		t.Error(p)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Values that would make the install unsafe or broken are refused by helm
+// with a message that names the value and the fix.
+func TestChartRefusesUnsafeValues(t *testing.T) {
+	for _, c := range []struct {
+		set, want string
+	}{
+		{"replicas=1", "replicas: 1 is fewer than 2"},
+		{"webhook.failurePolicy=Fial", `webhook.failurePolicy: "Fial" is neither Fail nor Ignore`},
+		{"webhook.excludedNamespaces={kube-system}", "webhook.excludedNamespaces: kube-system"},
+		{"certificate.source=vault", `certificate.source: "vault" is neither selfSigned nor certManager`},
+		{"certificate.selfSigned.caCert=x", "give all three of caCert, tlsCert and tlsKey"},
+	} {
+		t.Run(c.set, func(t *testing.T) {
+			_, err := helmTemplate(t, "--set", c.set)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("helm template --set %s: got %v, want an error with %q", c.set, err, c.want)
+			}
+		})
+	}
+}
+
+// Values the operator sets reach the objects, and the result is still safe.
+func TestChartValues(t *testing.T) {
+	r := renderChart(t, "--set", "replicas=5", "--set", "image.repository=registry.example/cip", "--set", "image.tag=v1.2.3",
+		"--set", "webhook.failurePolicy=Ignore", "--set", "webhook.excludedNamespaces={ci,sandbox}",
+		"--set", "resources.limits.memory=512Mi", "--set", "webhook.holdReservations=false")
+	o := r.objects
+	d := o.Deployments[0]
+	if *d.Spec.Replicas != 5 {
+		t.Errorf("replicas %d, want 5", *d.Spec.Replicas)
+	}
+	ctr := d.Spec.Template.Spec.Containers[0]
+	if ctr.Image != "registry.example/cip:v1.2.3" {
+		t.Errorf("image %s", ctr.Image)
+	}
+	if got := ctr.Resources.Limits.Memory().String(); got != "512Mi" {
+		t.Errorf("memory limit %s, want 512Mi", got)
+	}
+	if _, ok := flagValue(&ctr, "hold-reservations"); ok || strings.Contains(strings.Join(ctr.Args, " "), "--hold-reservations") {
+		t.Error("--hold-reservations is still passed with webhook.holdReservations=false")
+	}
+	for _, w := range o.webhooks() {
+		if w.failurePolicy == nil || *w.failurePolicy != "Ignore" {
+			t.Errorf("%s: failurePolicy %v, want Ignore", w.where, w.failurePolicy)
+		}
+		if w.name == serviceCIDRWebhook {
+			continue
+		}
+		want := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{ownNamespace, "ci", "sandbox"},
+		}}}
+		if !reflect.DeepEqual(w.namespaceSelector, want) {
+			t.Errorf("%s: namespaceSelector %+v", w.where, w.namespaceSelector)
+		}
+	}
+	for _, check := range []check{replicasAtLeastTwo, webhookNamespaces, noRoot, policyParses} {
+		for _, p := range check(o) {
+			t.Error(p)
+		}
+	}
+}
