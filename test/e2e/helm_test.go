@@ -1,0 +1,218 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/certs"
+	"clusterip-policy/test/e2e/framework"
+)
+
+// helmPolicy is the policy the chart installs in TestHelmChart: the
+// example's ranges with a reservation of its own, so a denial naming it can
+// only come from the policy that went through the chart's values.
+const helmPolicy = `apiVersion: clusterip-policy/v1alpha1
+kind: ClusterIPPolicy
+serviceCIDRs: [10.96.0.0/16]
+reserveKubernetesService: true
+reservations:
+- ip: 10.96.0.53
+  service: kube-system/helm-dns
+  note: installed by helm
+enforcement:
+  default: deny
+`
+
+// TestHelmChart installs charts/clusterip-policy with the helm built by
+// hack/build-tools.sh into the local apiserver and shows the webhook
+// enforcing the chart's policy through the chart's webhook configurations.
+// The harness runs no pods, so, as TestDeploymentManifests does for the
+// kustomize base, a local webhook process stands in for the Deployment: it
+// runs as the chart's service account with the chart's RBAC, reads the
+// policy from the chart's ConfigMap, and the configurations are re-pointed
+// from the Service to its address, clientConfig.service only.
+func TestHelmChart(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
+	if _, err := os.Stat(helm); err != nil {
+		t.Skipf("no helm at %s (run hack/build-tools.sh): %v", helm, err)
+	}
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	c := own(t, framework.Options{PolicyFile: policyFile, NoRBAC: true, NoRegister: true})
+	cs := c.Client(0)
+	ctx := testContext(t, 3*60e9)
+
+	// The chart's caBundle is the CA the local webhook serves from, given as
+	// values: the chart's path for operators who bring their own certificate.
+	if c.WebhookCA, err = certs.NewCA("clusterip-policy-helm-e2e-ca", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	serving, err := c.WebhookCA.Sign(certs.Options{CommonName: "clusterip-policy-webhook.clusterip-policy.svc",
+		DNSNames: certs.ServiceDNSNames("clusterip-policy-webhook", "clusterip-policy"), Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := map[string][]byte{"policy.yaml": []byte(helmPolicy), "ca.crt": c.WebhookCA.CertPEM, "tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runHelm := func(args ...string) (string, error) {
+		hctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(hctx, helm, append(args, "--kubeconfig", c.AdminKubeconfig)...)
+		cmd.Dir = root
+		// helm keeps its cache and config under HOME: keep them in the test's directory.
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		if err != nil {
+			err = fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out.String())
+		}
+		return out.String(), err
+	}
+
+	t.Run("helm install creates every object of the chart", func(t *testing.T) {
+		start := time.Now()
+		out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--create-namespace",
+			"--set-file", "policy="+filepath.Join(dir, "policy.yaml"),
+			"--set-file", "certificate.selfSigned.caCert="+filepath.Join(dir, "ca.crt"),
+			"--set-file", "certificate.selfSigned.tlsCert="+filepath.Join(dir, "tls.crt"),
+			"--set-file", "certificate.selfSigned.tlsKey="+filepath.Join(dir, "tls.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("helm install (%s):\n%s", time.Since(start).Round(time.Millisecond), out)
+		manifest, err := runHelm("get", "manifest", "clusterip-policy", "--namespace", "clusterip-policy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, want := range []string{"serviceaccount/clusterip-policy-webhook", "configmap/clusterip-policy", "secret/clusterip-policy-webhook-tls",
+			"service/clusterip-policy-webhook", "deployment.apps/clusterip-policy-webhook", "poddisruptionbudget.policy/clusterip-policy-webhook",
+			"role.rbac.authorization.k8s.io/clusterip-policy-webhook-holds", "rolebinding.rbac.authorization.k8s.io/clusterip-policy-webhook-holds",
+			"clusterrole.rbac.authorization.k8s.io/clusterip-policy-webhook", "clusterrolebinding.rbac.authorization.k8s.io/clusterip-policy-webhook",
+			"mutatingwebhookconfiguration.admissionregistration.k8s.io/clusterip-policy", "validatingwebhookconfiguration.admissionregistration.k8s.io/clusterip-policy"} {
+			if _, _, err := c.Kubectl(ctx, "", "get", want, "-n", "clusterip-policy", "-o", "name"); err != nil {
+				t.Errorf("%s not found after helm install: %v", want, err)
+				continue
+			}
+			n++
+		}
+		if !strings.Contains(manifest, "kind: MutatingWebhookConfiguration") {
+			t.Error("helm get manifest lists no MutatingWebhookConfiguration")
+		}
+		t.Logf("e2e: helm: %d objects of the chart installed and found", n)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("the webhook with the chart's RBAC and the chart's ConfigMap gets ready", func(t *testing.T) {
+		policy, _, err := c.Kubectl(ctx, "", "get", "configmap", "clusterip-policy", "-n", "clusterip-policy", "-o", "jsonpath={.data.policy\\.yaml}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(policy) != strings.TrimSpace(helmPolicy) {
+			t.Fatalf("the chart's ConfigMap holds\n%s\nwant the policy given with --set-file", policy)
+		}
+		if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The identity of the chart's service account, whose RBAC the chart created.
+		if c.RBAC, err = framework.LoadRBAC(root); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.StartWebhooks(ctx, 1); err != nil {
+			t.Fatalf("a webhook with the chart's RBAC never got ready: %v", err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("the chart's webhook configurations, re-pointed in clientConfig.service only, enforce the policy", func(t *testing.T) {
+		adm := cs.AdmissionregistrationV1()
+		m, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := adm.ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The caBundle the chart set from its values is kept: the local
+		// webhook serves from that CA, so a call succeeding proves it.
+		for i, w := range m.Webhooks {
+			if !bytes.Equal(w.ClientConfig.CABundle, c.WebhookCA.CertPEM) {
+				t.Fatalf("mutating webhook %s: caBundle is not the CA given in values", w.Name)
+			}
+			repoint(ctx, t, c, "mutatingwebhookconfiguration", i, *w.ClientConfig.Service.Path)
+		}
+		for i, w := range v.Webhooks {
+			if !bytes.Equal(w.ClientConfig.CABundle, c.WebhookCA.CertPEM) {
+				t.Fatalf("validating webhook %s: caBundle is not the CA given in values", w.Name)
+			}
+			repoint(ctx, t, c, "validatingwebhookconfiguration", i, *w.ClientConfig.Service.Path)
+		}
+		if err := c.WaitWebhooksCalled(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ns := namespace(t, c, "helm")
+		_, err = create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.53")))
+		requireDenied(t, err, mutating, "is reserved for Service kube-system/helm-dns")
+		_, err = create(ctx, cs, service(ns, "in-dynamic-band", clusterIP("10.96.200.5")))
+		requireDenied(t, err, mutating, "lies in the dynamic band 10.96.1.1-10.96.255.254")
+		if s, err := create(ctx, cs, service(ns, "static-band", clusterIP("10.96.0.60"))); err != nil {
+			t.Errorf("a static-band address no one reserved was refused: %v", err)
+		} else {
+			t.Logf("e2e: helm: %s/%s got %s", ns, s.Name, s.Spec.ClusterIP)
+		}
+		t.Cleanup(func() { deleteServices(t, cs, ns) })
+		// The release namespace is excluded, so the webhook's own Service never depends on it.
+		if _, err := create(ctx, cs, service("clusterip-policy", "in-dynamic-band", clusterIP("10.96.200.6"))); err != nil {
+			t.Errorf("a Service in the release namespace was refused: %v", err)
+		}
+		t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })
+	})
+
+	t.Run("helm uninstall removes the webhook configurations", func(t *testing.T) {
+		if out, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
+			t.Fatal(err)
+		} else {
+			t.Logf("helm uninstall: %s", strings.TrimSpace(out))
+		}
+		for _, kind := range []string{"mutatingwebhookconfiguration", "validatingwebhookconfiguration"} {
+			if out, _, err := c.Kubectl(ctx, "", "get", kind, "-o", "name"); err != nil || strings.Contains(out, "clusterip-policy") {
+				t.Errorf("after helm uninstall: %s: %q, %v", kind, out, err)
+			}
+		}
+	})
+}
+
+// repoint replaces clientConfig.service of webhook i of the named
+// configuration with the URL of the local webhook process.
+func repoint(ctx context.Context, t *testing.T, c *framework.Cluster, kind string, i int, path string) {
+	t.Helper()
+	patch := fmt.Sprintf(`[{"op":"remove","path":"/webhooks/%d/clientConfig/service"},{"op":"add","path":"/webhooks/%d/clientConfig/url","value":"https://%s%s"}]`, i, i, c.Webhooks[0].Addr(), path)
+	if _, _, err := c.Kubectl(ctx, "", "patch", kind, "clusterip-policy", "--type=json", "-p", patch); err != nil {
+		t.Fatal(err)
+	}
+}
