@@ -33,7 +33,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "not gofmt-clean:"; echo "$$out"; exit 1; fi
 
-tools: ## build etcd, kube-apiserver and kubectl into .local/bin (cached)
+tools: ## build etcd, kube-apiserver, kubectl and helm into .local/bin (cached)
 	hack/build-tools.sh
 
 # The console shows each test and its e2e: figures; the whole verbose log is in

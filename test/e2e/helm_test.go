@@ -205,6 +205,52 @@ func TestHelmChart(t *testing.T) {
 			}
 		}
 	})
+
+	if t.Failed() {
+		return
+	}
+
+	// Without a certificate in values helm generates one at install; an
+	// upgrade must keep it (read back with lookup), or the caBundle would
+	// change under pods still serving the old certificate.
+	t.Run("a generated certificate survives helm upgrade, which changes the policy", func(t *testing.T) {
+		if out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
+			t.Fatal(err)
+		} else {
+			t.Logf("helm install (generated certificate): %s", strings.Fields(out)[1])
+		}
+		t.Cleanup(func() { _, _ = runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy") })
+		state := func() (secret, bundle, policy string) {
+			secret, _, err := c.Kubectl(ctx, "", "get", "secret", "clusterip-policy-webhook-tls", "-n", "clusterip-policy", "-o", "jsonpath={.data}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bundle, _, err = c.Kubectl(ctx, "", "get", "validatingwebhookconfiguration", "clusterip-policy", "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			policy, _, err = c.Kubectl(ctx, "", "get", "configmap", "clusterip-policy", "-n", "clusterip-policy", "-o", "jsonpath={.data.policy\\.yaml}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return secret, bundle, policy
+		}
+		secret1, bundle1, policy1 := state()
+		if secret1 == "" || bundle1 == "" || !strings.Contains(policy1, "10.96.0.10") {
+			t.Fatalf("after install: secret %d bytes, caBundle %d bytes, policy %q", len(secret1), len(bundle1), policy1)
+		}
+		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values",
+			"--set-file", "policy="+filepath.Join(dir, "policy.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		secret2, bundle2, policy2 := state()
+		if secret2 != secret1 || bundle2 != bundle1 {
+			t.Error("helm upgrade replaced the generated certificate or the caBundle")
+		}
+		if strings.TrimSpace(policy2) != strings.TrimSpace(helmPolicy) {
+			t.Errorf("helm upgrade did not change the policy: %q", policy2)
+		}
+	})
 }
 
 // repoint replaces clientConfig.service of webhook i of the named
