@@ -264,21 +264,31 @@ func must[T any](v T, err error) T {
 }
 
 // Values that would make the install unsafe or broken are refused by helm
-// with a message that names the value and the fix.
+// (values.schema.json first, the templates' own checks behind it, which
+// --skip-schema-validation reaches) with a message that names the value.
 func TestChartRefusesUnsafeValues(t *testing.T) {
 	for _, c := range []struct {
-		set, want string
+		args []string
+		want string
 	}{
-		{"replicas=1", "replicas: 1 is fewer than 2"},
-		{"webhook.failurePolicy=Fial", `webhook.failurePolicy: "Fial" is neither Fail nor Ignore`},
-		{"webhook.excludedNamespaces={kube-system}", "webhook.excludedNamespaces: kube-system"},
-		{"certificate.source=vault", `certificate.source: "vault" is neither selfSigned nor certManager`},
-		{"certificate.selfSigned.caCert=x", "give all three of caCert, tlsCert and tlsKey"},
+		{[]string{"--set", "replicas=1"}, "at '/replicas': minimum: got 1, want 2"},
+		{[]string{"--set", "replicas=1", "--skip-schema-validation"}, "replicas: 1 is fewer than 2"},
+		{[]string{"--set", "replica=3"}, "additional properties 'replica' not allowed"},
+		{[]string{"--set", "webhook.failurePolicy=Fial"}, "at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'"},
+		{[]string{"--set", "webhook.failurePolicy=Fial", "--skip-schema-validation"}, `webhook.failurePolicy: "Fial" is neither Fail nor Ignore`},
+		{[]string{"--set", "webhook.excludedNamespaces={kube-system}"}, "webhook.excludedNamespaces: kube-system"},
+		{[]string{"--set", "webhook.excludedNamespaces={Bad_NS}"}, "'Bad_NS' does not match pattern"},
+		{[]string{"--set", "webhook.auditInterval=5x"}, "at '/webhook/auditInterval': '5x' does not match pattern"},
+		{[]string{"--set", "policy="}, "at '/policy': minLength: got 0, want 1"},
+		{[]string{"--set", "image.tag="}, "at '/image/tag': minLength: got 0, want 1"},
+		{[]string{"--set", "certificate.source=vault"}, "at '/certificate/source': value must be one of 'selfSigned', 'certManager'"},
+		{[]string{"--set", "certificate.source=vault", "--skip-schema-validation"}, `certificate.source: "vault" is neither selfSigned nor certManager`},
+		{[]string{"--set", "certificate.selfSigned.caCert=x"}, "give all three of caCert, tlsCert and tlsKey"},
 	} {
-		t.Run(c.set, func(t *testing.T) {
-			_, err := helmTemplate(t, "--set", c.set)
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			_, err := helmTemplate(t, c.args...)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("helm template --set %s: got %v, want an error with %q", c.set, err, c.want)
+				t.Fatalf("helm template %s: got %v, want an error with %q", strings.Join(c.args, " "), err, c.want)
 			}
 		})
 	}
