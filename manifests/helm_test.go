@@ -284,6 +284,9 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "certificate.source=vault"}, "at '/certificate/source': value must be one of 'selfSigned', 'certManager'"},
 		{[]string{"--set", "certificate.source=vault", "--skip-schema-validation"}, `certificate.source: "vault" is neither selfSigned nor certManager`},
 		{[]string{"--set", "certificate.selfSigned.caCert=x"}, "give all three of caCert, tlsCert and tlsKey"},
+		// --namespace is given once more; the last one counts.
+		{[]string{"--namespace", "default"}, `release namespace "default": the webhook's own namespace is excluded`},
+		{[]string{"--namespace", "kube-system"}, `release namespace "kube-system"`},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			_, err := helmTemplate(t, c.args...)
