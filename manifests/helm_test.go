@@ -278,6 +278,7 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "webhook.failurePolicy=Fial", "--skip-schema-validation"}, `webhook.failurePolicy: "Fial" is neither Fail nor Ignore`},
 		{[]string{"--set", "webhook.excludedNamespaces={kube-system}"}, "webhook.excludedNamespaces: kube-system"},
 		{[]string{"--set", "webhook.excludedNamespaces={Bad_NS}"}, "'Bad_NS' does not match pattern"},
+		{[]string{"--set", "webhook.excludedNamespaces={ci,default}"}, "webhook.excludedNamespaces: default must stay covered"},
 		{[]string{"--set", "webhook.auditInterval=5x"}, "at '/webhook/auditInterval': '5x' does not match pattern"},
 		{[]string{"--set", "policy="}, "at '/policy': minLength: got 0, want 1"},
 		{[]string{"--set", "image.tag="}, "at '/image/tag': minLength: got 0, want 1"},
