@@ -159,6 +159,9 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 		want string
 	}{
 		{[]string{"serve"}, "--policy is required"},
+		{[]string{"serve", "--policy-source", "configmap"}, `--policy-source \"configmap\" is not a policy source; use file or crd`},
+		{[]string{"serve", "--policy-source", "crd", "--policy", good}, "--policy " + good + " and --policy-source=crd exclude each other"},
+		{[]string{"serve", "--policy-source", "crd", "--port", "70000"}, "--port 70000 is not a TCP port"},
 		{[]string{"serve", "--policy", "nope.yaml"}, "--policy: read policy: open nope.yaml: no such file or directory"},
 		{[]string{"serve", "--policy", bad}, `--policy: policy ` + bad + `: line 3: unknown field \"reservation\"`},
 		{[]string{"serve", "--policy", good, "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there or run `make certs`"},
