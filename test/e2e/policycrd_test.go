@@ -1,0 +1,165 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"clusterip-policy/test/e2e/framework"
+)
+
+// policyObject is a ClusterIPPolicy named default with the shared policy's
+// fields plus the given reservation lines.
+func policyObject(extraReservations string) string {
+	return `apiVersion: clusterip-policy.io/v1alpha1
+kind: ClusterIPPolicy
+metadata:
+  name: default
+spec:
+  allowedCIDRs: [10.96.0.0/12]
+  reserveKubernetesService: true
+  reservations:
+  - ip: 10.96.0.10
+    service: kube-system/kube-dns
+    note: cluster DNS
+` + extraReservations + `  enforcement:
+    default: deny
+`
+}
+
+// TestPolicyObject runs the webhook with --policy-source=crd: the policy is
+// the ClusterIPPolicy object, applied with kubectl, and its status says
+// which generation is in force and why a refused one is not.
+func TestPolicyObject(t *testing.T) {
+	c := own(t, framework.Options{Webhooks: 0, WebhookArgs: []string{"--policy-source=crd"}})
+	cs := c.Client(0)
+	ctx := testContext(t, 3*60e9)
+	kubectl := func(t *testing.T, stdin string, args ...string) (string, error) {
+		t.Helper()
+		out, errOut, err := c.Kubectl(ctx, stdin, args...)
+		return out + errOut, err
+	}
+	// readyOf is the object's Ready status, generation, generation in force
+	// and Ready message, as `kubectl get` shows them.
+	readyOf := func(t *testing.T) string {
+		t.Helper()
+		out, _ := kubectl(t, "", "get", "clusteripolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.observedGeneration} {.status.generationInForce} {.status.conditions[?(@.type=="Ready")].message}`)
+		return out
+	}
+	waitStatus := func(t *testing.T, prefix string) string {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			got := readyOf(t)
+			if strings.HasPrefix(got, prefix) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status %q 15s on, want it to start with %q", got, prefix)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	if out, err := kubectl(t, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
+		t.Fatalf("apply the CRD: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, "", "wait", "--for=condition=Established", "crd/clusteripolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
+		t.Fatalf("the CRD is not established: %v\n%s", err, out)
+	}
+
+	t.Run("the schema refuses at apply time what it can express", func(t *testing.T) {
+		cases := map[string]struct{ object, want string }{
+			"a second policy object":              {strings.Replace(policyObject(""), "name: default", "name: extra", 1), "the webhook reads exactly one ClusterIPPolicy, named default"},
+			"an address that is not one":          {policyObject("  - ip: 10.96.0.300\n    service: default/x\n"), "is not an IP address such as 10.96.0.10"},
+			"a CIDR that is not one":              {strings.Replace(policyObject(""), "[10.96.0.0/12]", "[10.96.0.0/33]", 1), "is not a CIDR such as 10.96.0.0/12"},
+			"an unknown action":                   {strings.Replace(policyObject(""), "default: deny", "default: block", 1), `Unsupported value: "block"`},
+			"an owner that is not namespace/name": {policyObject("  - ip: 10.96.0.11\n    service: just-a-name\n"), "spec.reservations[1].service"},
+		}
+		for name, tc := range cases {
+			out, err := kubectl(t, tc.object, "apply", "-f", "-")
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Errorf("%s: kubectl apply: %v\n%s\nwant a refusal containing %q", name, err, out, tc.want)
+			}
+		}
+	})
+
+	if out, err := kubectl(t, policyObject(""), "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the policy: %v\n%s", err, out)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, c, "policy-object")
+
+	t.Run("the webhook enforces the object and kubectl get shows Ready=True with the generation in use", func(t *testing.T) {
+		waitStatus(t, "True 1 1 generation 1 is in force")
+		_, err := create(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
+		out, _ := kubectl(t, "", "get", "clusteripolicy", "default")
+		t.Logf("kubectl get clusteripolicy default:\n%s", out)
+		if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[0] != "default" || f[1] != "True" || f[2] != "1" || f[3] != "1" || f[4] != "Loaded" {
+			t.Errorf("kubectl get columns %q, want default True 1 1 Loaded", f)
+		}
+	})
+
+	t.Run("an edit takes effect within 2 seconds", func(t *testing.T) {
+		before := time.Now() // kubectl's own start-up counts against the 2s too
+		if out, err := kubectl(t, policyObject("  - ip: 10.96.0.77\n    service: "+ns+"/payments\n    note: added by an edit\n"), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply the edit: %v\n%s", err, out)
+		}
+		start := time.Now()
+		for {
+			_, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
+			if deniedBy(err, mutating) {
+				requireDenied(t, err, mutating, `"10.96.0.77": is reserved for Service `+ns+"/payments (added by an edit)")
+				break
+			}
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("the edit is not in force 2s after kubectl apply returned (last answer: %v)", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("e2e: policy object: the edit was enforced %s after kubectl apply returned, %s after it started", time.Since(start).Round(time.Millisecond), time.Since(before).Round(time.Millisecond))
+		waitStatus(t, "True 2 2 generation 2 is in force")
+	})
+
+	t.Run("an edit with a duplicate owner is refused, the last good generation stays in force and kubectl get says so", func(t *testing.T) {
+		if out, err := kubectl(t, policyObject("  - ip: 10.96.0.77\n    service: "+ns+"/payments\n    note: added by an edit\n  - ip: 10.96.0.10\n    service: default/impostor\n"), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply the bad edit: %v\n%s", err, out)
+		}
+		got := waitStatus(t, "False 3 2 generation 3 refused: ")
+		t.Logf("status (Ready, observedGeneration, generationInForce, message): %s", got)
+		for _, part := range []string{"10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner", "generation 2 stays in force"} {
+			if !strings.Contains(got, part) {
+				t.Errorf("Ready message %q lacks %q", got, part)
+			}
+		}
+		out, _ := kubectl(t, "", "get", "clusteripolicy", "default")
+		t.Logf("kubectl get clusteripolicy default:\n%s", out)
+		if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[1] != "False" || f[2] != "3" || f[3] != "2" || f[4] != "Refused" {
+			t.Errorf("kubectl get columns %q, want default False 3 2 Refused", f)
+		}
+		_, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
+		requireDenied(t, err, mutating, "is reserved for Service "+ns+"/payments")
+		if exited, err := c.Webhooks[0].Exited(); exited {
+			t.Fatalf("the webhook exited on a refused policy: %v", err)
+		}
+	})
+
+	t.Run("a good edit brings Ready=True with the new generation", func(t *testing.T) {
+		if out, err := kubectl(t, policyObject(""), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		waitStatus(t, "True 4 4 generation 4 is in force")
+		if _, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77"))); err != nil {
+			t.Fatalf("10.96.0.77 is still reserved after the reservation was removed: %v", err)
+		}
+	})
+}
