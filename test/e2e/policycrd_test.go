@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	admv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -130,8 +134,63 @@ func TestPolicyObject(t *testing.T) {
 		waitStatus(t, "True 2 2 generation 2 is in force")
 	})
 
-	t.Run("an edit with a duplicate owner is refused, the last good generation stays in force and kubectl get says so", func(t *testing.T) {
-		if out, err := kubectl(t, policyObject("  - ip: 10.96.0.77\n    service: "+ns+"/payments\n    note: added by an edit\n  - ip: 10.96.0.10\n    service: default/impostor\n"), "apply", "-f", "-"); err != nil {
+	dupOwner := policyObject("  - ip: 10.96.0.77\n    service: " + ns + "/payments\n    note: added by an edit\n  - ip: 10.96.0.10\n    service: default/impostor\n")
+
+	t.Run("with the policy-object check registered, kubectl apply refuses a duplicate owner with the message naming both entries", func(t *testing.T) {
+		fail := admv1.Ignore
+		none := admv1.SideEffectClassNone
+		url := "https://" + c.Webhooks[0].Addr() + manifests.ValidatePolicyObjectPath
+		cfg := &admv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "e2e-clusteripolicy-check"},
+			Webhooks: []admv1.ValidatingWebhook{{
+				Name:                    "validate-clusteripolicies.clusterip-policy.io",
+				AdmissionReviewVersions: []string{"v1"},
+				SideEffects:             &none,
+				FailurePolicy:           &fail,
+				ClientConfig:            admv1.WebhookClientConfig{URL: &url, CABundle: c.WebhookCA.CertPEM},
+				Rules: []admv1.RuleWithOperations{{
+					Operations: []admv1.OperationType{admv1.Create, admv1.Update},
+					Rule:       admv1.Rule{APIGroups: []string{"clusterip-policy.io"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"clusteripolicies"}},
+				}},
+			}},
+		}
+		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, cfg.Name, metav1.DeleteOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
+		// The apiserver picks the configuration up asynchronously: wait
+		// with server-side dry runs (which call the webhook too) until it
+		// does, then apply for real.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, err := kubectl(t, dupOwner, "apply", "--dry-run=server", "-f", "-")
+			if err != nil && strings.Contains(out, "denied the request") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kubectl apply --dry-run=server 10s after the check was registered: %v\n%s", err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		out, err := kubectl(t, dupOwner, "apply", "-f", "-")
+		if err == nil {
+			t.Fatalf("kubectl apply accepted a policy with a duplicate owner:\n%s", out)
+		}
+		t.Logf("kubectl apply: %v: %s", err, strings.TrimSpace(out))
+		for _, part := range []string{`admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`, "10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner"} {
+			if !strings.Contains(out, part) {
+				t.Errorf("kubectl apply's refusal lacks %q", part)
+			}
+		}
+		waitStatus(t, "True 2 2 generation 2 is in force")
+	})
+
+	t.Run("without the check (as while the webhook is down: failurePolicy Ignore), a duplicate owner is accepted, refused by the webhook, the last good generation stays in force and kubectl get says so", func(t *testing.T) {
+		if out, err := kubectl(t, dupOwner, "apply", "-f", "-"); err != nil {
 			t.Fatalf("apply the bad edit: %v\n%s", err, out)
 		}
 		got := waitStatus(t, "False 3 2 generation 3 refused: ")
