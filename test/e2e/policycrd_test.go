@@ -221,4 +221,38 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatalf("10.96.0.77 is still reserved after the reservation was removed: %v", err)
 		}
 	})
+
+	t.Run("deleting the object keeps the last good policy; a webhook that starts without one is not ready until it exists", func(t *testing.T) {
+		if out, err := kubectl(t, "", "delete", "clusteripolicy", "default"); err != nil {
+			t.Fatalf("delete: %v\n%s", err, out)
+		}
+		time.Sleep(500 * time.Millisecond) // let the watch deliver the delete
+		_, err := dryRunCreate(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
+		if log, _ := c.Webhooks[0].Log(); !strings.Contains(log, "was deleted; the last good policy stays in force") {
+			t.Errorf("the webhook's log does not say the object was deleted:\n%s", lastLines(log, 5))
+		}
+		w, err := c.StartWebhookUnready(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WaitReady(ctx, 3*time.Second); err == nil {
+			t.Fatal("a webhook with no policy object got ready")
+		}
+		if out, err := kubectl(t, policyObject(""), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		if err := w.WaitReady(ctx, 15*time.Second); err != nil {
+			t.Fatalf("the webhook did not get ready once the object existed: %v", err)
+		}
+		waitStatus(t, "True 1 1 generation 1 is in force")
+	})
+
+	t.Run("a status written by someone else is put right", func(t *testing.T) {
+		if out, err := kubectl(t, "", "patch", "clusteripolicy", "default", "--subresource=status", "--type=merge", "-p",
+			`{"status":{"generationInForce":99,"conditions":[{"type":"Ready","status":"True","reason":"Loaded","message":"forged","lastTransitionTime":"2020-01-01T00:00:00Z"}]}}`); err != nil {
+			t.Fatalf("patch the status: %v\n%s", err, out)
+		}
+		waitStatus(t, "True 1 1 generation 1 is in force")
+	})
 }
