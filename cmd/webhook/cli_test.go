@@ -186,3 +186,12 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// The example policy object reviews exactly as the example policy file.
+func TestReviewOfThePolicyObjectExample(t *testing.T) {
+	code, fromFile, _ := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
+	code2, fromObject, stderr := runCLI("", "review", "--policy", "../../examples/clusteripolicy.yaml", "-o", "json", "../../examples/services/")
+	if code2 != code || fromObject != fromFile {
+		t.Fatalf("the object (exit %d, stderr %s):\n%s\nthe file (exit %d):\n%s", code2, stderr, fromObject, code, fromFile)
+	}
+}

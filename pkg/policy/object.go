@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"sigs.k8s.io/yaml"
@@ -48,4 +50,51 @@ func ParseObjectSpec(spec []byte) (*Policy, error) {
 	}
 	doc := append([]byte("apiVersion: "+APIVersion+"\nkind: "+Kind+"\n"), body...)
 	return Parse(doc)
+}
+
+// LoadFileOrObject reads a policy file, or a ClusterIPPolicy object
+// manifest (apiVersion clusterip-policy.io/v1alpha1), so `webhook review`
+// and `webhook audit` test the object offline exactly as the webhook will
+// load it. Errors name the file.
+func LoadFileOrObject(path string) (*Policy, error) {
+	data, err := readBounded(path, MaxPolicyBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+	}
+	if yaml.Unmarshal(data, &head) != nil || head.APIVersion != ObjectGroup+"/"+ObjectVersion {
+		return LoadFile(path) // the file format, and its messages for anything else
+	}
+	p, err := parseObject(data)
+	if err != nil {
+		return nil, fmt.Errorf("policy object %s: %w", path, err)
+	}
+	return p, nil
+}
+
+func parseObject(data []byte) (*Policy, error) {
+	if docs := bytes.Count(append([]byte("\n"), data...), []byte("\n---")); docs > 1 || (docs == 1 && !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("---"))) {
+		return nil, errors.New("more than one YAML document; a policy object file holds exactly one")
+	}
+	var obj struct {
+		APIVersion string          `json:"apiVersion"`
+		Kind       string          `json:"kind"`
+		Metadata   map[string]any  `json:"metadata"`
+		Spec       json.RawMessage `json:"spec"`
+		Status     json.RawMessage `json:"status"` // as kubectl get -o yaml shows it; ignored
+	}
+	// Strict: a misspelt spec would otherwise load as the default policy.
+	if err := yaml.UnmarshalStrict(data, &obj); err != nil {
+		return nil, err
+	}
+	name, _ := obj.Metadata["name"].(string)
+	if obj.Kind != Kind {
+		return nil, fmt.Errorf("kind %q is not supported; use %s", Echo(obj.Kind), Kind)
+	}
+	if name != ObjectName {
+		return nil, fmt.Errorf("metadata.name %q: the webhook reads exactly one %s, named %s; rename it", Echo(name), Kind, ObjectName)
+	}
+	return ParseObjectSpec(obj.Spec)
 }

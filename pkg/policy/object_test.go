@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -63,4 +65,47 @@ func TestParseObjectSpec(t *testing.T) {
 			t.Fatalf("err %v", err)
 		}
 	})
+}
+
+func TestLoadFileOrObject(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	object := "apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata:\n  name: default\n  annotations: {a: b}\nspec:\n  reservations:\n  - ip: 10.96.0.10\n    service: kube-system/kube-dns\nstatus:\n  observedGeneration: 3\n"
+	p, err := LoadFileOrObject(write("object.yaml", object))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Reservations) != 1 || p.Reservations[0].Owner.String() != "kube-system/kube-dns" {
+		t.Fatalf("reservations %+v", p.Reservations)
+	}
+	file, err := LoadFileOrObject(write("file.yaml", "apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- ip: 10.96.0.10\n  service: kube-system/kube-dns\n"))
+	if err != nil || len(file.Reservations) != 1 {
+		t.Fatalf("the file format: %v", err)
+	}
+	refused := map[string]struct{ text, want string }{
+		"another name":    {strings.Replace(object, "name: default", "name: other", 1), `metadata.name "other": the webhook reads exactly one ClusterIPPolicy, named default`},
+		"a misspelt spec": {strings.Replace(object, "spec:", "specs:", 1), `unknown field "specs"`},
+		"another kind":    {strings.Replace(object, "kind: ClusterIPPolicy", "kind: Policy", 1), `kind "Policy" is not supported`},
+		"two documents":   {object + "---\n" + object, "more than one YAML document"},
+		"a duplicate owner": {strings.Replace(object, "status:", "  - ip: 10.96.0.10\n    service: default/web\nstatus:", 1),
+			"policy object " + filepath.Join(dir, "bad.yaml") + ": reservations[1] (line 6): 10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line 4) and default/web; an IP has one owner"},
+		"a bad file": {"apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n", `line 3: unknown field "reservation"`},
+	}
+	for name, c := range refused {
+		t.Run(name, func(t *testing.T) {
+			_, err := LoadFileOrObject(write("bad.yaml", c.text))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+	if _, err := LoadFileOrObject(write("lead.yaml", "---\n"+object)); err != nil {
+		t.Errorf("a leading document marker: %v", err)
+	}
 }
