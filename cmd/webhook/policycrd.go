@@ -79,27 +79,20 @@ func (c *crdPolicy) observe(ctx context.Context, obj any) {
 	}
 	p, err := policy.ParseObjectSpec(spec)
 	c.store.publish(p, err)
-	gen := u.GetGeneration()
-	cond := metav1.Condition{Type: "Ready", ObservedGeneration: gen}
 	if err == nil {
-		c.inForce = gen
-		cond.Status, cond.Reason = metav1.ConditionTrue, "Loaded"
-		cond.Message = fmt.Sprintf("generation %d is in force (policy digest %s)", gen, p.Digest)
-	} else {
-		cond.Status, cond.Reason = metav1.ConditionFalse, "Refused"
-		if c.inForce > 0 {
-			cond.Message = fmt.Sprintf("generation %d refused: %s; generation %d stays in force", gen, policy.Clip(err.Error(), policy.MaxMessageBytes), c.inForce)
-		} else {
-			cond.Message = fmt.Sprintf("generation %d refused: %s; no policy is in force, so the webhook is not ready", gen, policy.Clip(err.Error(), policy.MaxMessageBytes))
-		}
+		c.inForce = u.GetGeneration()
 	}
-	c.writeStatus(ctx, u, cond, p)
+	c.writeStatus(ctx, u, p, err)
 }
 
 // writeStatus updates the status unless it already says the same, so the
 // update event it causes does not write again. A conflict means a newer
-// object is on its way to observe; it writes then.
-func (c *crdPolicy) writeStatus(ctx context.Context, u *unstructured.Unstructured, cond metav1.Condition, p *policy.Policy) {
+// object is on its way to observe; it writes then. Every replica writes:
+// what it writes depends on the object alone, so they agree and do not undo
+// each other's writes. A replica that never loaded a good generation (it
+// started while the object was refused) keeps the generation in force that
+// the status already names, the one the other replicas enforce.
+func (c *crdPolicy) writeStatus(ctx context.Context, u *unstructured.Unstructured, p *policy.Policy, loadErr error) {
 	var old struct {
 		ObservedGeneration int64              `json:"observedGeneration"`
 		GenerationInForce  int64              `json:"generationInForce"`
@@ -111,20 +104,33 @@ func (c *crdPolicy) writeStatus(ctx context.Context, u *unstructured.Unstructure
 			_ = json.Unmarshal(b, &old) // a malformed status is rewritten whole
 		}
 	}
-	digest := old.PolicyDigest
-	if p != nil {
+	gen, inForce, digest := u.GetGeneration(), c.inForce, old.PolicyDigest
+	if inForce == 0 {
+		inForce = old.GenerationInForce
+	}
+	cond := metav1.Condition{Type: "Ready", ObservedGeneration: gen}
+	switch {
+	case loadErr == nil:
 		digest = p.Digest
+		cond.Status, cond.Reason = metav1.ConditionTrue, "Loaded"
+		cond.Message = fmt.Sprintf("generation %d is in force (policy digest %s)", gen, p.Digest)
+	case inForce > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, "Refused"
+		cond.Message = fmt.Sprintf("generation %d refused: %s; generation %d stays in force", gen, policy.Clip(loadErr.Error(), policy.MaxMessageBytes), inForce)
+	default:
+		cond.Status, cond.Reason = metav1.ConditionFalse, "Refused"
+		cond.Message = fmt.Sprintf("generation %d refused: %s; no generation of this object has loaded, so the webhook is not ready", gen, policy.Clip(loadErr.Error(), policy.MaxMessageBytes))
 	}
 	prev := meta.FindStatusCondition(old.Conditions, "Ready")
-	if old.ObservedGeneration == u.GetGeneration() && old.GenerationInForce == c.inForce && old.PolicyDigest == digest &&
+	if old.ObservedGeneration == gen && old.GenerationInForce == inForce && old.PolicyDigest == digest &&
 		prev != nil && prev.Status == cond.Status && prev.Reason == cond.Reason && prev.Message == cond.Message && prev.ObservedGeneration == cond.ObservedGeneration {
 		return
 	}
 	conds := old.Conditions
 	meta.SetStatusCondition(&conds, cond) // keeps lastTransitionTime while the status stays
 	status := map[string]any{
-		"observedGeneration": u.GetGeneration(),
-		"generationInForce":  c.inForce,
+		"observedGeneration": gen,
+		"generationInForce":  inForce,
 		"policyDigest":       digest,
 		"conditions":         conds,
 	}

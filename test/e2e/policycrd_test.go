@@ -255,4 +255,40 @@ func TestPolicyObject(t *testing.T) {
 		}
 		waitStatus(t, "True 1 1 generation 1 is in force")
 	})
+
+	t.Run("replicas agree on the status, also one that started while the object was refused", func(t *testing.T) {
+		if out, err := kubectl(t, dupOwner, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply the bad edit: %v\n%s", err, out)
+		}
+		waitStatus(t, "False 2 1 generation 2 refused: ")
+		w, err := c.StartWebhookUnready(ctx) // a third replica: nothing good to load
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WaitReady(ctx, 3*time.Second); err == nil {
+			t.Fatal("a webhook that never loaded a good policy got ready")
+		}
+		// Were the replicas to disagree, each would rewrite the status on
+		// the other's update, without end.
+		rv := func() string {
+			out, _ := kubectl(t, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.metadata.resourceVersion}")
+			return out
+		}
+		before := rv()
+		time.Sleep(2 * time.Second)
+		if after := rv(); after != before {
+			t.Errorf("the status keeps changing (resourceVersion %s, then %s): the replicas disagree", before, after)
+		}
+		got := waitStatus(t, "False 2 1 generation 2 refused: ")
+		if !strings.Contains(got, "generation 1 stays in force") {
+			t.Errorf("status %q", got)
+		}
+		if out, err := kubectl(t, policyObject(""), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		waitStatus(t, "True 3 3 generation 3 is in force")
+		if err := w.WaitReady(ctx, 15*time.Second); err != nil {
+			t.Fatalf("the third replica did not get ready once the object was fixed: %v", err)
+		}
+	})
 }
