@@ -39,6 +39,10 @@ type crdPolicy struct {
 	// (no object yet, or every one so far refused). Used only from the
 	// informer's handler goroutine.
 	inForce int64
+	// seen is the UID and generation last loaded: a status write (ours or
+	// another replica's) changes neither, and is not loaded, counted and
+	// logged again.
+	seen string
 }
 
 // run watches the object until ctx ends. The informer relists and rewatches
@@ -78,9 +82,15 @@ func (c *crdPolicy) observe(ctx context.Context, obj any) {
 		}
 	}
 	p, err := policy.ParseObjectSpec(spec)
-	c.store.publish(p, err)
-	if err == nil {
-		c.inForce = u.GetGeneration()
+	if seen := fmt.Sprintf("%s/%d", u.GetUID(), u.GetGeneration()); seen != c.seen {
+		c.seen = seen
+		if err != nil && c.store.Current() == nil {
+			c.log.Error(err, "refused the ClusterIPPolicy; no policy is in force, so the webhook stays not ready until it is fixed", "generation", u.GetGeneration())
+		}
+		c.store.publish(p, err)
+		if err == nil {
+			c.inForce = u.GetGeneration()
+		}
 	}
 	c.writeStatus(ctx, u, p, err)
 }

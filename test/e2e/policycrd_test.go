@@ -190,10 +190,16 @@ func TestPolicyObject(t *testing.T) {
 	})
 
 	t.Run("without the check (as while the webhook is down: failurePolicy Ignore), a duplicate owner is accepted, refused by the webhook, the last good generation stays in force and kubectl get says so", func(t *testing.T) {
+		const failures = `clusterip_policy_policy_reloads_total{result="failure"}`
+		failed := metricValue(t, c.Webhooks[0], failures)
 		if out, err := kubectl(t, dupOwner, "apply", "-f", "-"); err != nil {
 			t.Fatalf("apply the bad edit: %v\n%s", err, out)
 		}
 		got := waitStatus(t, "False 3 2 generation 3 refused: ")
+		time.Sleep(300 * time.Millisecond) // the status write's own update event
+		if n := metricValue(t, c.Webhooks[0], failures) - failed; n != 1 {
+			t.Errorf("%s went up by %v for one refused generation, want 1", failures, n)
+		}
 		t.Logf("status (Ready, observedGeneration, generationInForce, message): %s", got)
 		for _, part := range []string{"10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner", "generation 2 stays in force"} {
 			if !strings.Contains(got, part) {
