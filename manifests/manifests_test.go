@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -46,6 +47,7 @@ type objects struct {
 	RoleBindings        []*rbacv1.RoleBinding
 	Mutating            []*admv1.MutatingWebhookConfiguration
 	Validating          []*admv1.ValidatingWebhookConfiguration
+	CRDs                []*apiextensionsv1.CustomResourceDefinition
 }
 
 func add[T any](list *[]*T, doc []byte) error {
@@ -87,6 +89,8 @@ func (o *objects) decode(doc []byte) error {
 		return add(&o.Mutating, doc)
 	case "admissionregistration.k8s.io/v1 ValidatingWebhookConfiguration":
 		return add(&o.Validating, doc)
+	case "apiextensions.k8s.io/v1 CustomResourceDefinition":
+		return add(&o.CRDs, doc)
 	}
 	return fmt.Errorf("%s %s: the safety tests do not know this kind; teach manifests_test.go about it", tm.APIVersion, tm.Kind)
 }

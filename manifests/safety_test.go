@@ -345,6 +345,8 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "networking.k8s.io", "ipaddresses", []string{"get", "list", "watch", "create", "delete"}, "the view of allocated addresses; create and delete: reservation holds (--hold-reservations), only IPAddresses labelled managed-by clusterip-policy.io"},
 	{"ClusterRole", "", "services", []string{"get", "list"}, "get: the holds' leader re-holds a reserved address only while its owner Service does not exist; list: the leader's periodic audit (--audit-interval) reads the existing Services"},
 	{"ClusterRole", "events.k8s.io", "events", []string{"create"}, "the periodic audit's Warning Event on each offending Service; it never updates or deletes one (it deduplicates itself)"},
+	{"ClusterRole", "clusterip-policy.io", "clusteripolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)"},
+	{"ClusterRole", "clusterip-policy.io", "clusteripolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec"},
 	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit"},
 }
 
@@ -358,7 +360,7 @@ func rbacExact(o *objects) []string {
 			for _, res := range rule.Resources {
 				i := slices.IndexFunc(rbacGrants, func(x rbacGrant) bool { return x.kind == kind && x.group == g && x.resource == res })
 				if i < 0 {
-					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), events (events.k8s.io, create) and, in a Role, its Lease", where, res, g))
+					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), events (events.k8s.io, create), clusteripolicies (get, list, watch) and their status (update), and, in a Role, its Lease", where, res, g))
 					continue
 				}
 				for _, v := range rule.Verbs {

@@ -18,6 +18,9 @@ const (
 	ValidatePath = "/validate-v1-service"
 	// ValidateServiceCIDRPath reviews networking.k8s.io/v1 ServiceCIDRs.
 	ValidateServiceCIDRPath = "/validate-v1-servicecidr"
+	// ValidatePolicyObjectPath reviews clusterip-policy.io ClusterIPPolicy
+	// objects with the policy loader (cmd/webhook/policyobjectreview.go).
+	ValidatePolicyObjectPath = "/validate-v1alpha1-clusteripolicy"
 )
 
 // SplitYAML returns the non-empty documents of a multi-document YAML

@@ -159,6 +159,9 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 		want string
 	}{
 		{[]string{"serve"}, "--policy is required"},
+		{[]string{"serve", "--policy-source", "configmap"}, `--policy-source \"configmap\" is not a policy source; use file or crd`},
+		{[]string{"serve", "--policy-source", "crd", "--policy", good}, "--policy " + good + " and --policy-source=crd exclude each other"},
+		{[]string{"serve", "--policy-source", "crd", "--port", "70000"}, "--port 70000 is not a TCP port"},
 		{[]string{"serve", "--policy", "nope.yaml"}, "--policy: read policy: open nope.yaml: no such file or directory"},
 		{[]string{"serve", "--policy", bad}, `--policy: policy ` + bad + `: line 3: unknown field \"reservation\"`},
 		{[]string{"serve", "--policy", good, "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there or run `make certs`"},
@@ -181,5 +184,14 @@ func TestVersion(t *testing.T) {
 		if code != exitOK || !strings.HasPrefix(out, "clusterip-policy webhook dev (commit unknown") {
 			t.Fatalf("%v: exit %d %q", args, code, out)
 		}
+	}
+}
+
+// The example policy object reviews exactly as the example policy file.
+func TestReviewOfThePolicyObjectExample(t *testing.T) {
+	code, fromFile, _ := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
+	code2, fromObject, stderr := runCLI("", "review", "--policy", "../../examples/clusteripolicy.yaml", "-o", "json", "../../examples/services/")
+	if code2 != code || fromObject != fromFile {
+		t.Fatalf("the object (exit %d, stderr %s):\n%s\nthe file (exit %d):\n%s", code2, stderr, fromObject, code, fromFile)
 	}
 }

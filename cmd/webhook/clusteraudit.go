@@ -70,7 +70,7 @@ func clusterAudit(args []string, stdout, stderr io.Writer) int {
 	var o auditOptions
 	fs := pflag.NewFlagSet("audit", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file to audit against, the one you mean to enforce. Without it: the default policy (first address of the primary range reserved for default/kubernetes).")
+	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file (or object manifest, clusterip-policy.io/v1alpha1) to audit against, the one you mean to enforce. Without it: the default policy (first address of the primary range reserved for default/kubernetes).")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig of the cluster to audit. Empty: $KUBECONFIG, else ~/.kube/config, as kubectl does; inside a pod without either, its service account.")
 	fs.StringVar(&o.context, "context", "", "Kubeconfig context to use. Empty: the current context.")
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster, as --service-cluster-ip-range (repeatable, primary family first); only for a cluster that serves no ServiceCIDR objects (before 1.33). Replaces the policy's serviceCIDRs.")
@@ -114,7 +114,7 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	}
 	pol := policy.Default()
 	if o.policyPath != "" {
-		p, err := policy.LoadFile(o.policyPath)
+		p, err := policy.LoadFileOrObject(o.policyPath)
 		if err != nil {
 			return fail(exitBadData, "%v", err)
 		}

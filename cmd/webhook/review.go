@@ -48,7 +48,7 @@ func review(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var o reviewOptions
 	fs := pflag.NewFlagSet("review", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file. Without it: the default policy (deny, first address of the primary range reserved for default/kubernetes).")
+	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file, or a ClusterIPPolicy object manifest (clusterip-policy.io/v1alpha1, loaded as the webhook loads the object). Without it: the default policy (deny, first address of the primary range reserved for default/kubernetes).")
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster to review against, as --service-cluster-ip-range (repeatable, primary family first). Replaces the policy's serviceCIDRs.")
 	fs.StringArrayVar(&o.allocated, "allocated", nil, "An IP the cluster already has allocated, as IP=NAMESPACE/NAME (repeatable), to check already-allocated.")
 	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text (a table for people) or json (one object per Service, one per line).")
@@ -84,7 +84,7 @@ cannot be read.
 	}
 	pol := policy.Default()
 	if o.policyPath != "" {
-		p, err := policy.LoadFile(o.policyPath)
+		p, err := policy.LoadFileOrObject(o.policyPath)
 		if err != nil {
 			return fail("%v", err)
 		}

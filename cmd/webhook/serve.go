@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -39,6 +40,7 @@ import (
 
 type serveOptions struct {
 	policyPath     string
+	policySource   string
 	kubeconfig     string
 	certDir        string
 	bindAddress    string
@@ -64,6 +66,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz (liveness: the process answers) and /readyz (ready: webhook serving, policy loaded, view of ServiceCIDRs and IPAddresses synced).")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; \"0\" turns it off.")
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR to use when the cluster serves no ServiceCIDR objects (before Kubernetes 1.33). Repeatable, primary family first; replaces the policy's serviceCIDRs.")
+	fs.StringVar(&o.policySource, "policy-source", policySourceFile, "Where the policy comes from: file (--policy, the default) or crd (the cluster-scoped ClusterIPPolicy object named default, manifests/base/crd.yaml; its status shows whether its generation is in force). With crd, leave --policy unset.")
 	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
@@ -87,11 +90,22 @@ func envOr(name, fallback string) string {
 // validate checks every flag before anything starts, naming the flag, the
 // value and the fix.
 func (o *serveOptions) validate() ([]netip.Prefix, error) {
-	if o.policyPath == "" {
+	switch o.policySource {
+	case policySourceFile:
+	case policySourceCRD:
+		if o.policyPath != "" {
+			return nil, fmt.Errorf("--policy %s and --policy-source=crd exclude each other: with crd the policy is the ClusterIPPolicy object %q; drop --policy, or use --policy-source=file", o.policyPath, policy.ObjectName)
+		}
+	default:
+		return nil, fmt.Errorf("--policy-source %q is not a policy source; use file or crd", o.policySource)
+	}
+	if o.policySource == policySourceFile && o.policyPath == "" {
 		return nil, errors.New("--policy is required: the path of a ClusterIPPolicy file (see examples/policy.yaml)")
 	}
-	if _, err := policy.LoadFile(o.policyPath); err != nil {
-		return nil, fmt.Errorf("--policy: %w", err)
+	if o.policySource == policySourceFile {
+		if _, err := policy.LoadFile(o.policyPath); err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
 	}
 	if o.port <= 0 || o.port > 65535 {
 		return nil, fmt.Errorf("--port %d is not a TCP port; use 1-65535", o.port)
@@ -207,9 +221,20 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 
 	view := allocview.NewView()
 	m := newMetrics(defaultRegistry, view)
-	policies := newPolicyStore(o.policyPath, log.WithName("policy"), m)
-	if err := policies.reload(); err != nil {
-		return err // no good policy to fall back to at start
+	var crd *crdPolicy
+	var policies *policyStore
+	if o.policySource == policySourceCRD {
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		policies = newPolicyStore(policy.ObjectResource+"/"+policy.ObjectName, log.WithName("policy"), m)
+		crd = &crdPolicy{client: dyn, store: policies, log: log.WithName("policy")}
+	} else {
+		policies = newPolicyStore(o.policyPath, log.WithName("policy"), m)
+		if err := policies.reload(); err != nil {
+			return err // no good policy to fall back to at start
+		}
 	}
 	source := kubesource.New(client, view, log.WithName("view"))
 	registerViewMetrics(defaultRegistry, source)
@@ -244,6 +269,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
 	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
 	server.Register(manifests.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
+	server.Register(manifests.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{}))
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{
@@ -288,7 +314,11 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		}()
 	}
 	goRun("view", func() error { return source.Run(bgCtx) })
-	goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
+	if crd != nil {
+		goRun("policy object watcher", func() error { return crd.run(bgCtx) })
+	} else {
+		goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
+	}
 	goRun("webhook server", func() error { return server.Start(webhookCtx) })
 	if len(leaderWorks) > 0 {
 		goRun("leader election", func() error { return runLeader(bgCtx, client, o.holds, log.WithName("leader"), leaderWorks...) })

@@ -303,6 +303,10 @@ func TestDeploymentManifests(t *testing.T) {
 			// Services and puts an Event on each offending one.
 			"services [] []":             {resource: "services", nonResource: "[]", names: "[]", verbs: "[get list]"},
 			"events.events.k8s.io [] []": {resource: "events.events.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"},
+			// The policy object (--policy-source=crd), and only its status
+			// to write.
+			"clusteripolicies.clusterip-policy.io [] []":        {resource: "clusteripolicies.clusterip-policy.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
+			"clusteripolicies.clusterip-policy.io/status [] []": {resource: "clusteripolicies.clusterip-policy.io/status", nonResource: "[]", names: "[]", verbs: "[update]"},
 		}
 		// In its own namespace, the Lease electing the replica that keeps
 		// the holds.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -320,6 +321,9 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 		}
 		start := time.Now()
 		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile, ExtraArgs: append(c.ClientAuth.WebhookArgs(), c.opts.WebhookArgs...)}
+		if slices.Contains(c.opts.WebhookArgs, "--policy-source=crd") {
+			o.Policy = "" // the webhook refuses --policy with the policy object
+		}
 		po := ProcessOptions{Detach: c.opts.Detach}
 		var w *Webhook
 		if err := retryPortClash(func() (err error) {

@@ -26,7 +26,7 @@ import (
 type WebhookOptions struct {
 	Name         string // also the log file name; default webhook
 	Kubeconfig   string
-	Policy       string   // policy file; the webhook re-reads it on change
+	Policy       string   // policy file; the webhook re-reads it on change; empty: no --policy
 	ServiceCIDRs []string // --service-cidr fallbacks
 	ExtraArgs    []string
 }
@@ -79,13 +79,15 @@ func StartWebhookUnready(binary, dir string, ca *certs.CA, o WebhookOptions, po 
 	w.Port, w.HealthAddr, w.MetricsAddr = ports[0], hostPort(ports[1]), hostPort(ports[2])
 	argv := []string{binary, "serve",
 		"--kubeconfig=" + o.Kubeconfig,
-		"--policy=" + o.Policy,
 		"--cert-dir=" + w.CertDir,
 		"--bind-address=127.0.0.1",
 		"--port=" + strconv.Itoa(w.Port),
 		"--health-probe-bind-address=" + w.HealthAddr,
 		"--metrics-bind-address=" + w.MetricsAddr,
 		"--shutdown-delay=0s",
+	}
+	if o.Policy != "" { // empty: the policy comes from elsewhere (--policy-source=crd)
+		argv = append(argv, "--policy="+o.Policy)
 	}
 	for _, c := range o.ServiceCIDRs {
 		argv = append(argv, "--service-cidr="+c)

@@ -1,0 +1,300 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/manifests"
+	"clusterip-policy/test/e2e/framework"
+)
+
+// policyObject is a ClusterIPPolicy named default with the shared policy's
+// fields plus the given reservation lines.
+func policyObject(extraReservations string) string {
+	return `apiVersion: clusterip-policy.io/v1alpha1
+kind: ClusterIPPolicy
+metadata:
+  name: default
+spec:
+  allowedCIDRs: [10.96.0.0/12]
+  reserveKubernetesService: true
+  reservations:
+  - ip: 10.96.0.10
+    service: kube-system/kube-dns
+    note: cluster DNS
+` + extraReservations + `  enforcement:
+    default: deny
+`
+}
+
+// TestPolicyObject runs the webhook with --policy-source=crd: the policy is
+// the ClusterIPPolicy object, applied with kubectl, and its status says
+// which generation is in force and why a refused one is not.
+func TestPolicyObject(t *testing.T) {
+	c := own(t, framework.Options{Webhooks: 0, WebhookArgs: []string{"--policy-source=crd"}})
+	cs := c.Client(0)
+	ctx := testContext(t, 3*60e9)
+	kubectl := func(t *testing.T, stdin string, args ...string) (string, error) {
+		t.Helper()
+		out, errOut, err := c.Kubectl(ctx, stdin, args...)
+		return out + errOut, err
+	}
+	// readyOf is the object's Ready status, generation, generation in force
+	// and Ready message, as `kubectl get` shows them.
+	readyOf := func(t *testing.T) string {
+		t.Helper()
+		out, _ := kubectl(t, "", "get", "clusteripolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.observedGeneration} {.status.generationInForce} {.status.conditions[?(@.type=="Ready")].message}`)
+		return out
+	}
+	waitStatus := func(t *testing.T, prefix string) string {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			got := readyOf(t)
+			if strings.HasPrefix(got, prefix) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status %q 15s on, want it to start with %q", got, prefix)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	if out, err := kubectl(t, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
+		t.Fatalf("apply the CRD: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, "", "wait", "--for=condition=Established", "crd/clusteripolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
+		t.Fatalf("the CRD is not established: %v\n%s", err, out)
+	}
+
+	t.Run("the schema refuses at apply time what it can express", func(t *testing.T) {
+		cases := map[string]struct{ object, want string }{
+			"a second policy object":              {strings.Replace(policyObject(""), "name: default", "name: extra", 1), "the webhook reads exactly one ClusterIPPolicy, named default"},
+			"an address that is not one":          {policyObject("  - ip: 10.96.0.300\n    service: default/x\n"), "is not an IP address such as 10.96.0.10"},
+			"a CIDR that is not one":              {strings.Replace(policyObject(""), "[10.96.0.0/12]", "[10.96.0.0/33]", 1), "is not a CIDR such as 10.96.0.0/12"},
+			"an unknown action":                   {strings.Replace(policyObject(""), "default: deny", "default: block", 1), `Unsupported value: "block"`},
+			"an owner that is not namespace/name": {policyObject("  - ip: 10.96.0.11\n    service: just-a-name\n"), "spec.reservations[1].service"},
+		}
+		for name, tc := range cases {
+			out, err := kubectl(t, tc.object, "apply", "-f", "-")
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Errorf("%s: kubectl apply: %v\n%s\nwant a refusal containing %q", name, err, out, tc.want)
+			}
+		}
+	})
+
+	if out, err := kubectl(t, policyObject(""), "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the policy: %v\n%s", err, out)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, c, "policy-object")
+
+	t.Run("the webhook enforces the object and kubectl get shows Ready=True with the generation in use", func(t *testing.T) {
+		waitStatus(t, "True 1 1 generation 1 is in force")
+		_, err := create(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
+		out, _ := kubectl(t, "", "get", "clusteripolicy", "default")
+		t.Logf("kubectl get clusteripolicy default:\n%s", out)
+		if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[0] != "default" || f[1] != "True" || f[2] != "1" || f[3] != "1" || f[4] != "Loaded" {
+			t.Errorf("kubectl get columns %q, want default True 1 1 Loaded", f)
+		}
+	})
+
+	t.Run("an edit takes effect within 2 seconds", func(t *testing.T) {
+		before := time.Now() // kubectl's own start-up counts against the 2s too
+		if out, err := kubectl(t, policyObject("  - ip: 10.96.0.77\n    service: "+ns+"/payments\n    note: added by an edit\n"), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply the edit: %v\n%s", err, out)
+		}
+		start := time.Now()
+		for {
+			_, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
+			if deniedBy(err, mutating) {
+				requireDenied(t, err, mutating, `"10.96.0.77": is reserved for Service `+ns+"/payments (added by an edit)")
+				break
+			}
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("the edit is not in force 2s after kubectl apply returned (last answer: %v)", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("e2e: policy object: the edit was enforced %s after kubectl apply returned, %s after it started", time.Since(start).Round(time.Millisecond), time.Since(before).Round(time.Millisecond))
+		waitStatus(t, "True 2 2 generation 2 is in force")
+	})
+
+	dupOwner := policyObject("  - ip: 10.96.0.77\n    service: " + ns + "/payments\n    note: added by an edit\n  - ip: 10.96.0.10\n    service: default/impostor\n")
+
+	t.Run("with the policy-object check registered, kubectl apply refuses a duplicate owner with the message naming both entries", func(t *testing.T) {
+		fail := admv1.Ignore
+		none := admv1.SideEffectClassNone
+		url := "https://" + c.Webhooks[0].Addr() + manifests.ValidatePolicyObjectPath
+		cfg := &admv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "e2e-clusteripolicy-check"},
+			Webhooks: []admv1.ValidatingWebhook{{
+				Name:                    "validate-clusteripolicies.clusterip-policy.io",
+				AdmissionReviewVersions: []string{"v1"},
+				SideEffects:             &none,
+				FailurePolicy:           &fail,
+				ClientConfig:            admv1.WebhookClientConfig{URL: &url, CABundle: c.WebhookCA.CertPEM},
+				Rules: []admv1.RuleWithOperations{{
+					Operations: []admv1.OperationType{admv1.Create, admv1.Update},
+					Rule:       admv1.Rule{APIGroups: []string{"clusterip-policy.io"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"clusteripolicies"}},
+				}},
+			}},
+		}
+		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, cfg.Name, metav1.DeleteOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
+		// The apiserver picks the configuration up asynchronously: wait
+		// with server-side dry runs (which call the webhook too) until it
+		// does, then apply for real.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, err := kubectl(t, dupOwner, "apply", "--dry-run=server", "-f", "-")
+			if err != nil && strings.Contains(out, "denied the request") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kubectl apply --dry-run=server 10s after the check was registered: %v\n%s", err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		out, err := kubectl(t, dupOwner, "apply", "-f", "-")
+		if err == nil {
+			t.Fatalf("kubectl apply accepted a policy with a duplicate owner:\n%s", out)
+		}
+		t.Logf("kubectl apply: %v: %s", err, strings.TrimSpace(out))
+		for _, part := range []string{`admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`, "10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner"} {
+			if !strings.Contains(out, part) {
+				t.Errorf("kubectl apply's refusal lacks %q", part)
+			}
+		}
+		waitStatus(t, "True 2 2 generation 2 is in force")
+	})
+
+	t.Run("without the check (as while the webhook is down: failurePolicy Ignore), a duplicate owner is accepted, refused by the webhook, the last good generation stays in force and kubectl get says so", func(t *testing.T) {
+		const failures = `clusterip_policy_policy_reloads_total{result="failure"}`
+		failed := metricValue(t, c.Webhooks[0], failures)
+		if out, err := kubectl(t, dupOwner, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply the bad edit: %v\n%s", err, out)
+		}
+		got := waitStatus(t, "False 3 2 generation 3 refused: ")
+		time.Sleep(300 * time.Millisecond) // the status write's own update event
+		if n := metricValue(t, c.Webhooks[0], failures) - failed; n != 1 {
+			t.Errorf("%s went up by %v for one refused generation, want 1", failures, n)
+		}
+		t.Logf("status (Ready, observedGeneration, generationInForce, message): %s", got)
+		for _, part := range []string{"10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner", "generation 2 stays in force"} {
+			if !strings.Contains(got, part) {
+				t.Errorf("Ready message %q lacks %q", got, part)
+			}
+		}
+		out, _ := kubectl(t, "", "get", "clusteripolicy", "default")
+		t.Logf("kubectl get clusteripolicy default:\n%s", out)
+		if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[1] != "False" || f[2] != "3" || f[3] != "2" || f[4] != "Refused" {
+			t.Errorf("kubectl get columns %q, want default False 3 2 Refused", f)
+		}
+		_, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
+		requireDenied(t, err, mutating, "is reserved for Service "+ns+"/payments")
+		if exited, err := c.Webhooks[0].Exited(); exited {
+			t.Fatalf("the webhook exited on a refused policy: %v", err)
+		}
+	})
+
+	t.Run("a good edit brings Ready=True with the new generation", func(t *testing.T) {
+		if out, err := kubectl(t, policyObject(""), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		waitStatus(t, "True 4 4 generation 4 is in force")
+		if _, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77"))); err != nil {
+			t.Fatalf("10.96.0.77 is still reserved after the reservation was removed: %v", err)
+		}
+	})
+
+	t.Run("deleting the object keeps the last good policy; a webhook that starts without one is not ready until it exists", func(t *testing.T) {
+		if out, err := kubectl(t, "", "delete", "clusteripolicy", "default"); err != nil {
+			t.Fatalf("delete: %v\n%s", err, out)
+		}
+		time.Sleep(500 * time.Millisecond) // let the watch deliver the delete
+		_, err := dryRunCreate(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
+		if log, _ := c.Webhooks[0].Log(); !strings.Contains(log, "was deleted; the last good policy stays in force") {
+			t.Errorf("the webhook's log does not say the object was deleted:\n%s", lastLines(log, 5))
+		}
+		w, err := c.StartWebhookUnready(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WaitReady(ctx, 3*time.Second); err == nil {
+			t.Fatal("a webhook with no policy object got ready")
+		}
+		if out, err := kubectl(t, policyObject(""), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		if err := w.WaitReady(ctx, 15*time.Second); err != nil {
+			t.Fatalf("the webhook did not get ready once the object existed: %v", err)
+		}
+		waitStatus(t, "True 1 1 generation 1 is in force")
+	})
+
+	t.Run("a status written by someone else is put right", func(t *testing.T) {
+		if out, err := kubectl(t, "", "patch", "clusteripolicy", "default", "--subresource=status", "--type=merge", "-p",
+			`{"status":{"generationInForce":99,"conditions":[{"type":"Ready","status":"True","reason":"Loaded","message":"forged","lastTransitionTime":"2020-01-01T00:00:00Z"}]}}`); err != nil {
+			t.Fatalf("patch the status: %v\n%s", err, out)
+		}
+		waitStatus(t, "True 1 1 generation 1 is in force")
+	})
+
+	t.Run("replicas agree on the status, also one that started while the object was refused", func(t *testing.T) {
+		if out, err := kubectl(t, dupOwner, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply the bad edit: %v\n%s", err, out)
+		}
+		waitStatus(t, "False 2 1 generation 2 refused: ")
+		w, err := c.StartWebhookUnready(ctx) // a third replica: nothing good to load
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WaitReady(ctx, 3*time.Second); err == nil {
+			t.Fatal("a webhook that never loaded a good policy got ready")
+		}
+		// Were the replicas to disagree, each would rewrite the status on
+		// the other's update, without end.
+		rv := func() string {
+			out, _ := kubectl(t, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.metadata.resourceVersion}")
+			return out
+		}
+		before := rv()
+		time.Sleep(2 * time.Second)
+		if after := rv(); after != before {
+			t.Errorf("the status keeps changing (resourceVersion %s, then %s): the replicas disagree", before, after)
+		}
+		got := waitStatus(t, "False 2 1 generation 2 refused: ")
+		if !strings.Contains(got, "generation 1 stays in force") {
+			t.Errorf("status %q", got)
+		}
+		if out, err := kubectl(t, policyObject(""), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		waitStatus(t, "True 3 3 generation 3 is in force")
+		if err := w.WaitReady(ctx, 15*time.Second); err != nil {
+			t.Fatalf("the third replica did not get ready once the object was fixed: %v", err)
+		}
+	})
+}
