@@ -338,3 +338,20 @@ func TestChartValues(t *testing.T) {
 		}
 	}
 }
+
+// The chart installs the policy CRD from its crds/ directory (helm's way:
+// installed before the templates, never upgraded or deleted by helm); it
+// must be the base's CRD byte for byte.
+func TestChartCarriesTheBaseCRD(t *testing.T) {
+	base, err := os.ReadFile("base/crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := os.ReadFile("../charts/clusterip-policy/crds/clusteripolicies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(base) != string(chart) {
+		t.Error("charts/clusterip-policy/crds/clusteripolicies.yaml differs from manifests/base/crd.yaml; copy the base's")
+	}
+}
