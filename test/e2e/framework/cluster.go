@@ -286,11 +286,8 @@ func (c *Cluster) StartWebhookUnready(ctx context.Context) (*Webhook, error) {
 }
 
 func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
-	var err error
-	if c.WebhookCA == nil {
-		if c.WebhookCA, err = certs.NewCA("clusterip-policy-e2e-webhook-ca", certValidity); err != nil {
-			return err
-		}
+	if err := c.ensureWebhookCA(); err != nil {
+		return err
 	}
 	if c.PolicyFile = c.opts.PolicyFile; c.PolicyFile == "" {
 		c.PolicyFile = filepath.Join(c.Dir, "policy.yaml")
@@ -298,13 +295,9 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 			return err
 		}
 	}
-	id := c.Admin
-	if c.RBAC != nil {
-		cert, err := c.PKI.ClientCert(c.RBAC.UserName(), c.RBAC.Groups()...)
-		if err != nil {
-			return err
-		}
-		id = &Identity{User: c.RBAC.UserName(), Groups: c.RBAC.Groups(), Cert: cert}
+	id, err := c.webhookIdentity()
+	if err != nil {
+		return err
 	}
 	for i := range n {
 		name := "webhook"
@@ -345,6 +338,31 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 		c.Logf("e2e: %s (%d of %d) %s in %s on %s, talking to %s as %s", name, i+1, n, state, time.Since(start).Round(time.Millisecond), w.Addr(), server, id.User)
 	}
 	return nil
+}
+
+// ensureWebhookCA makes the CA that signs every webhook's serving
+// certificate, once per cluster.
+func (c *Cluster) ensureWebhookCA() error {
+	if c.WebhookCA != nil {
+		return nil
+	}
+	var err error
+	c.WebhookCA, err = certs.NewCA("clusterip-policy-e2e-webhook-ca", certValidity)
+	return err
+}
+
+// webhookIdentity is who the webhooks talk to the apiservers as: the
+// service account of the manifests' RBAC (a client certificate for that
+// name), or admin when no RBAC was applied.
+func (c *Cluster) webhookIdentity() (*Identity, error) {
+	if c.RBAC == nil {
+		return c.Admin, nil
+	}
+	cert, err := c.PKI.ClientCert(c.RBAC.UserName(), c.RBAC.Groups()...)
+	if err != nil {
+		return nil, err
+	}
+	return &Identity{User: c.RBAC.UserName(), Groups: c.RBAC.Groups(), Cert: cert}, nil
 }
 
 // Processes are all processes of the cluster, in start order.

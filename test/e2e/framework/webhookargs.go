@@ -18,11 +18,8 @@ func (c *Cluster) StartWebhookWithArgs(ctx context.Context, server string, args 
 	if server == "" {
 		server = c.APIServers[0].URL
 	}
-	var err error
-	if c.WebhookCA == nil {
-		if c.WebhookCA, err = certs.NewCA("clusterip-policy-e2e-webhook-ca", certValidity); err != nil {
-			return nil, err
-		}
+	if err := c.ensureWebhookCA(); err != nil {
+		return nil, err
 	}
 	if c.PolicyFile == "" {
 		if c.PolicyFile = c.opts.PolicyFile; c.PolicyFile == "" {
@@ -32,13 +29,9 @@ func (c *Cluster) StartWebhookWithArgs(ctx context.Context, server string, args 
 			}
 		}
 	}
-	id := c.Admin
-	if c.RBAC != nil {
-		cert, err := c.PKI.ClientCert(c.RBAC.UserName(), c.RBAC.Groups()...)
-		if err != nil {
-			return nil, err
-		}
-		id = &Identity{User: c.RBAC.UserName(), Groups: c.RBAC.Groups(), Cert: cert}
+	id, err := c.webhookIdentity()
+	if err != nil {
+		return nil, err
 	}
 	name := fmt.Sprintf("webhook-%d", len(c.Webhooks)+1)
 	kubeconfig := filepath.Join(c.Dir, name+".kubeconfig")
