@@ -207,8 +207,8 @@ func TestChartSelfSignedCertificateVerifies(t *testing.T) {
 			bundles = append(bundles, w.ClientConfig.CABundle)
 		}
 	}
-	if len(bundles) != 3 {
-		t.Fatalf("%d webhooks, want 3", len(bundles))
+	if len(bundles) != 4 {
+		t.Fatalf("%d webhooks, want 4", len(bundles))
 	}
 	for i, b := range bundles {
 		if !bytes.Equal(b, s.Data["ca.crt"]) {
@@ -322,7 +322,7 @@ func TestChartValues(t *testing.T) {
 		if w.failurePolicy == nil || *w.failurePolicy != "Ignore" {
 			t.Errorf("%s: failurePolicy %v, want Ignore", w.where, w.failurePolicy)
 		}
-		if w.name == serviceCIDRWebhook {
+		if clusterScoped(w) {
 			continue
 		}
 		want := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{

@@ -31,14 +31,21 @@ func TestManifestFiltersOperationsAsGoDoes(t *testing.T) {
 		}
 	}
 	whs := loadBase(t).webhooks()
-	if len(whs) != 3 {
-		t.Fatalf("want a mutating and a validating webhook for Services and a validating one for ServiceCIDRs, got %d", len(whs))
+	if len(whs) != 4 {
+		t.Fatalf("want a mutating and a validating webhook for Services and a validating one each for ServiceCIDRs and the policy object, got %d", len(whs))
 	}
 	for _, w := range whs {
 		condition := "allocating-requests-only"
-		if w.name == serviceCIDRWebhook {
+		switch w.name {
+		case serviceCIDRWebhook:
 			// Go's side: policy.ReviewServiceCIDR skips an UPDATE that keeps spec.cidrs.
 			condition = "range-changes-only"
+		case policyObjectWebhook:
+			// An UPDATE that keeps the spec gives the loader nothing new.
+			condition = "spec-changes-only"
+			for _, p := range policyObjectSpecChangesOnly(w) {
+				t.Error(p)
+			}
 		}
 		for _, r := range w.rules {
 			var ops []string

@@ -148,10 +148,14 @@ func webhookFailurePolicy(o *objects) []string {
 }
 
 func webhookRules(o *objects) []string {
-	p := hasServiceCIDRWebhook(o)
+	p := append(hasServiceCIDRWebhook(o), hasPolicyObjectWebhook(o)...)
 	for _, w := range o.webhooks() {
 		if w.name == serviceCIDRWebhook {
 			p = append(p, serviceCIDRRules(w)...)
+			continue
+		}
+		if w.name == policyObjectWebhook {
+			p = append(p, policyObjectRules(w)...)
 			continue
 		}
 		if len(w.rules) == 0 {
@@ -179,8 +183,8 @@ func webhookRules(o *objects) []string {
 func webhookNamespaces(o *objects) []string {
 	var p []string
 	for _, w := range o.webhooks() {
-		if w.name == serviceCIDRWebhook {
-			continue // cluster-scoped objects: a namespaceSelector never applies (serviceCIDRRules holds scope Cluster)
+		if clusterScoped(w) {
+			continue // cluster-scoped objects: a namespaceSelector never applies (serviceCIDRRules and policyObjectRules hold scope Cluster)
 		}
 		sel := w.namespaceSelector
 		if sel == nil {
@@ -214,6 +218,9 @@ func webhookDefaultKubernetes(o *objects) []string {
 		if w.name == serviceCIDRWebhook {
 			p = append(p, serviceCIDRDefaultExempt(w)...)
 			continue
+		}
+		if w.name == policyObjectWebhook {
+			continue // no Service, no ServiceCIDR: nothing the apiserver writes itself
 		}
 		exempt := false
 		for _, mc := range w.matchConditions {
@@ -269,6 +276,8 @@ func webhookClientConfig(o *objects) []string {
 			want = MutatePath
 		case w.name == serviceCIDRWebhook:
 			want = ValidateServiceCIDRPath
+		case w.name == policyObjectWebhook:
+			want = ValidatePolicyObjectPath
 		}
 		if ref.Path == nil || *ref.Path != want {
 			p = append(p, problemf("%s calls path %v, want %s", w.where, ptrString(ref.Path), want))
@@ -780,6 +789,7 @@ var safetyChecks = []struct {
 	{"speaks only admission.k8s.io/v1", webhookReviewVersions},
 	{"chooses a failurePolicy for every webhook", webhookFailurePolicy},
 	{"matches only creates and updates of Services", webhookRules},
+	{"checks the policy object fail-open, cluster-wide", policyObjectFailOpen},
 	{"keeps the webhook's own namespace out and kube-system in", webhookNamespaces},
 	{"exempts default/kubernetes from every webhook, for the apiserver's own writes only", webhookDefaultKubernetes},
 	{"calls the mutating webhook on ExternalName Services only when they leave ExternalName", mutateExternalNameOnlyWhenLeavingIt},
@@ -828,6 +838,10 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 		i := slices.IndexFunc(o.Validating[0].Webhooks, func(w admv1.ValidatingWebhook) bool { return w.Name == serviceCIDRWebhook })
 		return &o.Validating[0].Webhooks[i]
 	}
+	pwh := func(o *objects) *admv1.ValidatingWebhook {
+		i := slices.IndexFunc(o.Validating[0].Webhooks, func(w admv1.ValidatingWebhook) bool { return w.Name == policyObjectWebhook })
+		return &o.Validating[0].Webhooks[i]
+	}
 	setArg := func(c *corev1.Container, name, value string) {
 		for i, a := range c.Args {
 			if strings.HasPrefix(a, "--"+name+"=") {
@@ -871,6 +885,22 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { mwh(o).Rules[0].Resources = []string{"services", "pods"} }, "resources"},
 		{"rejects a webhook that matches deletes", webhookRules,
 			func(o *objects) { vwh(o).Rules[0].Operations = append(vwh(o).Rules[0].Operations, admv1.Delete) }, "DELETE"},
+		{"rejects configurations without the policy-object webhook", webhookRules,
+			func(o *objects) {
+				o.Validating[0].Webhooks = slices.DeleteFunc(o.Validating[0].Webhooks, func(w admv1.ValidatingWebhook) bool { return w.Name == policyObjectWebhook })
+			}, "no webhook " + policyObjectWebhook},
+		{"rejects a policy-object webhook that also matches the status subresource", webhookRules,
+			func(o *objects) {
+				pwh(o).Rules[0].Resources = []string{"clusteripolicies", "clusteripolicies/status"}
+			}, "must match exactly CREATE and UPDATE of clusterip-policy.io/v1alpha1 clusteripolicies"},
+		{"rejects a policy-object webhook that matches deletes", webhookRules,
+			func(o *objects) { pwh(o).Rules[0].Operations = append(pwh(o).Rules[0].Operations, admv1.Delete) }, "must match exactly"},
+		{"rejects a policy-object webhook that fails closed", policyObjectFailOpen,
+			func(o *objects) { pwh(o).FailurePolicy = ptr(admv1.Fail) }, "failurePolicy must be Ignore"},
+		{"rejects a policy-object webhook with a namespaceSelector", policyObjectFailOpen,
+			func(o *objects) { pwh(o).NamespaceSelector = &metav1.LabelSelector{} }, "namespaceSelector"},
+		{"rejects a policy-object webhook on the Service path", webhookClientConfig,
+			func(o *objects) { pwh(o).ClientConfig.Service.Path = ptr(ValidatePath) }, "want " + ValidatePolicyObjectPath},
 		{"rejects a webhook that covers its own namespace", webhookNamespaces,
 			func(o *objects) { mwh(o).NamespaceSelector = nil }, "its own namespace"},
 		{"rejects a webhook that leaves kube-system out", webhookNamespaces,

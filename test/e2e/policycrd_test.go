@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
 )
+
+const policyObjectWebhook = "validate-clusteripolicies.clusterip-policy.io"
 
 // policyObject is a ClusterIPPolicy named default with the shared policy's
 // fields plus the given reservation lines.
@@ -136,45 +139,16 @@ func TestPolicyObject(t *testing.T) {
 
 	dupOwner := policyObject("  - ip: 10.96.0.77\n    service: " + ns + "/payments\n    note: added by an edit\n  - ip: 10.96.0.10\n    service: default/impostor\n")
 
-	t.Run("with the policy-object check registered, kubectl apply refuses a duplicate owner with the message naming both entries", func(t *testing.T) {
-		fail := admv1.Ignore
-		none := admv1.SideEffectClassNone
-		url := "https://" + c.Webhooks[0].Addr() + manifests.ValidatePolicyObjectPath
-		cfg := &admv1.ValidatingWebhookConfiguration{
-			ObjectMeta: metav1.ObjectMeta{Name: "e2e-clusteripolicy-check"},
-			Webhooks: []admv1.ValidatingWebhook{{
-				Name:                    "validate-clusteripolicies.clusterip-policy.io",
-				AdmissionReviewVersions: []string{"v1"},
-				SideEffects:             &none,
-				FailurePolicy:           &fail,
-				ClientConfig:            admv1.WebhookClientConfig{URL: &url, CABundle: c.WebhookCA.CertPEM},
-				Rules: []admv1.RuleWithOperations{{
-					Operations: []admv1.OperationType{admv1.Create, admv1.Update},
-					Rule:       admv1.Rule{APIGroups: []string{"clusterip-policy.io"}, APIVersions: []string{"v1alpha1"}, Resources: []string{"clusteripolicies"}},
-				}},
-			}},
+	t.Run("through the manifests' registration, kubectl apply refuses a duplicate owner with the message naming both entries", func(t *testing.T) {
+		// RegisterWebhooks applied manifests/base/webhook-configurations.yaml
+		// with only clientConfig replaced: the policy-object check is one of
+		// its webhooks.
+		i := slices.IndexFunc(c.Configs.Validating.Webhooks, func(w admv1.ValidatingWebhook) bool { return w.Name == policyObjectWebhook })
+		if i < 0 {
+			t.Fatalf("%s registers no webhook %s", c.Configs.Source, policyObjectWebhook)
 		}
-		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, cfg.Name, metav1.DeleteOptions{}); err != nil {
-				t.Error(err)
-			}
-		}()
-		// The apiserver picks the configuration up asynchronously: wait
-		// with server-side dry runs (which call the webhook too) until it
-		// does, then apply for real.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			out, err := kubectl(t, dupOwner, "apply", "--dry-run=server", "-f", "-")
-			if err != nil && strings.Contains(out, "denied the request") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("kubectl apply --dry-run=server 10s after the check was registered: %v\n%s", err, out)
-			}
-			time.Sleep(100 * time.Millisecond)
+		if w := c.Configs.Validating.Webhooks[i]; w.FailurePolicy == nil || *w.FailurePolicy != admv1.Ignore || !strings.HasSuffix(*w.ClientConfig.URL, manifests.ValidatePolicyObjectPath) {
+			t.Fatalf("%s: %s is not the fail-open check on %s: %+v", c.Configs.Source, policyObjectWebhook, manifests.ValidatePolicyObjectPath, w)
 		}
 		out, err := kubectl(t, dupOwner, "apply", "-f", "-")
 		if err == nil {
@@ -187,6 +161,65 @@ func TestPolicyObject(t *testing.T) {
 			}
 		}
 		waitStatus(t, "True 2 2 generation 2 is in force")
+	})
+
+	t.Run("status writes and updates that keep the spec are not sent to the check", func(t *testing.T) {
+		calls := func() float64 {
+			return metricValue(t, c.Webhooks[0], `controller_runtime_webhook_requests_total{code="200",webhook="`+manifests.ValidatePolicyObjectPath+`"}`)
+		}
+		before := calls()
+		// A forged status (the webhook writes it back: a second status
+		// write), a label and an annotation: none changes the spec.
+		if out, err := kubectl(t, "", "patch", "clusteripolicy", "default", "--subresource=status", "--type=merge", "-p",
+			`{"status":{"generationInForce":98}}`); err != nil {
+			t.Fatalf("patch the status: %v\n%s", err, out)
+		}
+		waitStatus(t, "True 2 2 generation 2 is in force")
+		for _, args := range [][]string{{"label", "clusteripolicy", "default", "e2e=label-only"}, {"annotate", "clusteripolicy", "default", "e2e=annotation-only"}} {
+			if out, err := kubectl(t, "", args...); err != nil {
+				t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+		if n := calls() - before; n != 0 {
+			t.Errorf("%v reviews reached %s for status, label and annotation updates, want 0", n, manifests.ValidatePolicyObjectPath)
+		}
+		// The counter does count: a spec change (server-side dry run) is sent.
+		if out, err := kubectl(t, policyObject("  - ip: 10.96.0.77\n    service: "+ns+"/payments\n    note: reworded\n"), "apply", "--dry-run=server", "-f", "-"); err != nil {
+			t.Fatalf("dry-run apply of a spec change: %v\n%s", err, out)
+		}
+		if n := calls() - before; n != 1 {
+			t.Errorf("a spec change sent %v reviews to %s, want 1", n, manifests.ValidatePolicyObjectPath)
+		}
+	})
+
+	t.Run("with the check unreachable, failurePolicy Ignore lets the policy be edited (the webhook's loader still refuses a bad one)", func(t *testing.T) {
+		// The webhook keeps running (it writes the status); only the
+		// apiserver's way to the check is cut, as when no replica is ready.
+		// It stays cut for the rest of this test, which needs bad edits
+		// accepted.
+		cfg, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, c.Configs.Validating.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(cfg.Webhooks, func(w admv1.ValidatingWebhook) bool { return w.Name == policyObjectWebhook })
+		dead := "https://127.0.0.1:1" + manifests.ValidatePolicyObjectPath
+		cfg.Webhooks[i].ClientConfig.URL = &dead
+		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The apiserver picks the change up asynchronously.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, err := kubectl(t, dupOwner, "apply", "--dry-run=server", "-f", "-")
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kubectl apply --dry-run=server still refused 10s after the check was cut off: %v\n%s", err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	})
 
 	t.Run("without the check (as while the webhook is down: failurePolicy Ignore), a duplicate owner is accepted, refused by the webhook, the last good generation stays in force and kubectl get says so", func(t *testing.T) {
