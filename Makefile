@@ -18,7 +18,7 @@ build: ## build bin/webhook with version information
 
 review: build ## review the shipped example Services against the example policy, offline
 	@# exit 1 means "some Service is denied", which the examples show on purpose
-	$(BIN_DIR)/webhook review --policy examples/policy.yaml -o text examples/services/; test $$? -le 1
+	$(BIN_DIR)/webhook review --policy examples/clusteripolicy.yaml -o text examples/services/; test $$? -le 1
 
 test: vet fmt-check unit e2e chaos ## everything CI runs: vet, gofmt, unit tests, end-to-end tests, fault scenarios
 

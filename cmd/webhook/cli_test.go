@@ -195,3 +195,55 @@ func TestReviewOfThePolicyObjectExample(t *testing.T) {
 		t.Fatalf("the object (exit %d, stderr %s):\n%s\nthe file (exit %d):\n%s", code2, stderr, fromObject, code, fromFile)
 	}
 }
+
+// The old file apiVersion keeps working in review, with a note on stderr
+// that names the object's apiVersion and how to convert; the object gets
+// no note, and stdout (the public review output) is the same for both.
+func TestReviewNotesTheOldFileFormat(t *testing.T) {
+	code, fromFile, stderr := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
+	if code != exitDenied {
+		t.Fatalf("exit %d with the policy file, want 1 (some example Services are denied); stderr %s", code, stderr)
+	}
+	for _, part := range []string{
+		`review: note: "../../examples/policy.yaml" is a policy file (apiVersion clusterip-policy/v1alpha1), read as before`,
+		"ClusterIPPolicy object (apiVersion clusterip-policy.io/v1alpha1, named default)",
+		"To convert: drop apiVersion and kind, indent the rest under spec:",
+		"Migrating from the ConfigMap",
+	} {
+		if !strings.Contains(stderr, part) {
+			t.Errorf("stderr lacks %q:\n%s", part, stderr)
+		}
+	}
+	if n := strings.Count(stderr, "\n"); n != 1 {
+		t.Errorf("the note takes %d lines, want 1:\n%s", n, stderr)
+	}
+	code2, fromObject, stderr2 := runCLI("", "review", "--policy", "../../examples/clusteripolicy.yaml", "-o", "json", "../../examples/services/")
+	if code2 != code || fromObject != fromFile {
+		t.Errorf("the object reviews differently (exit %d):\n%s\nthe file (exit %d):\n%s", code2, fromObject, code, fromFile)
+	}
+	if stderr2 != "" {
+		t.Errorf("the object manifest got a note: %s", stderr2)
+	}
+	// A file that does not load gets its error, not the note.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations: [{ip: 10.96.0.300, service: a/b}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI("", "review", "--policy", bad, "../../examples/services/")
+	if code != exitBadData || strings.Contains(stderr, "note:") || !strings.Contains(stderr, "10.96.0.300") {
+		t.Errorf("a bad policy file: exit %d, stderr %s; want exit 2 with the error and no note", code, stderr)
+	}
+	// The note stays one bounded line whatever the path.
+	long := filepath.Join(t.TempDir(), strings.Repeat("p", 200)+".yaml")
+	data, err := os.ReadFile("../../examples/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(long, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, stderr = runCLI("", "review", "--policy", long, "../../examples/services/")
+	if !strings.Contains(stderr, "more bytes") || len(stderr) > 1024 {
+		t.Errorf("a long path: note of %d bytes, want it clipped:\n%s", len(stderr), stderr)
+	}
+}

@@ -114,9 +114,12 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	}
 	pol := policy.Default()
 	if o.policyPath != "" {
-		p, err := policy.LoadFileOrObject(o.policyPath)
+		p, note, err := policy.LoadForTools(o.policyPath)
 		if err != nil {
 			return fail(exitBadData, "%v", err)
+		}
+		if note != "" {
+			fmt.Fprintln(stderr, "audit: "+note)
 		}
 		pol = p
 	}

@@ -84,9 +84,12 @@ cannot be read.
 	}
 	pol := policy.Default()
 	if o.policyPath != "" {
-		p, err := policy.LoadFileOrObject(o.policyPath)
+		p, note, err := policy.LoadForTools(o.policyPath)
 		if err != nil {
 			return fail("%v", err)
+		}
+		if note != "" {
+			fmt.Fprintln(stderr, "review: "+note)
 		}
 		pol = p
 	}
