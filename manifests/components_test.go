@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,15 +17,18 @@ import (
 
 const clientCASecret = "clusterip-policy-client-ca"
 
-// component is the part of a kustomize Component these tests read: JSON
-// patches (RFC 6902) written inline.
+// component is the part of a kustomize Component these tests read: its
+// resources, JSON patches (RFC 6902) written inline, and a `$patch: delete`
+// of the ClusterIPPolicy (manifests/components/policy-file).
 type component struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
 	Patches    []struct {
 		Target struct {
-			Kind string `json:"kind"`
-			Name string `json:"name"`
+			Group string `json:"group"`
+			Kind  string `json:"kind"`
+			Name  string `json:"name"`
 		} `json:"target"`
 		Patch string `json:"patch"`
 	} `json:"patches"`
@@ -46,7 +50,26 @@ func withComponent(t *testing.T, dir string) *objects {
 		t.Fatalf("%s is a %s %s, want a kustomize.config.k8s.io/v1alpha1 Component", dir, c.APIVersion, c.Kind)
 	}
 	o := loadBase(t)
+	for _, res := range c.Resources {
+		data, err := os.ReadFile(filepath.Join(dir, res))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, err := SplitYAML(data)
+		if err != nil {
+			t.Fatalf("%s/%s: %v", dir, res, err)
+		}
+		for _, doc := range docs {
+			if err := o.decode(doc); err != nil {
+				t.Fatalf("%s/%s: %v", dir, res, err)
+			}
+		}
+	}
 	for _, p := range c.Patches {
+		if p.Target.Kind == "ClusterIPPolicy" && strings.Contains(p.Patch, "$patch: delete") {
+			o.Policies = slices.DeleteFunc(o.Policies, func(po *policyObject) bool { return po.Name == p.Target.Name })
+			continue
+		}
 		if p.Target.Kind != "Deployment" || p.Target.Name != deploymentName {
 			t.Fatalf("%s patches %s %s; these tests know only the Deployment", dir, p.Target.Kind, p.Target.Name)
 		}

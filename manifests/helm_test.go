@@ -105,6 +105,7 @@ var chartValueSets = []struct {
 }{
 	{"default values (self-signed, generated certificate)", nil},
 	{"cert-manager", []string{"--set", "certificate.source=certManager"}},
+	{"the policy from the ConfigMap", []string{"--set", "policySource=file"}},
 }
 
 func TestChartIsSafe(t *testing.T) {
@@ -183,8 +184,11 @@ func TestChartWebhooksMatchTheBase(t *testing.T) {
 	if !reflect.DeepEqual(chart.ClusterRoles[0].Rules, base.ClusterRoles[0].Rules) || !reflect.DeepEqual(chart.Roles[0].Rules, base.Roles[0].Rules) {
 		t.Error("the chart's RBAC rules differ from manifests/base")
 	}
-	if chart.ConfigMaps[0].Data[policyKey] != base.ConfigMaps[0].Data[policyKey] {
-		t.Errorf("the chart's default policy differs from manifests/base (examples/policy.yaml):\n%s", chart.ConfigMaps[0].Data[policyKey])
+	if len(chart.Policies) != 1 || len(base.Policies) != 1 || !sameJSON(chart.Policies[0].Spec, base.Policies[0].Spec) {
+		t.Errorf("the chart's default policy object differs from manifests/base/clusteripolicy.yaml")
+	}
+	if len(chart.ConfigMaps) != 0 {
+		t.Errorf("with policySource crd the chart renders %d ConfigMaps; nothing would read them", len(chart.ConfigMaps))
 	}
 }
 
@@ -285,6 +289,11 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "certificate.source=vault"}, "at '/certificate/source': value must be one of 'selfSigned', 'certManager'"},
 		{[]string{"--set", "certificate.source=vault", "--skip-schema-validation"}, `certificate.source: "vault" is neither selfSigned nor certManager`},
 		{[]string{"--set", "certificate.selfSigned.caCert=x"}, "give all three of caCert, tlsCert and tlsKey"},
+		{[]string{"--set", "policySource=configmap"}, "at '/policySource': value must be one of 'crd', 'file'"},
+		{[]string{"--set", "policySource=configmap", "--skip-schema-validation"}, `policySource: "configmap" is neither crd`},
+		{[]string{"--set", "policy=apiVersion: v1"}, `policy: apiVersion "v1" is neither the ClusterIPPolicy object's clusterip-policy.io/v1alpha1 nor the policy file's clusterip-policy/v1alpha1`},
+		{[]string{"--set-string", "policy=- a list"}, "policy: not a YAML mapping"},
+		{[]string{"--set", "policy=apiVersion: clusterip-policy.io/v1alpha1\nmetadata: {name: extra}"}, `policy: metadata.name "extra": the webhook reads exactly one ClusterIPPolicy, named default`},
 		// --namespace is given once more; the last one counts.
 		{[]string{"--namespace", "default"}, `release namespace "default": the webhook's own namespace is excluded`},
 		{[]string{"--namespace", "kube-system"}, `release namespace "kube-system"`},

@@ -48,6 +48,7 @@ type objects struct {
 	Mutating            []*admv1.MutatingWebhookConfiguration
 	Validating          []*admv1.ValidatingWebhookConfiguration
 	CRDs                []*apiextensionsv1.CustomResourceDefinition
+	Policies            []*policyObject // ClusterIPPolicy (policysource_test.go)
 }
 
 func add[T any](list *[]*T, doc []byte) error {
@@ -91,6 +92,8 @@ func (o *objects) decode(doc []byte) error {
 		return add(&o.Validating, doc)
 	case "apiextensions.k8s.io/v1 CustomResourceDefinition":
 		return add(&o.CRDs, doc)
+	case "clusterip-policy.io/v1alpha1 ClusterIPPolicy":
+		return add(&o.Policies, doc)
 	}
 	return fmt.Errorf("%s %s: the safety tests do not know this kind; teach manifests_test.go about it", tm.APIVersion, tm.Kind)
 }
@@ -281,21 +284,33 @@ func selects(sel *metav1.LabelSelector, set map[string]string) bool {
 
 func problemf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
-// The base ConfigMap ships the example policy: `make review` and the
-// deployed webhook must not drift apart.
+// The base ships the example policy object and the policy-file component
+// the example policy file: `make review` and the deployed webhook must not
+// drift apart.
 func TestTheShippedPolicyIsTheExamplePolicy(t *testing.T) {
 	o := loadBase(t)
-	example, err := os.ReadFile(filepath.Join("..", "examples", "policy.yaml"))
+	data, err := os.ReadFile(filepath.Join("..", "examples", "clusteripolicy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cm := range o.ConfigMaps {
+	var example policyObject
+	if err := yaml.UnmarshalStrict(data, &example); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Policies) != 1 || !sameJSON(o.Policies[0].Spec, example.Spec) {
+		t.Errorf("the base's ClusterIPPolicy differs from examples/clusteripolicy.yaml; copy the example's spec into manifests/base/clusteripolicy.yaml")
+	}
+	example2, err := os.ReadFile(filepath.Join("..", "examples", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range withComponent(t, policyFileComponent).ConfigMaps {
 		if cm.Name == policyConfigMap {
-			if got := cm.Data["policy.yaml"]; got != string(example) {
-				t.Fatalf("ConfigMap %s differs from examples/policy.yaml; copy the example into manifests/base/configmap.yaml", cm.Name)
+			if got := cm.Data["policy.yaml"]; got != string(example2) {
+				t.Fatalf("ConfigMap %s differs from examples/policy.yaml; copy the example into %s/configmap.yaml", cm.Name, policyFileComponent)
 			}
 			return
 		}
 	}
-	t.Fatalf("no ConfigMap %s in the base", policyConfigMap)
+	t.Fatalf("no ConfigMap %s in %s", policyConfigMap, policyFileComponent)
 }

@@ -575,6 +575,9 @@ func policyMount(o *objects) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
+	if policyFromObject(c) {
+		return policyObjectSource(o, c)
+	}
 	v, mounts := mountsOf(d, c, func(v corev1.Volume) bool { return v.ConfigMap != nil && v.ConfigMap.Name == policyConfigMap })
 	if v == nil || len(mounts) == 0 {
 		return []string{"the webhook container does not mount ConfigMap " + policyConfigMap}
@@ -599,6 +602,9 @@ func policyMount(o *objects) []string {
 }
 
 func policyParses(o *objects) []string {
+	if _, c, err := o.webhookContainer(); err == nil && policyFromObject(c) {
+		return nil // policyMount loads the object (policyObjectSource)
+	}
 	for _, cm := range o.ConfigMaps {
 		if cm.Namespace == ownNamespace && cm.Name == policyConfigMap {
 			data, ok := cm.Data[policyKey]
@@ -754,6 +760,9 @@ func (o *objects) metas() []metav1.ObjectMeta {
 	for _, x := range o.RoleBindings {
 		out = append(out, x.ObjectMeta)
 	}
+	for _, x := range o.Policies {
+		out = append(out, x.ObjectMeta)
+	}
 	return out
 }
 
@@ -804,7 +813,7 @@ var safetyChecks = []struct {
 	{"drops every capability", dropAllCapabilities},
 	{"runs every container under the RuntimeDefault seccomp profile", seccompRuntimeDefault},
 	{"probes /readyz and /healthz on the health port", probes},
-	{"mounts the policy ConfigMap as a directory, not with subPath", policyMount},
+	{"mounts the policy ConfigMap as a directory, not with subPath, or reads the one ClusterIPPolicy, which loads", policyMount},
 	{"ships a policy that loads", policyParses},
 	{"mounts the serving certificate where --cert-dir points", certMount},
 	{"gives the shutdown delay and in-flight reviews time before SIGKILL", gracefulShutdown},
@@ -1040,20 +1049,6 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { ctr(o).LivenessProbe.HTTPGet.Port = intstr.FromString("metrics") }, "not the health port"},
 		{"rejects a container without a liveness probe", probes,
 			func(o *objects) { ctr(o).LivenessProbe = nil }, "no HTTP livenessProbe"},
-		{"rejects the policy ConfigMap mounted with subPath", policyMount,
-			func(o *objects) {
-				for i := range ctr(o).VolumeMounts {
-					if ctr(o).VolumeMounts[i].Name == "policy" {
-						ctr(o).VolumeMounts[i].SubPath = policyKey
-					}
-				}
-			}, "subPath"},
-		{"rejects a --policy outside the ConfigMap mount", policyMount,
-			func(o *objects) { setArg(ctr(o), "policy", "/policy.yaml") }, "not policy.yaml"},
-		{"rejects a policy that does not load", policyParses,
-			func(o *objects) {
-				o.ConfigMaps[0].Data[policyKey] = "apiVersion: clusterip-policy/v1alpha1\nkind: Nope\n"
-			}, "does not load"},
 		{"rejects a --cert-dir where the Secret is not mounted", certMount,
 			func(o *objects) { setArg(ctr(o), "cert-dir", "/certs") }, "--cert-dir"},
 		{"rejects a grace period shorter than the shutdown delay and a review", gracefulShutdown,

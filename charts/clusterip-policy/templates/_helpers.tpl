@@ -33,3 +33,56 @@ apiserver may use for the webhook Service (certs.ServiceDNSNames).
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Where the pods take the policy from: crd (the ClusterIPPolicy object default,
+the base's choice) or file (the ConfigMap, manifests/components/policy-file).
+*/}}
+{{- define "clusterip-policy.policySource" -}}
+{{- $src := .Values.policySource | default "crd" -}}
+{{- if not (has $src (list "crd" "file")) -}}
+{{- fail (printf "policySource: %q is neither crd (the ClusterIPPolicy object) nor file (the ConfigMap)" $src) -}}
+{{- end -}}
+{{- $src -}}
+{{- end -}}
+
+{{/*
+The policy value, in either format `webhook review --policy` reads (the
+object manifest, apiVersion clusterip-policy.io/v1alpha1, or the file,
+apiVersion clusterip-policy/v1alpha1), as a dict: apiVersion (which of the
+two), spec (the fields). Anything else is refused here with the value named;
+the webhook's loader checks the fields themselves.
+*/}}
+{{- define "clusterip-policy.policyParsed" -}}
+{{- $p := .Values.policy | fromYaml -}}
+{{- if hasKey $p "Error" -}}
+{{- fail (printf "policy: not a YAML mapping (%s); give the ClusterIPPolicy object or the policy file, as `webhook review --policy` reads it" $p.Error) -}}
+{{- end -}}
+{{- $v := toString (get $p "apiVersion") -}}
+{{- if eq $v "clusterip-policy.io/v1alpha1" -}}
+{{- $name := toString (dig "metadata" "name" "" $p) -}}
+{{- if ne $name "default" -}}
+{{- fail (printf "policy: metadata.name %q: the webhook reads exactly one ClusterIPPolicy, named default" $name) -}}
+{{- end -}}
+{{- dict "apiVersion" $v "spec" (get $p "spec" | default dict) | toJson -}}
+{{- else if eq $v "clusterip-policy/v1alpha1" -}}
+{{- dict "apiVersion" $v "spec" (omit $p "apiVersion" "kind") | toJson -}}
+{{- else -}}
+{{- fail (printf "policy: apiVersion %q is neither the ClusterIPPolicy object's clusterip-policy.io/v1alpha1 nor the policy file's clusterip-policy/v1alpha1" $v) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The policy as a file, for the ConfigMap: a file value verbatim (comments
+kept), an object's spec under the file's apiVersion and kind.
+*/}}
+{{- define "clusterip-policy.policyFile" -}}
+{{- $p := include "clusterip-policy.policyParsed" . | fromJson -}}
+{{- if eq $p.apiVersion "clusterip-policy/v1alpha1" -}}
+{{- .Values.policy -}}
+{{- else -}}
+apiVersion: clusterip-policy/v1alpha1
+kind: ClusterIPPolicy
+{{ toYaml $p.spec }}
+{{- end -}}
+{{- end -}}
