@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -132,16 +134,23 @@ func TestDeploymentManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	overlay, objs := selfSignedOverlay(t, root)
-	var policy string
+	// The base's Deployment reads the ClusterIPPolicy object; so does the
+	// local webhook standing in for it.
+	var deployArgs []string
+	hasPolicyObject := false
 	for _, o := range objs {
-		if o.GetKind() == "ConfigMap" && o.GetName() == "clusterip-policy" {
-			policy, _, _ = unstructured.NestedString(o.Object, "data", "policy.yaml")
+		if o.GetKind() == "Deployment" && o.GetName() == "clusterip-policy-webhook" {
+			ctrs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			if len(ctrs) > 0 {
+				deployArgs, _, _ = unstructured.NestedStringSlice(ctrs[0].(map[string]any), "args")
+			}
 		}
+		hasPolicyObject = hasPolicyObject || (o.GetKind() == "ClusterIPPolicy" && o.GetName() == "default")
 	}
-	if policy == "" {
-		t.Fatal("the rendered overlay has no ConfigMap clusterip-policy with a policy.yaml")
+	if !slices.Contains(deployArgs, "--policy-source=crd") || !hasPolicyObject {
+		t.Fatalf("the rendered overlay runs %v with a ClusterIPPolicy default: %v; want --policy-source=crd and the object", deployArgs, hasPolicyObject)
 	}
-	c := own(t, framework.Options{Policy: policy, NoRBAC: true, NoRegister: true})
+	c := own(t, framework.Options{WebhookArgs: []string{"--policy-source=crd"}, NoRBAC: true, NoRegister: true})
 	cs := c.Client(0)
 	ctx := testContext(t, 3*60e9)
 
@@ -183,16 +192,42 @@ func TestDeploymentManifests(t *testing.T) {
 		}
 	})
 
+	// docs/deploying.md applies the CRD first: kubectl maps each object's
+	// kind with the discovery it read before applying, so in one apply the
+	// ClusterIPPolicy of a CRD created by that same apply is refused (the
+	// rest is applied, and pods reading the object stay not ready until a
+	// second apply creates it).
+	t.Run("in one step, before its CRD is established, only the ClusterIPPolicy is refused", func(t *testing.T) {
+		out, errOut, err := c.Kubectl(ctx, "", "apply", "--server-side", "-k", overlay)
+		t.Logf("kubectl apply (one step, no CRD yet): %v\n%s%s", err, out, errOut)
+		if err == nil {
+			return // a kubectl that waits for the CRD: nothing to warn about
+		}
+		if !strings.Contains(errOut, "ClusterIPPolicy") || !strings.Contains(out, "customresourcedefinition.apiextensions.k8s.io/clusteripolicies.clusterip-policy.io serverside-applied") {
+			t.Errorf("the one-step apply failed otherwise than on the ClusterIPPolicy alone")
+		}
+	})
+
 	var applied time.Time
-	t.Run("kubectl apply --server-side -k manifests/overlays/self-signed accepts every object", func(t *testing.T) {
-		out, _, err := c.Kubectl(ctx, "", "apply", "--server-side", "-k", overlay)
+	t.Run("kubectl apply --server-side of the CRD, then -k manifests/overlays/self-signed accepts every object", func(t *testing.T) {
+		if out, errOut, err := c.Kubectl(ctx, "", "apply", "--server-side", "-f", filepath.Join(overlay, "..", "..", "base", "crd.yaml")); err != nil {
+			t.Fatalf("%v\n%s%s", err, out, errOut)
+		}
+		if out, errOut, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "crd/clusteripolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
+			t.Fatalf("%v\n%s%s", err, out, errOut)
+		}
+		out, errOut, err := c.Kubectl(ctx, "", "apply", "--server-side", "-k", overlay)
 		applied = time.Now()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v\n%s", err, errOut)
 		}
 		t.Logf("kubectl apply:\n%s", out)
 		for _, o := range objs {
-			res, _, err := c.Kubectl(ctx, "", "get", o.GetKind()+"/"+o.GetName(), "-n", o.GetNamespace(), "-o", "name")
+			kind := o.GetKind()
+			if gv := o.GroupVersionKind(); gv.Group == "clusterip-policy.io" {
+				kind = "clusteripolicies.clusterip-policy.io" // a kind kubectl's discovery knows by its plural
+			}
+			res, _, err := c.Kubectl(ctx, "", "get", kind+"/"+o.GetName(), "-n", o.GetNamespace(), "-o", "name")
 			if err != nil {
 				t.Errorf("%s %s/%s not found after apply: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 				continue
@@ -286,6 +321,54 @@ func TestDeploymentManifests(t *testing.T) {
 			t.Errorf("a Service in the webhook's own namespace was refused: %v", err)
 		}
 		t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })
+	})
+
+	t.Run("the applied policy object is in force, and the applied policy-object check refuses a bad edit", func(t *testing.T) {
+		var status string
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			status, _, _ = c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.metadata.generation} {.status.generationInForce}`)
+			if status == "True 1 1" || time.Now().After(deadline) {
+				break
+			}
+		}
+		if status != "True 1 1" {
+			t.Fatalf("ClusterIPPolicy default: Ready, generation, in force = %q, want True 1 1", status)
+		}
+		v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(v.Webhooks, func(w admv1.ValidatingWebhook) bool { return w.Name == policyObjectWebhook })
+		if i < 0 {
+			t.Fatalf("the overlay registers no %s", policyObjectWebhook)
+		}
+		repoint(ctx, t, c, "validatingwebhookconfiguration", i, *v.Webhooks[i].ClientConfig.Service.Path)
+		bad := `apiVersion: clusterip-policy.io/v1alpha1
+kind: ClusterIPPolicy
+metadata:
+  name: default
+spec:
+  serviceCIDRs: [10.96.0.0/16]
+  reservations:
+  - {ip: 10.96.0.10, service: kube-system/kube-dns}
+  - {ip: 10.96.0.10, service: default/impostor}
+`
+		// The apiserver picks up the re-pointed configuration
+		// asynchronously: server-side dry runs (which call the check too)
+		// until it is refused, then the real apply.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if _, _, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--dry-run=server", "-f", "-"); err != nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		out, errOut, err := c.Kubectl(ctx, bad, "apply", "--server-side", "-f", "-")
+		if err == nil {
+			t.Fatalf("kubectl apply accepted a duplicate owner through the overlay's check:\n%s", out)
+		}
+		t.Logf("kubectl apply of a duplicate owner: %s", strings.TrimSpace(errOut))
+		if !strings.Contains(errOut, `admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
+			t.Errorf("the refusal does not name the check and both entries: %s", errOut)
+		}
 	})
 
 	t.Run("the webhook's service account may read ServiceCIDRs and IPAddresses and only what the holds and the periodic audit need beyond", func(t *testing.T) {
