@@ -40,7 +40,8 @@ enforcement:
 // The harness runs no pods, so, as TestDeploymentManifests does for the
 // kustomize base, a local webhook process stands in for the Deployment: it
 // runs as the chart's service account with the chart's RBAC, reads the
-// policy from the chart's ConfigMap, and the configurations are re-pointed
+// policy from the chart's ClusterIPPolicy object (policySource crd, the
+// chart's default, as the base's), and the configurations are re-pointed
 // from the Service to its address, clientConfig.service only.
 func TestHelmChart(t *testing.T) {
 	root, err := framework.RepoRoot()
@@ -51,8 +52,7 @@ func TestHelmChart(t *testing.T) {
 	if _, err := os.Stat(helm); err != nil {
 		t.Skipf("no helm at %s (run hack/build-tools.sh): %v", helm, err)
 	}
-	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
-	c := own(t, framework.Options{PolicyFile: policyFile, NoRBAC: true, NoRegister: true})
+	c := own(t, framework.Options{WebhookArgs: []string{"--policy-source=crd"}, NoRBAC: true, NoRegister: true})
 	cs := c.Client(0)
 	ctx := testContext(t, 3*60e9)
 
@@ -105,7 +105,8 @@ func TestHelmChart(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := 0
-		for _, want := range []string{"serviceaccount/clusterip-policy-webhook", "configmap/clusterip-policy", "secret/clusterip-policy-webhook-tls",
+		for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/clusteripolicies.clusterip-policy.io", "clusteripolicies.clusterip-policy.io/default",
+			"serviceaccount/clusterip-policy-webhook", "secret/clusterip-policy-webhook-tls",
 			"service/clusterip-policy-webhook", "deployment.apps/clusterip-policy-webhook", "poddisruptionbudget.policy/clusterip-policy-webhook",
 			"role.rbac.authorization.k8s.io/clusterip-policy-webhook-holds", "rolebinding.rbac.authorization.k8s.io/clusterip-policy-webhook-holds",
 			"clusterrole.rbac.authorization.k8s.io/clusterip-policy-webhook", "clusterrolebinding.rbac.authorization.k8s.io/clusterip-policy-webhook",
@@ -125,16 +126,14 @@ func TestHelmChart(t *testing.T) {
 		return
 	}
 
-	t.Run("the webhook with the chart's RBAC and the chart's ConfigMap gets ready", func(t *testing.T) {
-		policy, _, err := c.Kubectl(ctx, "", "get", "configmap", "clusterip-policy", "-n", "clusterip-policy", "-o", "jsonpath={.data.policy\\.yaml}")
+	t.Run("the webhook with the chart's RBAC and the chart's policy object gets ready", func(t *testing.T) {
+		// The policy file given with --set-file became the object's spec.
+		reservations, _, err := c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.spec.reservations[*].service}")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.TrimSpace(policy) != strings.TrimSpace(helmPolicy) {
-			t.Fatalf("the chart's ConfigMap holds\n%s\nwant the policy given with --set-file", policy)
-		}
-		if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
-			t.Fatal(err)
+		if reservations != "kube-system/helm-dns" {
+			t.Fatalf("the chart's ClusterIPPolicy reserves for %q, want kube-system/helm-dns from the policy given with --set-file", reservations)
 		}
 		// The identity of the chart's service account, whose RBAC the chart created.
 		if c.RBAC, err = framework.LoadRBAC(root); err != nil {
@@ -191,6 +190,28 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("a Service in the release namespace was refused: %v", err)
 		}
 		t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })
+
+		// The chart's policy-object check (re-pointed above with the rest)
+		// refuses a bad edit; the object in force shows Ready.
+		status, _, _ := c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.generationInForce}`)
+		if status != "True 1" {
+			t.Errorf("ClusterIPPolicy default: Ready and generation in force %q, want True 1", status)
+		}
+		bad := strings.Replace(helmPolicy, "enforcement:", "- ip: 10.96.0.53\n  service: default/impostor\nenforcement:", 1)
+		bad = "apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata:\n  name: default\nspec:\n" + indent(strings.SplitN(bad, "\n", 3)[2], "  ")
+		// The last re-pointing may reach the apiserver after the Service
+		// webhooks answered: server-side dry runs until the check refuses.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if _, _, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-"); err != nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		out, errOut, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--force-conflicts", "-f", "-")
+		if err == nil || !strings.Contains(errOut, `admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
+			t.Errorf("kubectl apply of a duplicate owner through the chart's check: %v\n%s%s", err, out, errOut)
+		} else {
+			t.Logf("kubectl apply of a duplicate owner: %s", strings.TrimSpace(errOut))
+		}
 	})
 
 	t.Run("helm uninstall removes the webhook configurations", func(t *testing.T) {
@@ -229,7 +250,7 @@ func TestHelmChart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			policy, _, err = c.Kubectl(ctx, "", "get", "configmap", "clusterip-policy", "-n", "clusterip-policy", "-o", "jsonpath={.data.policy\\.yaml}")
+			policy, _, err = c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.spec.reservations[*].ip}")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,8 +268,8 @@ func TestHelmChart(t *testing.T) {
 		if secret2 != secret1 || bundle2 != bundle1 {
 			t.Error("helm upgrade replaced the generated certificate or the caBundle")
 		}
-		if strings.TrimSpace(policy2) != strings.TrimSpace(helmPolicy) {
-			t.Errorf("helm upgrade did not change the policy: %q", policy2)
+		if policy2 != "10.96.0.53" {
+			t.Errorf("helm upgrade did not change the policy object: reservations %q, want 10.96.0.53", policy2)
 		}
 	})
 }
@@ -261,4 +282,15 @@ func repoint(ctx context.Context, t *testing.T, c *framework.Cluster, kind strin
 	if _, _, err := c.Kubectl(ctx, "", "patch", kind, "clusterip-policy", "--type=json", "-p", patch); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// indent prefixes every non-empty line of s.
+func indent(s, prefix string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "\n")
 }
