@@ -223,11 +223,9 @@ func TestDeploymentManifests(t *testing.T) {
 		}
 		t.Logf("kubectl apply:\n%s", out)
 		for _, o := range objs {
-			kind := o.GetKind()
-			if gv := o.GroupVersionKind(); gv.Group == "clusterip-policy.io" {
-				kind = "clusteripolicies.clusterip-policy.io" // a kind kubectl's discovery knows by its plural
-			}
-			res, _, err := c.Kubectl(ctx, "", "get", kind+"/"+o.GetName(), "-n", o.GetNamespace(), "-o", "name")
+			// By kind in lower case, as a user types it (clusterippolicy
+			// works through the CRD's short name).
+			res, _, err := c.Kubectl(ctx, "", "get", strings.ToLower(o.GetKind())+"/"+o.GetName(), "-n", o.GetNamespace(), "-o", "name")
 			if err != nil {
 				t.Errorf("%s %s/%s not found after apply: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 				continue

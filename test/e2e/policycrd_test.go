@@ -114,6 +114,12 @@ func TestPolicyObject(t *testing.T) {
 		if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[0] != "default" || f[1] != "True" || f[2] != "1" || f[3] != "1" || f[4] != "Loaded" {
 			t.Errorf("kubectl get columns %q, want default True 1 1 Loaded", f)
 		}
+		// Every spelling a user may type names the same object.
+		for _, name := range []string{"clusteripolicies", "clusteripolicy", "clusterippolicy", "clusteripolicies.clusterip-policy.io"} {
+			if got, err := kubectl(t, "", "get", name, "default", "-o", "name"); err != nil || strings.TrimSpace(got) != "clusterippolicy.clusterip-policy.io/default" {
+				t.Errorf("kubectl get %s default: %q, %v", name, got, err)
+			}
+		}
 	})
 
 	t.Run("an edit takes effect within 2 seconds", func(t *testing.T) {
