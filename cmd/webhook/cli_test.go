@@ -247,3 +247,17 @@ func TestReviewNotesTheOldFileFormat(t *testing.T) {
 		t.Errorf("a long path: note of %d bytes, want it clipped:\n%s", len(stderr), stderr)
 	}
 }
+
+// audit takes --policy as review does, and notes the old file format the
+// same way, before it reads the cluster.
+func TestAuditNotesTheOldFileFormat(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-kubeconfig")
+	code, _, stderr := runCLI("", "audit", "--policy", "../../examples/policy.yaml", "--kubeconfig", missing)
+	if code != exitBadData || !strings.Contains(stderr, `audit: note: "../../examples/policy.yaml" is a policy file (apiVersion clusterip-policy/v1alpha1)`) || !strings.Contains(stderr, "no-kubeconfig") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 for the kubeconfig, after the note", code, stderr)
+	}
+	_, _, stderr = runCLI("", "audit", "--policy", "../../examples/clusteripolicy.yaml", "--kubeconfig", missing)
+	if strings.Contains(stderr, "note:") {
+		t.Errorf("the object manifest got a note: %s", stderr)
+	}
+}
