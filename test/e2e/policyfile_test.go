@@ -94,3 +94,60 @@ func TestPolicyFileComponentBuilds(t *testing.T) {
 		t.Errorf("one layer: kubectl kustomize: %v %s; docs/deploying.md says it fails with \"cannot merge or replace\"", err, stderr)
 	}
 }
+
+// The object's overlay of docs/deploying.md ("The policy"): a patch with
+// the whole ClusterIPPolicy. kustomize merges it as a JSON merge patch: a
+// list replaces the base's whole, a field left out keeps the base's value,
+// as the document warns.
+func TestPolicyObjectOverlayBuilds(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	copyDir(t, filepath.Join(root, "manifests", "base"), filepath.Join(tmp, "manifests", "base"))
+	dir := filepath.Join(tmp, "my-cluster")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../manifests/base\npatches:\n- path: clusteripolicy.yaml\n",
+		// No serviceCIDRs and no enforcement: those stay the base's.
+		"clusteripolicy.yaml": "apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata:\n  name: default\nspec:\n  reservations:\n  - ip: 10.96.0.53\n    service: kube-system/coredns\n",
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(framework.DefaultBinaries(root).Kubectl, "kustomize", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
+	}
+	docs, err := manifests.SplitYAML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range docs {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if u.GetKind() != "ClusterIPPolicy" {
+			continue
+		}
+		reservations, _, _ := unstructured.NestedSlice(u.Object, "spec", "reservations")
+		cidrs, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "serviceCIDRs")
+		if len(reservations) != 1 || reservations[0].(map[string]any)["ip"] != "10.96.0.53" {
+			t.Errorf("reservations %v: want the overlay's one, the base's replaced", reservations)
+		}
+		if !slices.Equal(cidrs, []string{"10.96.0.0/16"}) {
+			t.Errorf("serviceCIDRs %v: want the base's kept, as docs/deploying.md says", cidrs)
+		}
+		return
+	}
+	t.Fatal("no ClusterIPPolicy rendered")
+}
