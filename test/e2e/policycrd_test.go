@@ -85,6 +85,9 @@ func TestPolicyObject(t *testing.T) {
 			"a CIDR that is not one":              {strings.Replace(policyObject(""), "[10.96.0.0/12]", "[10.96.0.0/33]", 1), "is not a CIDR such as 10.96.0.0/12"},
 			"an unknown action":                   {strings.Replace(policyObject(""), "default: deny", "default: block", 1), `Unsupported value: "block"`},
 			"an owner that is not namespace/name": {policyObject("  - ip: 10.96.0.11\n    service: just-a-name\n"), "spec.reservations[1].service"},
+			// Without spec the built-in default would be put in force and every
+			// reservation dropped: an empty policy is spec: {}.
+			"no spec at all": {"apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata:\n  name: default\n", "spec: Required value"},
 		}
 		for name, tc := range cases {
 			out, err := kubectl(t, tc.object, "apply", "-f", "-")
