@@ -88,6 +88,8 @@ func TestKnobsFromEnv(t *testing.T) {
 		"workload":    {"BENCH_WORKLOADS=dynamic", `"dynamic" is not a workload; use kind:clients`},
 		"clients":     {"BENCH_WORKLOADS=dynamic:0", `clients of dynamic:0 "0"`},
 		"args":        {"BENCH_ARGS=manage", `"manage" is not a flag`},
+		"harness":     {"BENCH_ARGS=--hold-reservations --bind-address=0.0.0.0", "--bind-address is set by the harness"},
+		"kubeconfig":  {"BENCH_ARGS=--kubeconfig", "--kubeconfig is set by the harness"},
 		"mixed-large": {"BENCH_CREATES=5000", "the mixed workload would request 500 static addresses, but the static band has 225 free for it; use BENCH_CREATES of at most 2250"},
 	} {
 		kv := strings.SplitN(c.env, "=", 2)

@@ -79,6 +79,9 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 		Dir: o.Dir, Webhooks: 1, NoRegister: true, Policy: policyYAML(), WebhookArgs: o.Knobs.WebhookArgs, Logf: o.Logf,
 	})
 	if err != nil {
+		if len(o.Knobs.WebhookArgs) > 0 {
+			return nil, fmt.Errorf("start the cluster, ours with the extra flags %q (BENCH_ARGS): %w", o.Knobs.WebhookArgs, err)
+		}
 		return nil, fmt.Errorf("start the cluster: %w", err)
 	}
 	b = &Bench{o: o, c: c, current: ConfigNone}

@@ -45,6 +45,10 @@ type Workload struct {
 
 func (w Workload) String() string { return fmt.Sprintf("%s:%d", w.Kind, w.Clients) }
 
+// harnessFlags are the `webhook serve` flags the harness sets
+// (test/e2e/framework StartWebhook); BENCH_ARGS may not override them.
+var harnessFlags = []string{"kubeconfig", "cert-dir", "bind-address", "port", "health-probe-bind-address", "metrics-bind-address", "policy", "shutdown-delay"}
+
 // Limits keep a run bounded whatever the knobs say.
 const (
 	maxRounds   = 50
@@ -120,6 +124,10 @@ func KnobsFromEnv(getenv func(string) string) (Knobs, error) {
 	for _, a := range k.WebhookArgs {
 		if !strings.HasPrefix(a, "--") {
 			return k, fmt.Errorf("BENCH_ARGS %q: %q is not a flag; give `webhook serve` flags as --name=value", getenv("BENCH_ARGS"), a)
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if slices.Contains(harnessFlags, name) {
+			return k, fmt.Errorf("BENCH_ARGS %q: --%s is set by the harness (the webhook listens and talks on loopback only, with the benchmark's policy and certificates); leave it out", getenv("BENCH_ARGS"), name)
 		}
 	}
 	return k, k.Check()
