@@ -249,6 +249,11 @@ func TestResultFiguresAndChecks(t *testing.T) {
 			t.Errorf("%s: problems %q, want one with %q", name, r.Problems, c.want)
 		}
 	}
+	r = NewResult(1, 0, w, ConfigOurs, plan, outcome(30), delta(4, 3, 0, 0, 0, 0, ConfigOurs), true)
+	r.Registration, r.RegistrationChanged = "mutating clusterip-policy@9 [managed]", true
+	if p := strings.Join(r.Check(), "\n"); !strings.Contains(p, "ours: the webhook configurations changed during the run; now mutating clusterip-policy@9 [managed]") {
+		t.Errorf("a registration changed during the run: problems %q", p)
+	}
 	if r := NewResult(1, 0, w, ConfigOurs, plan, outcome(30), delta(4, 3, 0, 0, 0, 0, ConfigOurs), true); len(r.Problems) != 0 {
 		t.Errorf("ours seeing only the static requests and the owner: %v, want no problem", r.Problems)
 	}

@@ -59,6 +59,7 @@ type Bench struct {
 
 	ours, nopConfigs *framework.WebhookConfigurations
 	current          string // configuration in force
+	registration     string // the webhook configurations as the switch to it left them
 	existing         int    // Services in existingNamespace
 	ipBaseline       int    // IPAddress objects with no measured Service alive
 }
@@ -249,6 +250,9 @@ func (b *Bench) Measure(ctx context.Context, round int, w Workload, plan []Reque
 		}
 	}
 	r := NewResult(round, b.existing, w, b.current, plan, o, after.Sub(before), inForce)
+	r.Registration = b.registered(ctx)
+	r.RegistrationChanged = r.Registration != b.registration
+	r.Problems = r.Check()
 	return r, b.cleanup(ctx)
 }
 

@@ -72,9 +72,14 @@ type Result struct {
 	VAPDenials      float64 `json:"vapDenials"`
 	// VAPInForce: for vap, a probe after the run was still denied by the
 	// policy (allows are not counted by the apiserver, see snapshot.go).
-	VAPInForce      bool     `json:"vapInForceAfter,omitempty"`
-	FirstErrors     []string `json:"firstErrors,omitempty"`
-	OwnersMisplaced []string `json:"ownersMisplaced,omitempty"`
+	VAPInForce bool `json:"vapInForceAfter,omitempty"`
+	// Registration is the webhook configurations in force after the run
+	// (names, resource versions, matchConditions); RegistrationChanged
+	// says they differ from those the switch verified.
+	Registration        string   `json:"registration"`
+	RegistrationChanged bool     `json:"registrationChanged,omitempty"`
+	FirstErrors         []string `json:"firstErrors,omitempty"`
+	OwnersMisplaced     []string `json:"ownersMisplaced,omitempty"`
 	// Problems say why the run does not show the configuration it names
 	// (Check); a run with problems is reported but must not be quoted.
 	Problems []string `json:"problems,omitempty"`
@@ -198,6 +203,9 @@ func (r Result) Check() []string {
 	}
 	if r.VAPDenials > 0 {
 		p = append(p, fmt.Sprintf("%s: %.0f creates denied by the policy %s", r.Config, r.VAPDenials, vapName))
+	}
+	if r.RegistrationChanged {
+		p = append(p, fmt.Sprintf("%s: the webhook configurations changed during the run; now %s", r.Config, r.Registration))
 	}
 	if r.OtherCalls > 0 && r.Config != ConfigNone && r.Config != ConfigVAP {
 		p = append(p, fmt.Sprintf("%s: %.0f calls of webhooks other than the Service webhooks", r.Config, r.OtherCalls))

@@ -49,7 +49,7 @@ func (b *Bench) Switch(ctx context.Context, config string) error {
 	if err != nil {
 		return fmt.Errorf("switch to %s: %w", config, err)
 	}
-	b.current = config
+	b.current, b.registration = config, b.registered(ctx)
 	b.o.Logf("bench: %s in force (%s to switch)", config, time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -78,12 +78,19 @@ func (b *Bench) teardown(ctx context.Context) error {
 	return nil
 }
 
-// probe sends a server-side dry-run create in benchNamespace asking for ip
-// and returns what the apiserver counted meanwhile and the create's error.
-func (b *Bench) probe(ctx context.Context, ip string) (Delta, error, error) {
+// probeResult is what one dry-run create saw: the apiserver's counters
+// meanwhile and the create's own error (nil when admitted).
+type probeResult struct {
+	Delta
+	createErr error
+}
+
+// probe sends a server-side dry-run create in benchNamespace asking for ip.
+// The error is about reading the counters; the create's is in the result.
+func (b *Bench) probe(ctx context.Context, ip string) (probeResult, error) {
 	before, err := b.snapshot(ctx)
 	if err != nil {
-		return Delta{}, nil, err
+		return probeResult{}, err
 	}
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
@@ -94,9 +101,9 @@ func (b *Bench) probe(ctx context.Context, ip string) (Delta, error, error) {
 	_, createErr := b.cs.CoreV1().Services(benchNamespace).Create(ctx, svc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	after, err := b.snapshot(ctx)
 	if err != nil {
-		return Delta{}, nil, err
+		return probeResult{}, err
 	}
-	return after.Sub(before), createErr, nil
+	return probeResult{Delta: after.Sub(before), createErr: createErr}, nil
 }
 
 // waitFor calls check every pollInterval until it is done, switchTimeout
@@ -130,10 +137,11 @@ func waitFor(ctx context.Context, what string, check func() (bool, string, error
 func (b *Bench) waitNone(ctx context.Context) error {
 	clean := 0
 	return waitFor(ctx, "no admission in force", func() (bool, string, error) {
-		d, createErr, err := b.probe(ctx, dnsIP)
+		d, err := b.probe(ctx, dnsIP)
 		if err != nil {
 			return false, "", err
 		}
+		createErr := d.createErr
 		if createErr != nil || d.AllWebhookRequests > 0 || d.VAPDenials > 0 {
 			clean = 0
 			return false, fmt.Sprintf("a dry-run create of %s got error %v after %.0f webhook calls and %.0f policy denials (is something recreating the configurations? %s)", dnsIP, createErr, d.AllWebhookRequests, d.VAPDenials, b.registered(ctx)), nil
@@ -160,13 +168,13 @@ func (b *Bench) register(ctx context.Context, wc *framework.WebhookConfiguration
 	}
 	for range 5 {
 		if err := waitFor(ctx, "both webhooks called", func() (bool, string, error) {
-			d, createErr, err := b.probe(ctx, probeIP)
+			d, err := b.probe(ctx, probeIP)
 			if err != nil {
 				return false, "", err
 			}
 			m, v := d.Requests[framework.MutatingWebhookName], d.Requests[framework.ValidatingWebhookName]
-			if createErr != nil || m < 1 || v < 1 {
-				return false, fmt.Sprintf("a dry-run create of %s got error %v after %.0f mutate and %.0f validate calls", probeIP, createErr, m, v), nil
+			if d.createErr != nil || m < 1 || v < 1 {
+				return false, fmt.Sprintf("a dry-run create of %s got error %v after %.0f mutate and %.0f validate calls", probeIP, d.createErr, m, v), nil
 			}
 			return true, "", nil
 		}); err != nil {
@@ -176,14 +184,14 @@ func (b *Bench) register(ctx context.Context, wc *framework.WebhookConfiguration
 			return nil
 		}
 		if err := waitFor(ctx, "ours deciding with its policy", func() (bool, string, error) {
-			_, createErr, err := b.probe(ctx, dnsIP)
+			d, err := b.probe(ctx, dnsIP)
 			if err != nil {
 				return false, "", err
 			}
-			if createErr != nil && strings.Contains(createErr.Error(), framework.MutatingWebhookName) && strings.Contains(createErr.Error(), "reserved") {
+			if d.createErr != nil && strings.Contains(d.createErr.Error(), framework.MutatingWebhookName) && strings.Contains(d.createErr.Error(), "reserved") {
 				return true, "", nil
 			}
-			return false, fmt.Sprintf("a dry-run create of %s by %s/probe got %v, want a denial by %s", dnsIP, benchNamespace, createErr, framework.MutatingWebhookName), nil
+			return false, fmt.Sprintf("a dry-run create of %s by %s/probe got %v, want a denial by %s", dnsIP, benchNamespace, d.createErr, framework.MutatingWebhookName), nil
 		}); err != nil {
 			return err
 		}
@@ -193,12 +201,12 @@ func (b *Bench) register(ctx context.Context, wc *framework.WebhookConfiguration
 			return ctx.Err()
 		case <-time.After(2 * time.Second):
 		}
-		if after := b.registered(ctx); after == before {
+		after := b.registered(ctx)
+		if after == before {
 			b.o.Logf("bench: ours registered as %s", after)
 			return nil
-		} else {
-			b.o.Logf("bench: the webhook configurations changed after registration: %s -> %s; probing again", before, after)
 		}
+		b.o.Logf("bench: the webhook configurations changed after registration: %s -> %s; probing again", before, after)
 	}
 	return errors.New("the webhook configurations kept changing for 5 probes: nothing stable to measure")
 }
@@ -255,12 +263,12 @@ func (b *Bench) applyVAP(ctx context.Context) error {
 // vapDenies reports whether the policy denies a dry-run create of the DNS
 // address by another Service, as it does once in force.
 func (b *Bench) vapDenies(ctx context.Context) (bool, string, error) {
-	d, createErr, err := b.probe(ctx, dnsIP)
+	d, err := b.probe(ctx, dnsIP)
 	if err != nil {
 		return false, "", err
 	}
-	if createErr != nil && strings.Contains(createErr.Error(), vapName) && d.VAPDenials >= 1 {
+	if d.createErr != nil && strings.Contains(d.createErr.Error(), vapName) && d.VAPDenials >= 1 {
 		return true, "", nil
 	}
-	return false, fmt.Sprintf("a dry-run create of %s got %v after %.0f policy denials, want a denial by %s", dnsIP, createErr, d.VAPDenials, vapName), nil
+	return false, fmt.Sprintf("a dry-run create of %s got %v after %.0f policy denials, want a denial by %s", dnsIP, d.createErr, d.VAPDenials, vapName), nil
 }
