@@ -57,7 +57,8 @@ const (
 	maxClients  = 64
 )
 
-// DefaultKnobs take about 10 minutes on 2 cores (README, "Benchmarks").
+// DefaultKnobs took 10 min 52 s on a shared 2-core machine (README, "The
+// end-to-end benchmark").
 func DefaultKnobs() Knobs {
 	return Knobs{
 		Rounds:    3,
