@@ -89,7 +89,7 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
-func run(t *testing.T, k Knobs, command string) Summary {
+func run(t *testing.T, k Knobs, command string) (s Summary) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
 	defer cancel()
@@ -100,13 +100,16 @@ func run(t *testing.T, k Knobs, command string) Summary {
 	keep := false
 	defer func() {
 		b.Stop()
+		for _, r := range s.Runs {
+			keep = keep || len(r.Problems) > 0 // the caller fails the test for them
+		}
 		if keep || t.Failed() || os.Getenv("E2E_KEEP") != "" {
 			t.Logf("bench: kept the logs of every process in %s", b.Dir())
 		} else {
 			os.RemoveAll(b.Dir())
 		}
 	}()
-	s, err := b.Run(ctx)
+	s, err = b.Run(ctx)
 	if err != nil {
 		keep = true
 		if len(s.Runs) > 0 {

@@ -44,6 +44,7 @@ const (
 	switchTimeout  = 60 * time.Second // a configuration comes into force
 	cleanupTimeout = 2 * time.Minute  // the created Services and their IPAddresses are gone
 	createTimeout  = 30 * time.Second // one create
+	runTimeout     = 10 * time.Minute // all creates of one run (or of Grow)
 	pollInterval   = 200 * time.Millisecond
 )
 
@@ -265,8 +266,11 @@ func (b *Bench) Measure(ctx context.Context, round int, w Workload, plan []Reque
 }
 
 // create sends plan's creates from clients goroutines, each taking the
-// next request until none are left or ctx ends.
+// next request until none are left, ctx ends or runTimeout passes; creates
+// not sent by then count as failed.
 func (b *Bench) create(ctx context.Context, ns, label string, plan []Request, clients int) Outcome {
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
 	o := Outcome{OwnerIPs: map[int]string{}}
 	var (
 		mu   sync.Mutex
