@@ -319,3 +319,22 @@ func TestRotateGivesEachConfigEachPosition(t *testing.T) {
 		}
 	}
 }
+
+// A run's CPU counts from after the first snapshot's /metrics scrape to
+// before the second's: the scrapes are not the run's.
+func TestSnapshotDeltaLeavesTheScrapesOut(t *testing.T) {
+	before := Snapshot{
+		CPU:            map[string]time.Duration{procAPIServer: 100 * time.Millisecond},
+		CPUAfterScrape: map[string]time.Duration{procAPIServer: 130 * time.Millisecond},
+		Counters:       Counters{Requests: map[string]float64{webhookNames[0]: 5}},
+	}
+	after := Snapshot{
+		CPU:            map[string]time.Duration{procAPIServer: 730 * time.Millisecond},
+		CPUAfterScrape: map[string]time.Duration{procAPIServer: 760 * time.Millisecond},
+		Counters:       Counters{Requests: map[string]float64{webhookNames[0]: 305}},
+	}
+	d := after.Sub(before)
+	if d.CPU[procAPIServer] != 600*time.Millisecond || d.Requests[webhookNames[0]] != 300 {
+		t.Errorf("delta CPU %s, mutate calls %v; want 600ms and 300", d.CPU[procAPIServer], d.Requests[webhookNames[0]])
+	}
+}

@@ -189,22 +189,37 @@ func (b *Bench) startNop(ctx context.Context) error {
 }
 
 // snapshot reads the apiserver's counters and the CPU time of the
-// apiserver and both webhooks.
+// apiserver and both webhooks, the CPU before and after the /metrics
+// scrape (Snapshot.CPU, CPUAfterScrape), so a run's delta leaves the
+// scrapes out.
 func (b *Bench) snapshot(ctx context.Context) (Snapshot, error) {
-	s := Snapshot{At: time.Now(), CPU: map[string]time.Duration{}}
-	for name, pid := range map[string]int{procAPIServer: b.c.APIServers[0].Pid(), procOurs: b.c.Webhooks[0].Pid(), procNop: b.nop.Pid()} {
-		cpu, err := ProcessCPU(pid)
-		if err != nil {
-			return s, fmt.Errorf("%s: %w", name, err)
-		}
-		s.CPU[name] = cpu
+	s := Snapshot{At: time.Now()}
+	var err error
+	if s.CPU, err = b.cpu(); err != nil {
+		return s, err
 	}
 	text, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return s, fmt.Errorf("GET /metrics of the apiserver: %w", err)
 	}
-	s.Counters, err = ParseCounters(string(text))
+	if s.Counters, err = ParseCounters(string(text)); err != nil {
+		return s, err
+	}
+	s.CPUAfterScrape, err = b.cpu()
 	return s, err
+}
+
+// cpu reads the CPU time of the apiserver and both webhooks.
+func (b *Bench) cpu() (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for name, pid := range map[string]int{procAPIServer: b.c.APIServers[0].Pid(), procOurs: b.c.Webhooks[0].Pid(), procNop: b.nop.Pid()} {
+		cpu, err := ProcessCPU(pid)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[name] = cpu
+	}
+	return out, nil
 }
 
 // Grow creates Services in existingNamespace (without an address, from

@@ -74,6 +74,10 @@ type Snapshot struct {
 	At       time.Time
 	Counters Counters
 	CPU      map[string]time.Duration // by process: apiserver, nop, ours
+	// CPUAfterScrape is CPU again after reading the apiserver's /metrics,
+	// which costs the apiserver CPU itself: a run counts from here, so
+	// neither its own scrapes nor the probes' are in its figures.
+	CPUAfterScrape map[string]time.Duration
 }
 
 // Delta is what happened between two snapshots.
@@ -107,8 +111,12 @@ func (s Snapshot) Sub(before Snapshot) Delta {
 		d.DurationSum[n] = s.Counters.DurationSum[n] - before.Counters.DurationSum[n]
 		d.DurationCount[n] = s.Counters.DurationCount[n] - before.Counters.DurationCount[n]
 	}
+	start := before.CPUAfterScrape
+	if start == nil {
+		start = before.CPU
+	}
 	for p, v := range s.CPU {
-		d.CPU[p] = v - before.CPU[p]
+		d.CPU[p] = v - start[p]
 	}
 	return d
 }
