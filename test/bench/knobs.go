@@ -10,14 +10,14 @@ import (
 // Knobs are what a run of the benchmark can vary, read from the
 // environment by KnobsFromEnv (`make bench-e2e BENCH_ROUNDS=5 ...`).
 type Knobs struct {
-	Rounds    int        // BENCH_ROUNDS: rounds; every configuration runs every workload once per round
-	Creates   int        // BENCH_CREATES: creates per run
-	Existing  []int      // BENCH_EXISTING: numbers of existing Services to measure at, ascending
-	Configs   []string   // BENCH_CONFIGS: configurations, of AllConfigs
-	Workloads []Workload // BENCH_WORKLOADS: kind:clients, for example dynamic:8
+	Rounds    int        `json:"rounds"`    // BENCH_ROUNDS: rounds; every configuration runs every workload once per round
+	Creates   int        `json:"creates"`   // BENCH_CREATES: creates per run
+	Existing  []int      `json:"existing"`  // BENCH_EXISTING: numbers of existing Services to measure at, ascending
+	Configs   []string   `json:"configs"`   // BENCH_CONFIGS: configurations, of AllConfigs
+	Workloads []Workload `json:"workloads"` // BENCH_WORKLOADS: kind:clients, for example dynamic:8
 	// WebhookArgs are extra `webhook serve` flags for ours (BENCH_ARGS,
 	// split at white space), for example --manage-match-conditions.
-	WebhookArgs []string
+	WebhookArgs []string `json:"webhookArgs"`
 }
 
 // Configuration names, public: they appear in the output and the JSON.

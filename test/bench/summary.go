@@ -49,13 +49,14 @@ type Row struct {
 
 // Meta says where and how the figures were taken.
 type Meta struct {
-	Started, Finished string
-	Knobs             Knobs
-	Machine           string // CPUs, load average at start and end
-	KubeAPIServer     string
-	Commit            string
-	Command           string
-	VAPExpression     string
+	Started       string `json:"started"`
+	Finished      string `json:"finished"`
+	Knobs         Knobs  `json:"knobs"`
+	Machine       string `json:"machine"` // CPUs, load average at start and end
+	KubeAPIServer string `json:"kubeAPIServer"`
+	Commit        string `json:"commit"`
+	Command       string `json:"command"`
+	VAPExpression string `json:"vapExpression"`
 }
 
 // Summary is a whole benchmark: every run and the rows over rounds.
