@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review
+.PHONY: help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -20,14 +20,14 @@ review: build ## review the shipped example Services against the example policy,
 	@# exit 1 means "some Service is denied", which the examples show on purpose
 	$(BIN_DIR)/webhook review --policy examples/clusteripolicy.yaml -o text examples/services/; test $$? -le 1
 
-test: vet fmt-check unit e2e chaos ## everything CI runs: vet, gofmt, unit tests, end-to-end tests, fault scenarios
+test: vet fmt-check unit e2e chaos bench-smoke ## everything CI runs: vet, gofmt, unit tests, end-to-end tests, fault scenarios, benchmark smoke
 
 unit: ## unit and handler tests (fast, no cluster)
 	$(GO) test -count=1 ./...
 
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./test/e2e/...
+	$(GO) vet -tags e2e ./test/e2e/... ./test/bench/...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
@@ -57,6 +57,29 @@ chaos: tools build ## fault scenarios under load behind haproxy; prints the figu
 
 bench: ## benchmarks of the decision functions and the view
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+# The side-by-side end-to-end benchmark (test/bench, README "Benchmarks"):
+# Service creates on one etcd + kube-apiserver with no admission, the
+# do-nothing webhook, ours and a ValidatingAdmissionPolicy, alternated in
+# each round. Knobs (make variables or environment): BENCH_ROUNDS (3),
+# BENCH_CREATES (300 per run), BENCH_EXISTING (0,5000), BENCH_CONFIGS
+# (none,nop,ours,vap), BENCH_WORKLOADS (dynamic:1,dynamic:8,mixed:8),
+# BENCH_ARGS (extra `webhook serve` flags of ours). About 11 minutes on
+# 2 busy cores; the summary goes to .local/bench/summary.{md,json}, the whole
+# output to .local/bench/bench.log.
+bench-e2e: tools build ## side-by-side end-to-end create benchmark (knobs BENCH_*; summary in .local/bench/)
+	@mkdir -p .local/bench
+	BENCH_E2E=1 $(GO) test -tags e2e -count=1 -timeout 90m -v -run '^TestBenchE2E$$' ./test/bench/ 2>&1 | tee .local/bench/bench.log; exit $${PIPESTATUS[0]}
+
+# The harness once with tiny numbers, every configuration once: fails when
+# a configuration is not in force during its run or a webhook is not called
+# where it must be.
+bench-smoke: tools build ## the end-to-end benchmark harness once with tiny numbers (CI)
+	@mkdir -p .local
+	$(GO) test -tags e2e -count=1 -timeout 10m -v -run '^TestBenchSmoke$$' ./test/bench/ > .local/bench-smoke.log 2>&1; rc=$$?; \
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|bench:|PROBLEM' .local/bench-smoke.log; \
+	if [ $$rc -ne 0 ]; then echo "=== bench smoke failed (exit $$rc); full log follows (.local/bench-smoke.log)"; cat .local/bench-smoke.log; fi; \
+	exit $$rc
 
 up: tools build ## start etcd, kube-apiserver and the webhook in the background (.local/)
 	hack/local-up.sh

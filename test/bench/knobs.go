@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Knobs are what a run of the benchmark can vary, read from the
+// environment by KnobsFromEnv (`make bench-e2e BENCH_ROUNDS=5 ...`).
+type Knobs struct {
+	Rounds    int        `json:"rounds"`    // BENCH_ROUNDS: rounds; every configuration runs every workload once per round
+	Creates   int        `json:"creates"`   // BENCH_CREATES: creates per run
+	Existing  []int      `json:"existing"`  // BENCH_EXISTING: numbers of existing Services to measure at, ascending
+	Configs   []string   `json:"configs"`   // BENCH_CONFIGS: configurations, of AllConfigs
+	Workloads []Workload `json:"workloads"` // BENCH_WORKLOADS: kind:clients, for example dynamic:8
+	// WebhookArgs are extra `webhook serve` flags for ours (BENCH_ARGS,
+	// split at white space), for example --manage-match-conditions.
+	WebhookArgs []string `json:"webhookArgs"`
+}
+
+// Configuration names, public: they appear in the output and the JSON.
+const (
+	ConfigNone = "none"
+	ConfigNop  = "nop"
+	ConfigOurs = "ours"
+	ConfigVAP  = "vap"
+)
+
+// AllConfigs are the configurations in their reporting order.
+var AllConfigs = []string{ConfigNone, ConfigNop, ConfigOurs, ConfigVAP}
+
+// Workload kinds.
+const (
+	KindDynamic = "dynamic" // every create without clusterIP
+	KindMixed   = "mixed"   // 10% static requests in the static band, a few reservation owners, the rest dynamic
+)
+
+// Workload is a kind of create traffic at a number of concurrent clients.
+type Workload struct {
+	Kind    string `json:"kind"`
+	Clients int    `json:"clients"`
+}
+
+func (w Workload) String() string { return fmt.Sprintf("%s:%d", w.Kind, w.Clients) }
+
+// harnessFlags are the `webhook serve` flags the harness sets
+// (test/e2e/framework StartWebhook); BENCH_ARGS may not override them.
+var harnessFlags = []string{"kubeconfig", "cert-dir", "bind-address", "port", "health-probe-bind-address", "metrics-bind-address", "policy", "shutdown-delay"}
+
+// Limits keep a run bounded whatever the knobs say.
+const (
+	maxRounds   = 50
+	maxCreates  = 20000
+	maxExisting = 50000
+	maxClients  = 64
+)
+
+// DefaultKnobs took 10 min 52 s on a shared 2-core machine (README, "The
+// end-to-end benchmark").
+func DefaultKnobs() Knobs {
+	return Knobs{
+		Rounds:    3,
+		Creates:   300,
+		Existing:  []int{0, 5000},
+		Configs:   slices.Clone(AllConfigs),
+		Workloads: []Workload{{KindDynamic, 1}, {KindDynamic, 8}, {KindMixed, 8}},
+	}
+}
+
+// KnobsFromEnv starts from DefaultKnobs and applies every BENCH_* variable
+// that getenv returns non-empty, refusing a bad value with its name and
+// the accepted range.
+func KnobsFromEnv(getenv func(string) string) (Knobs, error) {
+	k := DefaultKnobs()
+	var err error
+	if v := strings.TrimSpace(getenv("BENCH_ROUNDS")); v != "" {
+		if k.Rounds, err = intIn("BENCH_ROUNDS", v, 1, maxRounds); err != nil {
+			return k, err
+		}
+	}
+	if v := strings.TrimSpace(getenv("BENCH_CREATES")); v != "" {
+		if k.Creates, err = intIn("BENCH_CREATES", v, 10, maxCreates); err != nil {
+			return k, err
+		}
+	}
+	if v := strings.TrimSpace(getenv("BENCH_EXISTING")); v != "" {
+		k.Existing = nil
+		for _, s := range strings.Split(v, ",") {
+			n, err := intIn("BENCH_EXISTING", strings.TrimSpace(s), 0, maxExisting)
+			if err != nil {
+				return k, fmt.Errorf("%w (a comma-separated list such as 0,5000)", err)
+			}
+			k.Existing = append(k.Existing, n)
+		}
+		slices.Sort(k.Existing)
+		k.Existing = slices.Compact(k.Existing)
+	}
+	if v := strings.TrimSpace(getenv("BENCH_CONFIGS")); v != "" {
+		k.Configs = nil
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains(AllConfigs, s) {
+				return k, fmt.Errorf("BENCH_CONFIGS %q: %q is not a configuration; use a comma-separated subset of %s", v, s, strings.Join(AllConfigs, ","))
+			}
+			if !slices.Contains(k.Configs, s) {
+				k.Configs = append(k.Configs, s)
+			}
+		}
+	}
+	if v := strings.TrimSpace(getenv("BENCH_WORKLOADS")); v != "" {
+		k.Workloads = nil
+		for _, s := range strings.Split(v, ",") {
+			w, err := parseWorkload(strings.TrimSpace(s))
+			if err != nil {
+				return k, fmt.Errorf("BENCH_WORKLOADS %q: %w", v, err)
+			}
+			if !slices.Contains(k.Workloads, w) {
+				k.Workloads = append(k.Workloads, w)
+			}
+		}
+	}
+	k.WebhookArgs = strings.Fields(getenv("BENCH_ARGS"))
+	for _, a := range k.WebhookArgs {
+		if !strings.HasPrefix(a, "--") {
+			return k, fmt.Errorf("BENCH_ARGS %q: %q is not a flag; give `webhook serve` flags as --name=value", getenv("BENCH_ARGS"), a)
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if slices.Contains(harnessFlags, name) {
+			return k, fmt.Errorf("BENCH_ARGS %q: --%s is set by the harness (the webhook listens and talks on loopback only, with the benchmark's policy and certificates); leave it out", getenv("BENCH_ARGS"), name)
+		}
+	}
+	return k, k.Check()
+}
+
+// Check refuses knobs a run cannot honour.
+func (k Knobs) Check() error {
+	if k.Rounds < 1 || k.Rounds > maxRounds {
+		return fmt.Errorf("rounds %d: use 1 to %d", k.Rounds, maxRounds)
+	}
+	if k.Creates < 10 || k.Creates > maxCreates {
+		return fmt.Errorf("creates %d: use 10 to %d", k.Creates, maxCreates)
+	}
+	if len(k.Existing) == 0 || len(k.Configs) == 0 || len(k.Workloads) == 0 {
+		return fmt.Errorf("nothing to measure: %d numbers of existing Services, %d configurations, %d workloads", len(k.Existing), len(k.Configs), len(k.Workloads))
+	}
+	for _, w := range k.Workloads {
+		if w.Kind == KindMixed {
+			if need := mixedStatic(k.Creates); need > len(staticPool) {
+				return fmt.Errorf("creates %d: the mixed workload would request %d static addresses, but the static band has %d free for it; use BENCH_CREATES of at most %d, or leave mixed out of BENCH_WORKLOADS", k.Creates, need, len(staticPool), len(staticPool)*staticEvery)
+			}
+		}
+	}
+	return nil
+}
+
+func parseWorkload(s string) (Workload, error) {
+	kind, clients, ok := strings.Cut(s, ":")
+	if !ok || (kind != KindDynamic && kind != KindMixed) {
+		return Workload{}, fmt.Errorf("%q is not a workload; use kind:clients with kind %s or %s, for example dynamic:8", s, KindDynamic, KindMixed)
+	}
+	n, err := intIn("clients of "+s, clients, 1, maxClients)
+	if err != nil {
+		return Workload{}, err
+	}
+	return Workload{Kind: kind, Clients: n}, nil
+}
+
+func intIn(name, s string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%s %q: use a whole number from %d to %d", name, s, lo, hi)
+	}
+	return n, nil
+}

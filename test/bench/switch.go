@@ -1,0 +1,274 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/test/e2e/framework"
+)
+
+// Switch puts config in force: it removes every webhook configuration and
+// the policy of the others, waits until the apiserver calls no webhook and
+// applies no policy (a verified none), creates config's objects and waits
+// until the apiserver applies them. The apiserver learns of registrations
+// through informers, so without the waits the first requests of a run
+// could still see the previous configuration.
+func (b *Bench) Switch(ctx context.Context, config string) error {
+	if config == b.current {
+		return nil
+	}
+	start := time.Now()
+	if err := b.teardown(ctx); err != nil {
+		return err
+	}
+	b.current = ""
+	if err := b.waitNone(ctx); err != nil {
+		return err
+	}
+	var err error
+	switch config {
+	case ConfigNone:
+	case ConfigNop:
+		err = b.register(ctx, b.nopConfigs, false)
+	case ConfigOurs:
+		err = b.register(ctx, b.ours, true)
+	case ConfigVAP:
+		err = b.applyVAP(ctx)
+	default:
+		err = fmt.Errorf("configuration %q: use one of %s", config, strings.Join(AllConfigs, ", "))
+	}
+	if err != nil {
+		return fmt.Errorf("switch to %s: %w", config, err)
+	}
+	b.current, b.registration = config, b.registered(ctx)
+	b.o.Logf("bench: %s in force (%s to switch)", config, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// teardown deletes both pairs of webhook configurations and the policy
+// with its binding, whichever exist.
+func (b *Bench) teardown(ctx context.Context) error {
+	ar := b.cs.AdmissionregistrationV1()
+	var errs []error
+	for _, wc := range []*framework.WebhookConfigurations{b.ours, b.nopConfigs} {
+		errs = append(errs,
+			ar.MutatingWebhookConfigurations().Delete(ctx, wc.Mutating.Name, metav1.DeleteOptions{}),
+			ar.ValidatingWebhookConfigurations().Delete(ctx, wc.Validating.Name, metav1.DeleteOptions{}))
+	}
+	errs = append(errs,
+		ar.ValidatingAdmissionPolicyBindings().Delete(ctx, vapName, metav1.DeleteOptions{}),
+		ar.ValidatingAdmissionPolicies().Delete(ctx, vapName, metav1.DeleteOptions{}))
+	for i, err := range errs {
+		if apierrors.IsNotFound(err) {
+			errs[i] = nil
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove the admission configurations: %w", err)
+	}
+	return nil
+}
+
+// probeResult is what one dry-run create saw: the apiserver's counters
+// meanwhile and the create's own error (nil when admitted).
+type probeResult struct {
+	Delta
+	createErr error
+}
+
+// probe sends a server-side dry-run create in benchNamespace asking for ip.
+// The error is about reading the counters; the create's is in the result.
+func (b *Bench) probe(ctx context.Context, ip string) (probeResult, error) {
+	before, err := b.snapshot(ctx)
+	if err != nil {
+		return probeResult{}, err
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe-" + hex.EncodeToString(suffix), Namespace: benchNamespace},
+		Spec:       corev1.ServiceSpec{ClusterIP: ip, Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	_, createErr := b.cs.CoreV1().Services(benchNamespace).Create(ctx, svc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	after, err := b.snapshot(ctx)
+	if err != nil {
+		return probeResult{}, err
+	}
+	return probeResult{Delta: after.Sub(before), createErr: createErr}, nil
+}
+
+// waitFor calls check every pollInterval until it is done, switchTimeout
+// passes or ctx ends; the last reason is in the error.
+func waitFor(ctx context.Context, what string, check func() (bool, string, error)) error {
+	deadline := time.Now().Add(switchTimeout)
+	last := "not checked yet"
+	for {
+		done, why, err := check()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if done {
+			return nil
+		}
+		last = why
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not reached within %s: %s", what, switchTimeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (%s)", what, ctx.Err(), last)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// waitNone waits until two dry-run creates in a row of the DNS address
+// from another Service succeed (so neither ours nor the policy denies)
+// with no webhook call and no policy denial.
+func (b *Bench) waitNone(ctx context.Context) error {
+	clean := 0
+	return waitFor(ctx, "no admission in force", func() (bool, string, error) {
+		d, err := b.probe(ctx, dnsIP)
+		if err != nil {
+			return false, "", err
+		}
+		createErr := d.createErr
+		if createErr != nil || d.AllWebhookRequests > 0 || d.VAPDenials > 0 {
+			clean = 0
+			return false, fmt.Sprintf("a dry-run create of %s got error %v after %.0f webhook calls and %.0f policy denials (is something recreating the configurations? %s)", dnsIP, createErr, d.AllWebhookRequests, d.VAPDenials, b.registered(ctx)), nil
+		}
+		clean++
+		return clean >= 2, "one clean probe so far", nil
+	})
+}
+
+// register creates wc (validating first: once the mutating webhook is
+// called, both are) and waits until a dry-run create of a static address
+// reaches both webhooks. For ours it also waits until ours denies the DNS
+// address to another Service (its policy is loaded), and until the
+// configurations stop changing: a webhook that manages its own
+// matchConditions edits them after they appear, and the runs must measure
+// what it settles on. The harness never writes them after the create.
+func (b *Bench) register(ctx context.Context, wc *framework.WebhookConfigurations, ours bool) error {
+	ar := b.cs.AdmissionregistrationV1()
+	if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, wc.Validating.DeepCopy(), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", wc.Validating.Name, err)
+	}
+	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, wc.Mutating.DeepCopy(), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", wc.Mutating.Name, err)
+	}
+	for range 5 {
+		if err := waitFor(ctx, "both webhooks called", func() (bool, string, error) {
+			d, err := b.probe(ctx, probeIP)
+			if err != nil {
+				return false, "", err
+			}
+			m, v := d.Requests[framework.MutatingWebhookName], d.Requests[framework.ValidatingWebhookName]
+			if d.createErr != nil || m < 1 || v < 1 {
+				return false, fmt.Sprintf("a dry-run create of %s got error %v after %.0f mutate and %.0f validate calls", probeIP, d.createErr, m, v), nil
+			}
+			return true, "", nil
+		}); err != nil {
+			return err
+		}
+		if !ours {
+			return nil
+		}
+		if err := waitFor(ctx, "ours deciding with its policy", func() (bool, string, error) {
+			d, err := b.probe(ctx, dnsIP)
+			if err != nil {
+				return false, "", err
+			}
+			if d.createErr != nil && strings.Contains(d.createErr.Error(), framework.MutatingWebhookName) && strings.Contains(d.createErr.Error(), "reserved") {
+				return true, "", nil
+			}
+			return false, fmt.Sprintf("a dry-run create of %s by %s/probe got %v, want a denial by %s", dnsIP, benchNamespace, d.createErr, framework.MutatingWebhookName), nil
+		}); err != nil {
+			return err
+		}
+		before := b.registered(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+		after := b.registered(ctx)
+		if after == before {
+			b.o.Logf("bench: ours registered as %s", after)
+			return nil
+		}
+		b.o.Logf("bench: the webhook configurations changed after registration: %s -> %s; probing again", before, after)
+	}
+	return errors.New("the webhook configurations kept changing for 5 probes: nothing stable to measure")
+}
+
+// registered describes the webhook configurations in force: names,
+// resource versions and each webhook's matchConditions.
+func (b *Bench) registered(ctx context.Context) string {
+	ar := b.cs.AdmissionregistrationV1()
+	var parts []string
+	if l, err := ar.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, c := range l.Items {
+			for _, w := range c.Webhooks {
+				var conds []string
+				for _, m := range w.MatchConditions {
+					conds = append(conds, m.Name)
+				}
+				parts = append(parts, fmt.Sprintf("mutating %s@%s %s %v", c.Name, c.ResourceVersion, w.Name, conds))
+			}
+		}
+	}
+	if l, err := ar.ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, c := range l.Items {
+			for _, w := range c.Webhooks {
+				var conds []string
+				for _, m := range w.MatchConditions {
+					conds = append(conds, m.Name)
+				}
+				parts = append(parts, fmt.Sprintf("validating %s@%s %s %v", c.Name, c.ResourceVersion, w.Name, conds))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "no webhook configurations"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// applyVAP creates the policy and its binding and waits until the policy
+// denies the DNS address to another Service.
+func (b *Bench) applyVAP(ctx context.Context) error {
+	ar := b.cs.AdmissionregistrationV1()
+	policy, binding := vapObjects()
+	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ValidatingAdmissionPolicy %s: %w", vapName, err)
+	}
+	if _, err := ar.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ValidatingAdmissionPolicyBinding %s: %w", vapName, err)
+	}
+	return waitFor(ctx, "the ValidatingAdmissionPolicy in force", func() (bool, string, error) {
+		return b.vapDenies(ctx)
+	})
+}
+
+// vapDenies reports whether the policy denies a dry-run create of the DNS
+// address by another Service, as it does once in force.
+func (b *Bench) vapDenies(ctx context.Context) (bool, string, error) {
+	d, err := b.probe(ctx, dnsIP)
+	if err != nil {
+		return false, "", err
+	}
+	if d.createErr != nil && strings.Contains(d.createErr.Error(), vapName) && d.VAPDenials >= 1 {
+		return true, "", nil
+	}
+	return false, fmt.Sprintf("a dry-run create of %s got %v after %.0f policy denials, want a denial by %s", dnsIP, d.createErr, d.VAPDenials, vapName), nil
+}
