@@ -132,7 +132,7 @@ func service(ns, name string, tweaks ...func(*corev1.Service)) *corev1.Service {
 func TestAllowListIsTheDynamicBandsMinusReservedAddresses(t *testing.T) {
 	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(
 		serviceCIDR("kubernetes", "10.96.0.0/16"),
-		serviceCIDR("extra", "10.97.0.0/24"),       // outside allowedCIDRs: not listed
+		serviceCIDR("extra", "10.97.0.0/24"),      // outside allowedCIDRs: not listed
 		serviceCIDR("small", "fd00:10:96::/120"))} // inside: its dynamic band is fd00:10:96::11-ff
 	got, capped := AllowList(env.Policy, env.Ranges(), MaxPrefixes)
 	if capped {
@@ -264,7 +264,7 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 		"single-stack, allowed /16": {Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"), serviceCIDR("extra", "10.97.0.0/24"))},
 		"dual-stack, narrowed": {Policy: mustPolicy(t, "allowedCIDRs: [10.96.0.0/17, 'fd00:10:96::/112']\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n- {ip: 10.96.9.9, service: apps/frontend}\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("small", "10.96.50.0/24"))},
-		"warn everything": {Policy: mustPolicy(t, testPolicy+"enforcement: {default: warn}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))},
+		"warn everything":  {Policy: mustPolicy(t, testPolicy+"enforcement: {default: warn}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))},
 		"audit everything": {Policy: mustPolicy(t, testPolicy+"enforcement: {default: audit}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
