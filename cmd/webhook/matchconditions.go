@@ -54,7 +54,7 @@ const (
 	// conditionsVerifyInterval is how often it re-reads the configurations
 	// even when nothing changed, so that an older condition written back by
 	// someone else (a restored backup) does not stay.
-	conditionsVerifyInterval = 30 * time.Second
+	conditionsVerifyInterval = 5 * time.Second
 	// conditionsMaxBackoff bounds the wait between failed writes.
 	conditionsMaxBackoff = 10 * time.Second
 )
