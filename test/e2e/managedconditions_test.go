@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +13,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"clusterip-policy/certs"
 	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
 	"clusterip-policy/test/e2e/framework"
@@ -272,4 +275,261 @@ func TestUnmanagedConditionsStayStatic(t *testing.T) {
 			t.Fatalf("the static conditions changed: %+v", w.MatchConditions)
 		}
 	}
+}
+
+// The policies of TestManagedConditionsKeepUpUnderLoad. The narrowed one
+// drops 10.98.0.0/24 from allowedCIDRs and reserves twelve of the fourteen
+// addresses of the small ServiceCIDR 10.97.0.0/28 (no static band: all
+// dynamic), where the load's dynamic creates keep landing as its Services
+// are deleted and created again.
+const (
+	loadPolicyWide = `apiVersion: clusterip-policy/v1alpha1
+kind: ClusterIPPolicy
+allowedCIDRs: [10.96.0.0/12]
+reserveKubernetesService: true
+reservations:
+- {ip: 10.96.0.10, service: kube-system/kube-dns}
+`
+	loadOwnersNamespace = "e2e-owners"
+)
+
+func loadPolicyNarrow() string {
+	var b strings.Builder
+	b.WriteString(strings.Replace(loadPolicyWide, "allowedCIDRs: [10.96.0.0/12]", "allowedCIDRs: [10.96.0.0/16, 10.97.0.0/28]", 1))
+	for i := range 12 {
+		fmt.Fprintf(&b, "- {ip: 10.97.0.%d, service: %s/owner-%d}\n", 2+i, loadOwnersNamespace, i)
+	}
+	return b.String()
+}
+
+// loadVerdict judges one address under a policy version, apart from
+// pkg/policy on purpose (the product must not be its own judge): allowed
+// is the union of the approved active ranges, reserved maps an address to
+// its owner.
+type loadVerdict struct {
+	allowed  []netip.Prefix
+	reserved map[string]string
+}
+
+func (v loadVerdict) breaks(key, ipStr string) string {
+	ip, err := netip.ParseAddr(ipStr)
+	if err != nil {
+		return "not an IP"
+	}
+	in := false
+	for _, p := range v.allowed {
+		in = in || (p.Contains(ip) && ip != p.Addr())
+	}
+	if !in {
+		return fmt.Sprintf("outside the approved active ranges %v", v.allowed)
+	}
+	if owner, ok := v.reserved[ipStr]; ok && owner != key {
+		return "reserved for " + owner
+	}
+	return ""
+}
+
+// TestManagedConditionsKeepUpUnderLoad changes the ServiceCIDRs and then
+// the policy under load (8 clients through the load balancer), and checks
+// the cluster afterwards, independently of the webhook: every Service
+// admitted while a policy was in force (the policy digest the webhook
+// configurations were annotated with, plus a settle period for the
+// apiserver to load them) obeys that policy. It reports how long the
+// conditions took to follow each change.
+func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
+	c := own(t, framework.Options{
+		APIServers:   []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16"}},
+		LoadBalancer: true,
+		Policy:       loadPolicyWide,
+		Webhooks:     1,
+		WebhookArgs:  []string{"--manage-match-conditions", "--policy-reload-interval=100ms"},
+	})
+	cs := c.Client(0)
+	ctx := testContext(t, 4*time.Minute)
+	waitManaged(t, ctx, c, policyDigest(t, loadPolicyWide), 30*time.Second)
+	ns := namespace(t, c, "managed-load")
+	createNamespace(t, c, loadOwnersNamespace)
+
+	serviceCIDR := func(name, cidr string) {
+		t.Helper()
+		sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}}}
+		if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create ServiceCIDR %s %s: %v", name, cidr, err)
+		}
+		t.Cleanup(func() { _ = cs.NetworkingV1().ServiceCIDRs().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	// Before the load: the small range the narrowed policy reserves in,
+	// and a wide one it drops. Both inside allowedCIDRs of the wide policy.
+	serviceCIDR("e2e-small", "10.97.0.0/28")
+	serviceCIDR("e2e-wide", "10.98.0.0/24")
+	waitManagedDigestChange := func(from string) {
+		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
+			if d := conditionsDigest(ctx, c); d != "" && d != from {
+				return
+			}
+		}
+	}
+	waitManagedDigestChange("")
+
+	type event struct {
+		what string
+		at   time.Time
+	}
+	var events []event
+	note := func(what string) { events = append(events, event{what, time.Now()}); t.Logf("e2e: managed load: %s", what) }
+	accept := func(err error) bool {
+		s := err.Error()
+		return deniedBy(err, validating) && (strings.Contains(s, "is reserved for Service") || strings.Contains(s, "comes from") || strings.Contains(s, "outside every active"))
+	}
+	pools := func(i int) []string {
+		var out []string
+		for j := range 8 {
+			out = append(out, fmt.Sprintf("10.96.0.%d", 100+i*10+j))
+		}
+		return out
+	}
+	done := make(chan *loadResult, 1)
+	loadStart := time.Now()
+	go func() {
+		done <- runLoad(ctx, t, c, loadOptions{Namespace: ns, Clients: 8, Duration: 24 * time.Second, MaxOps: 600, StaticPool: pools, AcceptDenial: accept})
+	}()
+
+	var synced, lateDeleted time.Time
+	var editToSync, settle time.Duration
+	func() {
+		time.Sleep(3 * time.Second)
+		before := conditionsDigest(ctx, c)
+		serviceCIDR("e2e-late", "10.99.0.0/24") // a new range under load: sent to the webhook until listed
+		note("ServiceCIDR e2e-late 10.99.0.0/24 created")
+		waitManagedDigestChange(before)
+		note("the configurations list 10.99.0.0/24")
+		time.Sleep(3 * time.Second)
+		before = conditionsDigest(ctx, c)
+		if err := cs.NetworkingV1().ServiceCIDRs().Delete(ctx, "e2e-late", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete ServiceCIDR e2e-late: %v", err)
+		}
+		lateDeleted = time.Now()
+		note("ServiceCIDR e2e-late deleted (no controller-manager: gone at once, its Services orphaned)")
+		waitManagedDigestChange(before)
+		note("the configurations no longer list 10.99.0.0/24")
+		time.Sleep(2 * time.Second)
+
+		narrow := loadPolicyNarrow()
+		edit := time.Now()
+		if err := certs.WriteFileAtomic(c.PolicyFile, []byte(narrow), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		note("policy narrowed: allowedCIDRs without 10.98.0.0/24, 12 reservations in 10.97.0.0/28")
+		waitManaged(t, ctx, c, policyDigest(t, narrow), 10*time.Second)
+		synced = time.Now()
+		editToSync = synced.Sub(edit)
+		note(fmt.Sprintf("the configurations carry the narrowed policy %s after the edit", editToSync.Round(time.Millisecond)))
+		// Settle: how soon the apiserver filters with what was written. A
+		// new owner's dry-run create is skipped under the old conditions
+		// and sent under the new ones.
+		for i := 0; ; i++ {
+			name := "owner-0"
+			_, err := cs.CoreV1().Services(loadOwnersNamespace).Create(ctx, plainService(loadOwnersNamespace, name), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err == nil && reached(c, loadOwnersNamespace, name, "mutate") {
+				settle = time.Since(synced)
+				break
+			}
+			if time.Since(synced) > 10*time.Second {
+				t.Fatalf("the apiserver still skips the new owner's create %s after the conditions were written (err %v)", time.Since(synced).Round(time.Millisecond), err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		note(fmt.Sprintf("the apiserver sends a new owner's create %s after the write", settle.Round(time.Millisecond)))
+	}()
+	res := <-done
+	tl := res.tally()
+	t.Logf("e2e: managed load: %d requests in %s (%d succeeded, %d expected denials, %d real errors, %d retried attempts)",
+		tl.Sent, time.Since(loadStart).Round(time.Millisecond), tl.Succeeded, tl.ExpectedDenials, tl.RealErrors, tl.RetriedAttempts)
+	if len(res.AdmittedOutside) > 0 {
+		t.Errorf("forbidden creates admitted: %v", res.AdmittedOutside)
+	}
+	if tl.RealErrors > 0 {
+		t.Errorf("%d real errors: %v", tl.RealErrors, res.realErrors(5))
+	}
+
+	// The independent check of every Service in the namespace.
+	wide := loadVerdict{allowed: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("10.97.0.0/28"), netip.MustParsePrefix("10.98.0.0/24")},
+		reserved: map[string]string{"10.96.0.10": "kube-system/kube-dns", "10.96.0.1": "default/kubernetes"}}
+	narrowV := loadVerdict{allowed: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("10.97.0.0/28")}, reserved: map[string]string{}}
+	for ip, o := range wide.reserved {
+		narrowV.reserved[ip] = o
+	}
+	for i := range 12 {
+		narrowV.reserved[fmt.Sprintf("10.97.0.%d", 2+i)] = fmt.Sprintf("%s/owner-%d", loadOwnersNamespace, i)
+	}
+	started := map[string]time.Time{}
+	for _, op := range res.Ops {
+		if strings.HasPrefix(op.Kind, "create") && op.Class == classOK {
+			started[op.Name] = op.Start
+		}
+	}
+	const settlePeriod = time.Second
+	svcs, err := cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var underNarrow, inSmall, inWide, inLate, bad int
+	for _, s := range svcs.Items {
+		key := ns + "/" + s.Name
+		ip := s.Spec.ClusterIP
+		when, known := started[s.Name]
+		why := wide.breaks(key, ip)
+		if late := netip.MustParsePrefix("10.99.0.0/24"); why != "" && late.Contains(netip.MustParseAddr(ip)) && ip != "10.99.0.0" {
+			// Admitted while e2e-late was active: orphaned by its deletion,
+			// not admitted outside the policy.
+			if known && when.Before(lateDeleted.Add(settlePeriod)) {
+				why = ""
+			} else {
+				why = "in the deleted ServiceCIDR e2e-late, admitted after its deletion"
+			}
+		}
+		if why == "" && (!known || !when.Before(synced.Add(settlePeriod))) {
+			why = narrowV.breaks(key, ip) // admitted once the narrowed policy was in force
+			underNarrow++
+		}
+		if strings.HasPrefix(ip, "10.97.0.") {
+			inSmall++
+		}
+		if strings.HasPrefix(ip, "10.98.0.") {
+			inWide++
+		}
+		if strings.HasPrefix(ip, "10.99.0.") {
+			inLate++
+		}
+		if why != "" {
+			bad++
+			t.Errorf("Service %s has %s, admitted at %s (the narrowed policy in force since %s): %s", key, ip, when.Format(time.StampMilli), synced.Format(time.StampMilli), why)
+		}
+	}
+	deniedOnReservation, deniedFromWide := 0, 0
+	for _, op := range res.Ops {
+		if op.Class == classExpectedDenial && strings.Contains(op.Err, "is reserved for Service "+loadOwnersNamespace) {
+			deniedOnReservation++
+		}
+		if op.Class == classExpectedDenial && strings.Contains(op.Err, "10.98.0.") {
+			deniedFromWide++
+		}
+	}
+	t.Logf("e2e: managed load: %d Services checked (%d admitted under the narrowed policy), %d in 10.97.0.0/28, %d in 10.98.0.0/24, %d in 10.99.0.0/24 (orphaned); %d creates denied on a new reservation, %d from the dropped range; %d outside the policy in force",
+		len(svcs.Items), underNarrow, inSmall, inWide, inLate, deniedOnReservation, deniedFromWide, bad)
+	t.Logf("e2e: managed load: lag figures: policy edit to conditions written %s (file reload interval 100ms), written to the apiserver filtering with them %s",
+		editToSync.Round(time.Millisecond), settle.Round(time.Millisecond))
+	if deniedOnReservation+deniedFromWide == 0 {
+		t.Errorf("no create was denied by the narrowed policy: the run did not exercise the window")
+	}
+}
+
+// conditionsDigest is the conditions digest the validating configuration
+// is annotated with.
+func conditionsDigest(ctx context.Context, c *framework.Cluster) string {
+	v, err := c.Client(0).AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return v.Annotations["clusterip-policy.io/match-conditions-digest"]
 }
