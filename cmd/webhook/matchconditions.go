@@ -55,6 +55,11 @@ const (
 	// even when nothing changed, so that an older condition written back by
 	// someone else (a restored backup) does not stay.
 	conditionsVerifyInterval = 5 * time.Second
+	// conditionsSettle is how long after a write the leader waits before
+	// it reports the new conditions in force: the apiservers load a changed
+	// webhook configuration from their own informer (measured on one
+	// loaded apiserver: under 0.5 s; docs/matchconditions.md).
+	conditionsSettle = 2 * time.Second
 	// conditionsMaxBackoff bounds the wait between failed writes.
 	conditionsMaxBackoff = 10 * time.Second
 )
@@ -121,39 +126,60 @@ func (k *conditionKeeper) wanted(now time.Time) (matchconditions.Conditions, *po
 }
 
 // lead keeps the conditions in step until ctx (the leadership) ends.
+//
+// "In force" is reported (clusterip_policy_match_conditions_synced 1, the
+// log line "managed matchConditions in force") only conditionsSettle after
+// the write that put them there, the time the apiservers take to load a
+// changed configuration (docs/matchconditions.md has the figures). Until
+// then requests skipped under the previous conditions follow the previous
+// policy, which the configurations' annotation still names.
 func (k *conditionKeeper) lead(ctx context.Context) {
 	k.log.Info("leading: keeping the managed matchConditions", "mutatingWebhookConfiguration", k.o.mutating, "validatingWebhookConfiguration", k.o.validating)
 	defer k.metrics.synced.Set(0)
-	var written string
-	var verified, retryAt time.Time
+	var written string // conditions digest + policy digest last written (or found in place)
+	var verified, retryAt, settledAt time.Time
+	reported := false
 	backoff := conditionsPollInterval
 	t := time.NewTicker(conditionsPollInterval)
 	defer t.Stop()
 	for {
 		now := time.Now()
-		if want, pol, ok := k.wanted(now); ok && now.After(retryAt) &&
-			(want.Digest != written || now.Sub(verified) >= conditionsVerifyInterval) {
-			if want.Digest != written {
+		want, pol, ok := k.wanted(now)
+		key := want.Digest
+		if ok {
+			key += "/" + pol.Digest
+		}
+		if ok && now.After(retryAt) && (key != written || now.Sub(verified) >= conditionsVerifyInterval) {
+			if key != written {
 				k.metrics.synced.Set(0)
 			}
 			changed, err := k.write(ctx, want, pol.Digest)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				k.metrics.updates.WithLabelValues("failed").Inc()
-				k.log.Error(err, "cannot write the managed matchConditions; the webhook keeps being called under the conditions the configurations hold", "retryIn", backoff.String())
+				k.metrics.synced.Set(0)
+				k.log.Error(err, "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
 				retryAt = now.Add(backoff)
 				backoff = min(2*backoff, conditionsMaxBackoff)
 			case err == nil:
 				if changed {
 					k.metrics.updates.WithLabelValues("updated").Inc()
-					k.log.Info("managed matchConditions written: requests they skip follow this policy from now on",
+					k.log.Info("managed matchConditions written",
 						"policyDigest", pol.Digest, "conditionsDigest", want.Digest, "allowListPrefixes", len(want.AllowList),
 						"allowListCapped", want.AllowListCapped, "owners", len(want.Owners), "ownersCapped", want.OwnersCapped)
+					settledAt, reported = now.Add(conditionsSettle), false
 				}
-				written, verified, backoff = want.Digest, now, conditionsPollInterval
-				k.metrics.synced.Set(1)
+				if key != written && !changed {
+					reported = false // found in place (a new leader): in force already
+				}
+				written, verified, backoff = key, now, conditionsPollInterval
 				k.metrics.prefixes.Set(float64(len(want.AllowList)))
 			}
+		}
+		if ok && key == written && !reported && !now.Before(settledAt) {
+			reported = true
+			k.metrics.synced.Set(1)
+			k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", pol.Digest, "conditionsDigest", want.Digest)
 		}
 		select {
 		case <-ctx.Done():
