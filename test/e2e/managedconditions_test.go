@@ -356,7 +356,9 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 		if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create ServiceCIDR %s %s: %v", name, cidr, err)
 		}
-		t.Cleanup(func() { _ = cs.NetworkingV1().ServiceCIDRs().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = cs.NetworkingV1().ServiceCIDRs().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	// Before the load: the small range the narrowed policy reserves in,
 	// and a wide one it drops. Both inside allowedCIDRs of the wide policy.
@@ -376,7 +378,10 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 		at   time.Time
 	}
 	var events []event
-	note := func(what string) { events = append(events, event{what, time.Now()}); t.Logf("e2e: managed load: %s", what) }
+	note := func(what string) {
+		events = append(events, event{what, time.Now()})
+		t.Logf("e2e: managed load: %s", what)
+	}
 	accept := func(err error) bool {
 		s := err.Error()
 		return deniedBy(err, validating) && (strings.Contains(s, "is reserved for Service") || strings.Contains(s, "comes from") || strings.Contains(s, "outside every active"))
