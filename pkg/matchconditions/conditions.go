@@ -40,6 +40,11 @@ const (
 	// MaxOwners caps the reservation owners the mutating condition names;
 	// over it every CREATE is sent, as before this package existed.
 	MaxOwners = 512
+	// MaxExpressionBytes caps each expression below the 100,000 code
+	// points the apiserver's CEL parser accepts (cel-go's default, which
+	// Kubernetes keeps); the expressions are ASCII. 512 owners of the
+	// longest names (63/63) take about 68 KB.
+	MaxExpressionBytes = 90_000
 )
 
 // Conditions are the two managed expressions and what they were made from.
@@ -72,7 +77,15 @@ func Compute(p *policy.Policy, rs allocview.RangeSet) Conditions {
 		c.OwnersCapped = true
 	}
 	c.Mutating = mutating(c.Owners, c.OwnersCapped)
+	if len(c.Mutating) > MaxExpressionBytes {
+		c.Owners, c.OwnersCapped = nil, true
+		c.Mutating = mutating(nil, true)
+	}
 	c.Validating = validating(c.AllowList)
+	if len(c.Validating) > MaxExpressionBytes {
+		c.AllowList, c.AllowListCapped = nil, true
+		c.Validating = validating(nil)
+	}
 	sum := sha256.Sum256([]byte(c.Mutating + "\x00" + c.Validating))
 	c.Digest = hex.EncodeToString(sum[:6])
 	return c

@@ -370,3 +370,64 @@ func TestNilPolicySendsEveryCreate(t *testing.T) {
 		}
 	}
 }
+
+// largestPolicy has MaxOwners owners with the longest names the policy
+// accepts, each with an address of its own spread over both families'
+// dynamic bands: the longest mutating expression and a capped allow-list
+// of IPv6 prefixes, the longest validating one.
+func largestPolicy(owners int) string {
+	var b strings.Builder
+	b.WriteString("allowedCIDRs: [10.96.0.0/16, 'fd00:10:96::/108']\nreservations:\n")
+	for i := range owners {
+		ip := fmt.Sprintf("10.96.%d.%d", 2+i%250, 7+i/250)
+		if i%2 == 1 {
+			ip = fmt.Sprintf("fd00:10:96::%x:%x", 1+i%14, 0x101+i)
+		}
+		fmt.Fprintf(&b, "- {ip: '%s', service: ns%061d/svc%060d}\n", ip, i, i)
+	}
+	return b.String()
+}
+
+func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
+	p := mustPolicy(t, largestPolicy(MaxOwners-1)) // plus default/kubernetes, implicitly
+	env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	c := Compute(p, env.Ranges())
+	if c.OwnersCapped || len(c.Owners) != MaxOwners || !c.AllowListCapped || len(c.AllowList) != MaxPrefixes {
+		t.Fatalf("owners %d (capped %v), prefixes %d (capped %v): not the largest case", len(c.Owners), c.OwnersCapped, len(c.AllowList), c.AllowListCapped)
+	}
+	t.Logf("largest expressions: mutating %d bytes, validating %d bytes", len(c.Mutating), len(c.Validating))
+	for _, e := range []string{c.Mutating, c.Validating} {
+		if len(e) > MaxExpressionBytes {
+			t.Fatalf("expression of %d bytes, over %d", len(e), MaxExpressionBytes)
+		}
+	}
+	// Worst-case evaluation: a dual-stack create none of whose addresses
+	// is listed (every prefix tried for each), and an owner listed last.
+	for _, tc := range []struct {
+		name, expr string
+		svc        *corev1.Service
+	}{
+		{"validating", c.Validating, service("apps", "web", func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.20", []string{"10.96.0.20", "fd00:10:96::20"}
+			s.Spec.IPFamilies = []corev1.IPFamily{"IPv4", "IPv6"}
+		})},
+		{"mutating", c.Mutating, service(fmt.Sprintf("ns%061d", MaxOwners+1), fmt.Sprintf("svc%060d", MaxOwners+1))},
+	} {
+		cc := plugincel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+		compileNew(t, tc.expr)
+		f := cc.CompileCondition([]plugincel.ExpressionAccessor{&matchconditions.MatchCondition{Name: Name, Expression: tc.expr}},
+			plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.StoredExpressions)
+		attr := admission.NewAttributesRecord(tc.svc, nil, serviceGVK, tc.svc.Namespace, tc.svc.Name, serviceGVR, "", admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "alice"})
+		va, _ := admission.NewVersionedAttributes(attr, serviceGVK, nil)
+		const budget = 2_500_000 // RuntimeCELCostBudgetMatchConditions
+		res, left, err := f.ForInput(context.Background(), va, plugincel.CreateAdmissionRequest(attr, metav1.GroupVersionResource(serviceGVR), metav1.GroupVersionKind(serviceGVK)), plugincel.OptionalVariableBindings{}, nil, budget)
+		if err != nil || len(res) != 1 || res[0].Error != nil {
+			t.Fatalf("%s: %v %+v", tc.name, err, res)
+		}
+		cost := budget - left
+		t.Logf("%s: worst-case runtime cost %d of the per-expression limit 1,000,000 and the budget %d for all conditions", tc.name, cost, budget)
+		if cost > 100_000 {
+			t.Errorf("%s: cost %d, want it far below the limits", tc.name, cost)
+		}
+	}
+}

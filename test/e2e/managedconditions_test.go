@@ -564,3 +564,84 @@ func conditionsDigest(ctx context.Context, c *framework.Cluster) string {
 	}
 	return v.Annotations["clusterip-policy.io/match-conditions-digest"]
 }
+
+// largestManagedPolicy is the policy that makes the longest managed
+// conditions (pkg/matchconditions TestLargestConditionsStayWithinTheApiserversLimits
+// builds the same): 511 owners with the longest names plus
+// default/kubernetes, each address a hole in a dynamic band of one family
+// or the other, so the allow-list is capped.
+func largestManagedPolicy() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nallowedCIDRs: [10.96.0.0/16, 'fd00:10:96::/108']\nreservations:\n")
+	for i := range matchconditions.MaxOwners - 1 {
+		ip := fmt.Sprintf("10.96.%d.%d", 2+i%250, 7+i/250)
+		if i%2 == 1 {
+			ip = fmt.Sprintf("fd00:10:96::%x:%x", 1+i%14, 0x101+i)
+		}
+		fmt.Fprintf(&b, "- {ip: '%s', service: ns%061d/svc%060d}\n", ip, i, i)
+	}
+	return b.String()
+}
+
+// TestLargestManagedConditionsOnARealApiserver: the longest conditions the
+// leader can write are accepted by a dual-stack v1.37 apiserver, evaluate
+// on every request, and leave the hostile request of 50,000 clusterIPs
+// its one short denial.
+func TestLargestManagedConditionsOnARealApiserver(t *testing.T) {
+	pol := largestManagedPolicy()
+	c := own(t, framework.Options{
+		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16,fd00:10:96::/108"}},
+		Policy:      pol,
+		Webhooks:    1,
+		WebhookArgs: []string{"--manage-match-conditions"},
+	})
+	cs := c.Client(0)
+	ctx := testContext(t, 3*time.Minute)
+	waitManaged(t, ctx, c, policyDigest(t, pol), 30*time.Second)
+	m, v, _, err := managedConditions(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("e2e: largest managed conditions accepted: mutating %d bytes, validating %d bytes", len(m), len(v))
+	if len(m) < 60_000 {
+		t.Fatalf("the mutating condition has %d bytes: not the largest case (owners capped?)", len(m))
+	}
+	ns := namespace(t, c, "largest")
+
+	ips := make([]string, 50000)
+	for i := range ips {
+		ips[i] = "10.96.200.5"
+	}
+	flood := service(ns, "flood", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips })
+	_, err = cs.CoreV1().Services(ns).Create(ctx, flood, metav1.CreateOptions{})
+	want := `admission webhook "` + mutating + `" denied the request: spec.clusterIPs: Too many: 50000: must have at most 2 items (one per IP family)`
+	if err == nil || !strings.HasPrefix(err.Error(), want) || len(err.Error()) > 1024 {
+		t.Fatalf("50,000 clusterIPs: %d-byte error %.300q, want one starting %q", len(fmt.Sprint(err)), fmt.Sprint(err), want)
+	}
+
+	dual := corev1.IPFamilyPolicyRequireDualStack
+	for i, tweak := range []func(*corev1.Service){
+		func(*corev1.Service) {},
+		func(s *corev1.Service) { s.Spec.IPFamilyPolicy = &dual },
+		func(s *corev1.Service) {
+			s.Spec.IPFamilyPolicy, s.Spec.IPFamilies = &dual, []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+		},
+	} {
+		name := fmt.Sprintf("dynamic-%d", i)
+		if _, err := cs.CoreV1().Services(ns).Create(ctx, service(ns, name, tweak), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("dynamic create %s: %v", name, err)
+		}
+	}
+	ownerNS := fmt.Sprintf("ns%061d", 0)
+	createNamespace(t, c, ownerNS)
+	got, err := cs.CoreV1().Services(ownerNS).Create(ctx, service(ownerNS, fmt.Sprintf("svc%060d", 0)), metav1.CreateOptions{})
+	if err != nil || got.Spec.ClusterIP != "10.96.2.7" {
+		t.Fatalf("the first owner's create: %v, clusterIP %q, want its reservation 10.96.2.7", err, got.Spec.ClusterIP)
+	}
+	for _, webhook := range []string{mutating, validating} {
+		n, err := c.APIServerMetric(ctx, 0, "apiserver_admission_match_condition_evaluation_errors_total", `name="`+webhook+`"`)
+		if err != nil || n != 0 {
+			t.Errorf("%s: %v matchCondition evaluation errors (%v)", webhook, n, err)
+		}
+	}
+}
