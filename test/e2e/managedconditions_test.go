@@ -347,6 +347,9 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 	cs := c.Client(0)
 	ctx := testContext(t, 4*time.Minute)
 	waitManaged(t, ctx, c, policyDigest(t, loadPolicyWide), 30*time.Second)
+	t.Run("every kind of request evaluates under the managed conditions", func(t *testing.T) {
+		sendEveryRequestKind(t, c, false)
+	})
 	ns := namespace(t, c, "managed-load")
 	createNamespace(t, c, loadOwnersNamespace)
 
@@ -538,13 +541,22 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 		}
 	}
 	deniedOnReservation, deniedFromWide := 0, 0
+	examples := map[string]string{}
 	for _, op := range res.Ops {
-		if op.Class == classExpectedDenial && strings.Contains(op.Err, "is reserved for Service "+loadOwnersNamespace) {
+		switch {
+		case op.Class != classExpectedDenial || op.Err == "":
+		case strings.Contains(op.Err, "is reserved for Service "+loadOwnersNamespace):
 			deniedOnReservation++
-		}
-		if op.Class == classExpectedDenial && strings.Contains(op.Err, "10.98.0.") {
+			examples["new reservation"] = op.Err
+		case strings.Contains(op.Err, `allocated ClusterIP "10.98.0.`):
 			deniedFromWide++
+			examples["dropped range"] = op.Err
+		default:
+			examples["other"] = op.Err
 		}
+	}
+	for what, msg := range examples {
+		t.Logf("e2e: managed load: a denial (%s): %.400s", what, msg)
 	}
 	t.Logf("e2e: managed load: %d Services checked (%d admitted under the narrowed policy), %d in 10.97.0.0/28, %d in 10.98.0.0/24, %d in 10.99.0.0/24 (orphaned); %d creates denied on a new reservation, %d from the dropped range; %d outside the policy in force",
 		len(svcs.Items), underNarrow, inSmall, inWide, inLate, deniedOnReservation, deniedFromWide, bad)
