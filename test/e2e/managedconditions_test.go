@@ -15,8 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
 	"clusterip-policy/test/e2e/framework"
@@ -655,5 +657,104 @@ func TestLargestManagedConditionsOnARealApiserver(t *testing.T) {
 		if err != nil || n != 0 {
 			t.Errorf("%s: %v matchCondition evaluation errors (%v)", webhook, n, err)
 		}
+	}
+}
+
+// TestManagedConditionsCutTheCostOfACreate measures what the managed
+// conditions are for: 600 dynamic Service creates at 8 clients with the
+// static conditions only, with the managed conditions (computed by
+// pkg/matchconditions for this cluster and written by hand, so nothing
+// rewrites them between phases), and with no webhook at all. It asserts
+// the call counts (every create reaches the validating webhook under the
+// static conditions, almost none under the managed ones) and logs the
+// rates.
+func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
+	c := own(t, framework.Options{Policy: sharedPolicy, Webhooks: 1})
+	cs := c.Client(0)
+	ctx := testContext(t, 4*time.Minute)
+	p, err := policy.Parse([]byte(sharedPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, p.AllowedCIDRs)
+	conds := matchconditions.Compute(p, rs)
+
+	cfg := c.RESTConfig(0)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	const clients, perClient = 8, 75
+	calls := func() float64 {
+		n, err := c.APIServerMetric(ctx, 0, "apiserver_admission_webhook_request_total", `name="`+validating+`"`, `operation="CREATE"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Each phase starts from an empty cluster (the apiserver's cost per
+	// create grows with the Services that exist).
+	phase := func(name string) (rate, called float64) {
+		ns := namespace(t, c, "cost-"+name)
+		defer deleteServices(t, cs, ns)
+		before := calls()
+		start := time.Now()
+		errs := make(chan error, clients)
+		for i := range clients {
+			go func() {
+				cl := kubernetes.NewForConfigOrDie(cfg)
+				for j := range perClient {
+					if _, err := cl.CoreV1().Services(ns).Create(ctx, plainService(ns, fmt.Sprintf("s%d-%d", i, j)), metav1.CreateOptions{}); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range clients {
+			if err := <-errs; err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		took := time.Since(start)
+		return clients * perClient / took.Seconds(), calls() - before
+	}
+
+	_, _ = phase("warm-up")
+	staticRate, staticCalls := phase("static")
+	for _, kind := range []string{"mutating", "validating"} {
+		var err error
+		if kind == "mutating" {
+			var m *admissionregistrationv1.MutatingWebhookConfiguration
+			if m, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
+				m.Webhooks[0].MatchConditions = append(m.Webhooks[0].MatchConditions, admissionregistrationv1.MatchCondition{Name: matchconditions.Name, Expression: conds.Mutating})
+				_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
+			}
+		} else {
+			var v *admissionregistrationv1.ValidatingWebhookConfiguration
+			if v, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
+				v.Webhooks[0].MatchConditions = append(v.Webhooks[0].MatchConditions, admissionregistrationv1.MatchCondition{Name: matchconditions.Name, Expression: conds.Validating})
+				_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{})
+			}
+		}
+		if err != nil {
+			t.Fatalf("add the managed condition to the %s configuration: %v", kind, err)
+		}
+	}
+	time.Sleep(time.Second) // the apiserver loads the changed configurations
+	managedRate, managedCalls := phase("managed")
+	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "clusterip-policy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "clusterip-policy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	noneRate, _ := phase("none")
+	t.Logf("e2e: cost: %d dynamic creates at %d clients: static conditions %.0f/s (%v validating calls), managed conditions %.0f/s (%v calls), no webhook %.0f/s; managed/none %.2f, static/none %.2f",
+		clients*perClient, clients, staticRate, staticCalls, managedRate, managedCalls, noneRate, managedRate/noneRate, staticRate/noneRate)
+	if staticCalls < clients*perClient {
+		t.Errorf("static conditions: %v validating calls for %d creates, want one each", staticCalls, clients*perClient)
+	}
+	if managedCalls > clients*perClient/20 {
+		t.Errorf("managed conditions: %v validating calls for %d dynamic creates, want almost none (only those landing on the static band or a reservation)", managedCalls, clients*perClient)
 	}
 }
