@@ -156,7 +156,7 @@ func subtract(spans []span, holes []netip.Addr) []span {
 // cover returns the fewest prefixes whose union is exactly s: at each step
 // the widest prefix that starts at lo and ends at or before hi. For
 // 10.96.1.1-10.96.255.254 that is 10.96.1.1/32, 10.96.1.2/31, ...,
-// 10.96.128.0/18, ..., 10.96.255.254/32 (30 prefixes).
+// 10.96.128.0/18, ..., 10.96.255.254/32 (29 prefixes).
 func cover(s span) []netip.Prefix {
 	var out []netip.Prefix
 	lo := s.lo

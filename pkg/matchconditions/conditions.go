@@ -32,10 +32,10 @@ const Name = "policy-may-apply"
 // less selective (more calls), never wrong.
 const (
 	// MaxPrefixes caps the validating allow-list. A range's dynamic band is
-	// at most about 2x its host bits of prefixes (30 for a /16, 2 more per
-	// reserved address inside it); 256 prefixes of IPv6 are about 12 KiB of
-	// expression and cost the apiserver about 2 x 256 cidr() evaluations per
-	// create, well inside its per-call CEL limit.
+	// at most about 2x its host bits of prefixes (29 for 10.96.0.0/16), and
+	// each reserved address inside it adds up to as many again (42 with one
+	// hole). The largest list costs the apiserver 2,625 of its 1,000,000
+	// per-expression limit for a dual-stack create (docs/matchconditions.md).
 	MaxPrefixes = 256
 	// MaxOwners caps the reservation owners the mutating condition names;
 	// over it every CREATE is sent, as before this package existed.
