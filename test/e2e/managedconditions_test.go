@@ -147,6 +147,11 @@ func TestManagedConditionsSendOnlyWhatTheWebhookMayChange(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	took := waitManaged(t, ctx, c, policyDigest(t, pol), 30*time.Second)
 	t.Logf("e2e: managed conditions: in both configurations %s after the webhook was ready and registered", took.Round(time.Millisecond))
+	// The check docs/deploying.md gives operators.
+	out, _, err := c.Kubectl(ctx, "", "get", "validatingwebhookconfiguration", "clusterip-policy", "-o", `jsonpath={.metadata.annotations.clusterip-policy\.io/match-conditions-policy}`)
+	if err != nil || out != policyDigest(t, pol) {
+		t.Fatalf("kubectl jsonpath of the policy annotation = %q (%v), want %s", out, err, policyDigest(t, pol))
+	}
 	createNamespace(t, c, managedNamespace)
 	webhookCalls := func() float64 {
 		n, err := c.APIServerMetric(ctx, 0, "apiserver_admission_webhook_request_total", `name="`+framework.ValidatingWebhookName+`"`, `operation="CREATE"`)
