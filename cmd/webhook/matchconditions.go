@@ -156,9 +156,15 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 			changed, err := k.write(ctx, want, pol.Digest)
 			switch {
 			case err != nil && ctx.Err() == nil:
-				k.metrics.updates.WithLabelValues("failed").Inc()
 				k.metrics.synced.Set(0)
-				k.log.Error(err, "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
+				if apierrors.IsNotFound(err) {
+					// An install applies the configurations once the pods
+					// are ready (docs/deploying.md): not a failure yet.
+					k.log.Info("waiting for the webhook configurations to exist", "reason", err.Error(), "retryIn", backoff.String())
+				} else {
+					k.metrics.updates.WithLabelValues("failed").Inc()
+					k.log.Error(err, "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
+				}
 				retryAt = now.Add(backoff)
 				backoff = min(2*backoff, conditionsMaxBackoff)
 			case err == nil:
