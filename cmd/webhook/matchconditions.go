@@ -182,6 +182,13 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 				k.metrics.prefixes.Set(float64(len(want.AllowList)))
 			}
 		}
+		if !ok && reported {
+			// Not ready: the leader cannot tell whether what is written
+			// is still right. Nothing is changed (the configurations keep
+			// the last conditions); in force is reported again once ready.
+			reported = false
+			k.metrics.synced.Set(0)
+		}
 		if ok && key == written && !reported && !now.Before(settledAt) {
 			reported = true
 			k.metrics.synced.Set(1)

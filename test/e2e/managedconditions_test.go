@@ -208,6 +208,36 @@ func TestManagedConditionsSendOnlyWhatTheWebhookMayChange(t *testing.T) {
 	if _, err := cs.CoreV1().Services(managedNamespace).Create(ctx, wrong, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "dynamic band") {
 		t.Fatalf("a static address in the dynamic band: err %v, want the static-ip-in-dynamic-band denial", err)
 	}
+	// Someone writes a condition that skips everything (a careless edit, an
+	// old backup restored): the leader's periodic re-read puts its own back.
+	want, _, _, err := managedConditions(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.Webhooks[0].MatchConditions {
+		if m.Webhooks[0].MatchConditions[i].Name == matchconditions.Name {
+			m.Webhooks[0].MatchConditions[i].Expression = "false"
+		}
+	}
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tampered := time.Now()
+	for {
+		got, _, _, err := managedConditions(ctx, c)
+		if err == nil && got == want {
+			break
+		}
+		if time.Since(tampered) > 15*time.Second {
+			t.Fatalf("the tampered managed condition is still %.80q after %s", got, time.Since(tampered).Round(time.Second))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("e2e: managed conditions: a tampered condition was restored %s later", time.Since(tampered).Round(10*time.Millisecond))
 	owner := plainService(managedNamespace, "owner-9")
 	got, err := cs.CoreV1().Services(managedNamespace).Create(ctx, owner, metav1.CreateOptions{})
 	if err != nil {
