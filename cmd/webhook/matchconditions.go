@@ -99,6 +99,9 @@ func newConditionMetrics(reg prometheus.Registerer) *conditionMetrics {
 		}),
 	}
 	reg.MustRegister(m.synced, m.updates, m.prefixes)
+	for _, r := range []string{"updated", "failed"} {
+		m.updates.WithLabelValues(r) // served as 0 from the start, so an alert on increase() sees the first failure
+	}
 	return m
 }
 
