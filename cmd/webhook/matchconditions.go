@@ -55,11 +55,6 @@ const (
 	// even when nothing changed, so that an older condition written back by
 	// someone else (a restored backup) does not stay.
 	conditionsVerifyInterval = 5 * time.Second
-	// conditionsSettle is how long after a write the leader waits before
-	// it reports the new conditions in force: the apiservers load a changed
-	// webhook configuration from their own informer (measured on one
-	// loaded apiserver: under 0.5 s; docs/matchconditions.md).
-	conditionsSettle = 2 * time.Second
 	// conditionsMaxBackoff bounds the wait between failed writes.
 	conditionsMaxBackoff = 10 * time.Second
 )
@@ -68,11 +63,19 @@ type matchConditionOptions struct {
 	manage     bool
 	mutating   string
 	validating string
+	// settle is how long after a write the leader waits before it reports
+	// the new conditions in force: the apiservers load a changed webhook
+	// configuration from their own informer (measured on one loaded
+	// apiserver: 5-53 ms; docs/matchconditions.md).
+	settle time.Duration
 }
 
 func (o *matchConditionOptions) validate() error {
 	if o.mutating == "" || o.validating == "" {
 		return errors.New("--mutating-webhook-configuration and --validating-webhook-configuration must name the configurations (clusterip-policy in manifests/base)")
+	}
+	if o.settle < 0 || o.settle > time.Minute {
+		return fmt.Errorf("--match-conditions-settle %s is outside 0-1m; give the time your apiservers take to load a changed webhook configuration, with a margin (default 1s)", o.settle)
 	}
 	return nil
 }
@@ -131,7 +134,7 @@ func (k *conditionKeeper) wanted(now time.Time) (matchconditions.Conditions, *po
 // lead keeps the conditions in step until ctx (the leadership) ends.
 //
 // "In force" is reported (clusterip_policy_match_conditions_synced 1, the
-// log line "managed matchConditions in force") only conditionsSettle after
+// log line "managed matchConditions in force") only --match-conditions-settle after
 // the write that put them there, the time the apiservers take to load a
 // changed configuration (docs/matchconditions.md has the figures). Until
 // then requests skipped under the previous conditions follow the previous
@@ -176,7 +179,7 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 					k.log.Info("managed matchConditions written",
 						"policyDigest", pol.Digest, "conditionsDigest", want.Digest, "allowListPrefixes", len(want.AllowList),
 						"allowListCapped", want.AllowListCapped, "owners", len(want.Owners), "ownersCapped", want.OwnersCapped)
-					settledAt, reported = now.Add(conditionsSettle), false
+					settledAt, reported = now.Add(k.o.settle), false
 				}
 				if key != written && !changed {
 					reported = false // found in place (a new leader): in force already
