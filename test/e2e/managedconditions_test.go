@@ -415,15 +415,7 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 	}
 	waitManagedDigestChange("")
 
-	type event struct {
-		what string
-		at   time.Time
-	}
-	var events []event
-	note := func(what string) {
-		events = append(events, event{what, time.Now()})
-		t.Logf("e2e: managed load: %s", what)
-	}
+	note := func(what string) { t.Logf("e2e: managed load: %s", what) }
 	accept := func(err error) bool {
 		s := err.Error()
 		return deniedBy(err, validating) && (strings.Contains(s, "is reserved for Service") || strings.Contains(s, "comes from") || strings.Contains(s, "outside every active"))
