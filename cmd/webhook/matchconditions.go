@@ -182,7 +182,9 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 					settledAt, reported = now.Add(k.o.settle), false
 				}
 				if key != written && !changed {
-					reported = false // found in place (a new leader): in force already
+					// Found in place (a new leader): the previous leader may
+					// have written it a moment ago, so it settles too.
+					settledAt, reported = now.Add(k.o.settle), false
 				}
 				written, verified, backoff = key, now, conditionsPollInterval
 				k.metrics.prefixes.Set(float64(len(want.AllowList)))
@@ -208,10 +210,10 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 	}
 }
 
-// write puts the conditions into both configurations, validating first:
-// either order is safe (each only ever narrows what its own webhook skips
-// to what the policy in force allows), and the validating one is the one
-// that guards reservations against dynamic allocations. It reports whether
+// write puts the conditions into both configurations, validating first.
+// The order does not matter for safety: each condition on its own is true
+// for every request its webhook would act on under the policy it encodes,
+// and the policy annotation says which one that is. It reports whether
 // anything was changed.
 func (k *conditionKeeper) write(ctx context.Context, c matchconditions.Conditions, policyDigest string) (bool, error) {
 	ann := map[string]string{conditionsDigestAnnotation: c.Digest, conditionsPolicyAnnotation: policyDigest}
