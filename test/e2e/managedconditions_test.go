@@ -435,7 +435,7 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 	done := make(chan *loadResult, 1)
 	loadStart := time.Now()
 	go func() {
-		done <- runLoad(ctx, t, c, loadOptions{Namespace: ns, Clients: 8, Duration: 24 * time.Second, MaxOps: 800, StaticPool: pools, AcceptDenial: accept})
+		done <- runLoad(ctx, t, c, loadOptions{Namespace: ns, Clients: 8, Duration: 24 * time.Second, MaxOps: 1500, StaticPool: pools, AcceptDenial: accept})
 	}()
 
 	var synced, inForce, lateDeleted time.Time
