@@ -18,6 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"clusterip-policy/certs"
 	"clusterip-policy/pkg/allocview"
@@ -209,6 +210,22 @@ func TestManagedConditionsSendOnlyWhatTheWebhookMayChange(t *testing.T) {
 	wrong.Spec.ClusterIP = "10.96.0.18"
 	if _, err := cs.CoreV1().Services(managedNamespace).Create(ctx, wrong, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "dynamic band") {
 		t.Fatalf("a static address in the dynamic band: err %v, want the static-ip-in-dynamic-band denial", err)
+	}
+	// Re-applying the manifests' configuration with kubectl apply
+	// --server-side leaves the managed condition in place: matchConditions
+	// is a map list keyed by name, and the entry is the leader's.
+	vc := c.Configs.Validating.DeepCopy()
+	vc.TypeMeta = metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"}
+	vc.ResourceVersion, vc.ManagedFields = "", nil
+	doc, err := yaml.Marshal(vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Kubectl(ctx, string(doc), "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, v, _, err := managedConditions(ctx, c); err != nil || v == "" {
+		t.Fatalf("after kubectl apply --server-side of the manifests' configuration the managed condition is gone (%v)", err)
 	}
 	// Someone writes a condition that skips everything (a careless edit, an
 	// old backup restored): the leader's periodic re-read puts its own back.
