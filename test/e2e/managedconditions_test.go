@@ -455,7 +455,7 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 		done <- runLoad(ctx, t, c, loadOptions{Namespace: ns, Clients: 8, Duration: 24 * time.Second, MaxOps: 1500, StaticPool: pools, AcceptDenial: accept})
 	}()
 
-	var synced, inForce, lateDeleted time.Time
+	var edited, synced, inForce, lateDeleted time.Time
 	var editToSync, settle time.Duration
 	func() {
 		time.Sleep(3 * time.Second)
@@ -477,6 +477,7 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 
 		narrow := loadPolicyNarrow()
 		edit := time.Now()
+		edited = edit
 		if err := certs.WriteFileAtomic(c.PolicyFile, []byte(narrow), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -544,23 +545,12 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 	for i := range 12 {
 		narrowV.reserved[fmt.Sprintf("10.97.0.%d", 2+i)] = fmt.Sprintf("%s/owner-%d", loadOwnersNamespace, i)
 	}
-	started := map[string]time.Time{}
-	for _, op := range res.Ops {
-		if strings.HasPrefix(op.Kind, "create") && op.Class == classOK {
-			started[op.Name] = op.Start
-		}
-	}
 	const settlePeriod = time.Second // for the deleted ServiceCIDR: the webhook's and the apiserver's informers
-	svcs, err := cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var underNarrow, oldOnly, inSmall, inWide, inLate, bad int
-	for _, s := range svcs.Items {
-		key := ns + "/" + s.Name
-		ip := s.Spec.ClusterIP
-		when, known := started[s.Name]
-		why := wide.breaks(key, ip)
+	// judge says why a Service with ip, whose create started at when,
+	// breaks the policy in force then, or "" when it does not; narrowed
+	// says the narrowed policy was in force.
+	judge := func(key, ip string, when time.Time, known bool) (why string, narrowed bool) {
+		why = wide.breaks(key, ip)
 		if late := netip.MustParsePrefix("10.99.0.0/24"); why != "" && late.Contains(netip.MustParseAddr(ip)) && ip != "10.99.0.0" {
 			// Admitted while e2e-late was active: orphaned by its deletion,
 			// not admitted outside the policy.
@@ -571,23 +561,50 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 			}
 		}
 		if why == "" && (!known || !when.Before(inForce)) {
-			why = narrowV.breaks(key, ip) // admitted once the narrowed policy was in force
+			return narrowV.breaks(key, ip), true
+		}
+		return why, false
+	}
+	// Every create the clients were told succeeded, deleted since or not.
+	started := map[string]time.Time{}
+	var admitted, underNarrow, inWindow, bad int
+	for _, op := range res.Ops {
+		if !strings.HasPrefix(op.Kind, "create") || op.Class != classOK {
+			continue
+		}
+		started[op.Name] = op.Start
+		admitted++
+		why, narrowed := judge(ns+"/"+op.Name, op.IP, op.Start, true)
+		if narrowed {
 			underNarrow++
-		} else if why == "" && narrowV.breaks(key, ip) != "" {
-			oldOnly++ // admitted under the wide policy, outside the narrowed one: still there
-		}
-		if strings.HasPrefix(ip, "10.97.0.") {
-			inSmall++
-		}
-		if strings.HasPrefix(ip, "10.98.0.") {
-			inWide++
-		}
-		if strings.HasPrefix(ip, "10.99.0.") {
-			inLate++
+		} else if !op.Start.Before(edited) && narrowV.breaks(ns+"/"+op.Name, op.IP) != "" {
+			inWindow++ // the old policy was still in force for it
 		}
 		if why != "" {
 			bad++
+			t.Errorf("create of %s/%s started at %s got %s (the narrowed policy in force since %s): %s", ns, op.Name, op.Start.Format(time.StampMilli), op.IP, inForce.Format(time.StampMilli), why)
+		}
+	}
+	// And every Service there now (a create whose answer was lost included).
+	svcs, err := cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inSmall, inWide, inLate int
+	for _, s := range svcs.Items {
+		key, ip := ns+"/"+s.Name, s.Spec.ClusterIP
+		when, known := started[s.Name]
+		if why, _ := judge(key, ip, when, known); why != "" {
+			bad++
 			t.Errorf("Service %s has %s, admitted at %s (the narrowed policy in force since %s): %s", key, ip, when.Format(time.StampMilli), inForce.Format(time.StampMilli), why)
+		}
+		switch {
+		case strings.HasPrefix(ip, "10.97.0."):
+			inSmall++
+		case strings.HasPrefix(ip, "10.98.0."):
+			inWide++
+		case strings.HasPrefix(ip, "10.99.0."):
+			inLate++
 		}
 	}
 	deniedOnReservation, deniedFromWide := 0, 0
@@ -608,9 +625,8 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 	for what, msg := range examples {
 		t.Logf("e2e: managed load: a denial (%s): %.400s", what, msg)
 	}
-	t.Logf("e2e: managed load: %d of the Services still there were admitted under the wide policy and break the narrowed one (allowed: it was in force)", oldOnly)
-	t.Logf("e2e: managed load: %d Services checked (%d admitted under the narrowed policy), %d in 10.97.0.0/28, %d in 10.98.0.0/24, %d in 10.99.0.0/24 (orphaned); %d creates denied on a new reservation, %d from the dropped range; %d outside the policy in force",
-		len(svcs.Items), underNarrow, inSmall, inWide, inLate, deniedOnReservation, deniedFromWide, bad)
+	t.Logf("e2e: managed load: %d admitted creates checked (%d under the narrowed policy; %d started between the edit and the report were admitted under the wide policy though the narrowed one forbids them), %d Services there at the end (%d in 10.97.0.0/28, %d in 10.98.0.0/24, %d in 10.99.0.0/24, orphaned); %d creates denied on a new reservation, %d from the dropped range; %d outside the policy in force",
+		admitted, underNarrow, inWindow, len(svcs.Items), inSmall, inWide, inLate, deniedOnReservation, deniedFromWide, bad)
 	t.Logf("e2e: managed load: lag figures: policy edit to conditions written %s (file reload interval 100ms), written to the apiserver filtering with them %s, written to reported in force %s",
 		editToSync.Round(time.Millisecond), settle.Round(time.Millisecond), inForce.Sub(synced).Round(time.Millisecond))
 	if deniedOnReservation+deniedFromWide == 0 {
