@@ -38,7 +38,7 @@ const (
 )
 
 // The annotations written with the conditions, in the same update: what
-// the configuration's managed condition encodes. PolicyAnnotation is the
+// the configuration's managed condition encodes. The policy annotation is the
 // digest of the policy (as in the audit log's policyDigest) whose rules
 // the apiservers apply to the requests they no longer send.
 const (
