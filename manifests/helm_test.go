@@ -311,7 +311,7 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 func TestChartValues(t *testing.T) {
 	r := renderChart(t, "--set", "replicas=5", "--set", "image.repository=registry.example/cip", "--set", "image.tag=v1.2.3",
 		"--set", "webhook.failurePolicy=Ignore", "--set", "webhook.excludedNamespaces={ci,sandbox}",
-		"--set", "resources.limits.memory=512Mi", "--set", "webhook.holdReservations=false")
+		"--set", "resources.limits.memory=512Mi", "--set", "webhook.holdReservations=false", "--set", "webhook.manageMatchConditions=false")
 	o := r.objects
 	d := o.Deployments[0]
 	if *d.Spec.Replicas != 5 {
@@ -326,6 +326,9 @@ func TestChartValues(t *testing.T) {
 	}
 	if _, ok := flagValue(&ctr, "hold-reservations"); ok || strings.Contains(strings.Join(ctr.Args, " "), "--hold-reservations") {
 		t.Error("--hold-reservations is still passed with webhook.holdReservations=false")
+	}
+	if strings.Contains(strings.Join(ctr.Args, " "), "--manage-match-conditions") {
+		t.Error("--manage-match-conditions is still passed with webhook.manageMatchConditions=false")
 	}
 	for _, w := range o.webhooks() {
 		if w.failurePolicy == nil || *w.failurePolicy != "Ignore" {

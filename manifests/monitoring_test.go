@@ -338,17 +338,18 @@ func TestAlertsCoverWhatOperatorsWatch(t *testing.T) {
 		}
 	}
 	for alert, metric := range map[string]string{
-		"ClusterIPPolicyWebhookUnreachable": "apiserver_admission_webhook_rejection_count",
-		"ClusterIPPolicyWebhookDown":        "up",
-		"ClusterIPPolicyWebhookNotReady":    "clusterip_policy_view_synced",
-		"ClusterIPPolicyViewStale":          "clusterip_policy_view_stale_seconds",
-		"ClusterIPPolicyPolicyRefused":      "clusterip_policy_policy_reloads_total",
-		"ClusterIPPolicyDenialsRising":      "clusterip_policy_decisions_total",
-		"ClusterIPPolicyReviewsSlow":        "controller_runtime_webhook_latency_seconds_bucket",
-		"ClusterIPPolicyExistingViolations": "clusterip_policy_existing_violations",
-		"ClusterIPPolicyAuditNotRunning":    "clusterip_policy_audit_last_success_timestamp_seconds",
-		"ClusterIPPolicyReservationNotHeld": "clusterip_policy_holds",
-		"ClusterIPPolicyHoldsNoLeader":      "clusterip_policy_holds_leader",
+		"ClusterIPPolicyWebhookUnreachable":        "apiserver_admission_webhook_rejection_count",
+		"ClusterIPPolicyWebhookDown":               "up",
+		"ClusterIPPolicyWebhookNotReady":           "clusterip_policy_view_synced",
+		"ClusterIPPolicyViewStale":                 "clusterip_policy_view_stale_seconds",
+		"ClusterIPPolicyPolicyRefused":             "clusterip_policy_policy_reloads_total",
+		"ClusterIPPolicyDenialsRising":             "clusterip_policy_decisions_total",
+		"ClusterIPPolicyReviewsSlow":               "controller_runtime_webhook_latency_seconds_bucket",
+		"ClusterIPPolicyExistingViolations":        "clusterip_policy_existing_violations",
+		"ClusterIPPolicyAuditNotRunning":           "clusterip_policy_audit_last_success_timestamp_seconds",
+		"ClusterIPPolicyReservationNotHeld":        "clusterip_policy_holds",
+		"ClusterIPPolicyHoldsNoLeader":             "clusterip_policy_holds_leader",
+		"ClusterIPPolicyMatchConditionsNotWritten": "clusterip_policy_match_conditions_updates_total",
 	} {
 		names, ok := reads[alert]
 		if !ok {

@@ -347,16 +347,21 @@ type rbacGrant struct {
 	kind, group, resource string // kind: ClusterRole, or Role (in the webhook's namespace)
 	verbs                 []string
 	why                   string
+	// names, when set, are the only objects the grant may name, and it
+	// must name some (resourceNames).
+	names []string
 }
 
 var rbacGrants = []rbacGrant{
-	{"ClusterRole", "networking.k8s.io", "servicecidrs", []string{"get", "list", "watch"}, "the view of the active Service ranges"},
-	{"ClusterRole", "networking.k8s.io", "ipaddresses", []string{"get", "list", "watch", "create", "delete"}, "the view of allocated addresses; create and delete: reservation holds (--hold-reservations), only IPAddresses labelled managed-by clusterip-policy.io"},
-	{"ClusterRole", "", "services", []string{"get", "list"}, "get: the holds' leader re-holds a reserved address only while its owner Service does not exist; list: the leader's periodic audit (--audit-interval) reads the existing Services"},
-	{"ClusterRole", "events.k8s.io", "events", []string{"create"}, "the periodic audit's Warning Event on each offending Service; it never updates or deletes one (it deduplicates itself)"},
-	{"ClusterRole", "clusterip-policy.io", "clusteripolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)"},
-	{"ClusterRole", "clusterip-policy.io", "clusteripolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec"},
-	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit"},
+	{"ClusterRole", "networking.k8s.io", "servicecidrs", []string{"get", "list", "watch"}, "the view of the active Service ranges", nil},
+	{"ClusterRole", "networking.k8s.io", "ipaddresses", []string{"get", "list", "watch", "create", "delete"}, "the view of allocated addresses; create and delete: reservation holds (--hold-reservations), only IPAddresses labelled managed-by clusterip-policy.io", nil},
+	{"ClusterRole", "", "services", []string{"get", "list"}, "get: the holds' leader re-holds a reserved address only while its owner Service does not exist; list: the leader's periodic audit (--audit-interval) reads the existing Services", nil},
+	{"ClusterRole", "events.k8s.io", "events", []string{"create"}, "the periodic audit's Warning Event on each offending Service; it never updates or deletes one (it deduplicates itself)", nil},
+	{"ClusterRole", "clusterip-policy.io", "clusteripolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)", nil},
+	{"ClusterRole", "clusterip-policy.io", "clusteripolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec", nil},
+	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit", nil},
+	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
+	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
 }
 
 func rbacExact(o *objects) []string {
@@ -375,6 +380,16 @@ func rbacExact(o *objects) []string {
 				for _, v := range rule.Verbs {
 					if !slices.Contains(rbacGrants[i].verbs, v) {
 						p = append(p, problemf("%s grants verb %q on %s; the webhook needs only %q there (%s)", where, v, res, rbacGrants[i].verbs, rbacGrants[i].why))
+					}
+				}
+				if names := rbacGrants[i].names; names != nil {
+					if len(rule.ResourceNames) == 0 {
+						p = append(p, problemf("%s grants %s without resourceNames; name only %q (%s)", where, res, names, rbacGrants[i].why))
+					}
+					for _, n := range rule.ResourceNames {
+						if !slices.Contains(names, n) {
+							p = append(p, problemf("%s grants %s named %q; the webhook needs only %q", where, res, n, names))
+						}
 					}
 				}
 			}
@@ -975,6 +990,18 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 				o.Roles = append(o.Roles, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ownNamespace},
 					Rules: []rbacv1.PolicyRule{{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"delete"}}}})
 			}, `grants resource "ipaddresses"`},
+		{"rejects RBAC that may update every webhook configuration", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"update"}})
+			}, "without resourceNames"},
+		{"rejects RBAC that may update another webhook configuration", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"someone-else"}, Verbs: []string{"update"}})
+			}, `named "someone-else"`},
+		{"rejects RBAC that may patch the webhook configurations", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"clusterip-policy"}, Verbs: []string{"patch"}})
+			}, `"patch"`},
 		{"rejects RBAC that may update IPAddresses", rbacExact,
 			func(o *objects) {
 				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"update"}})

@@ -169,6 +169,9 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--hold-grace", "0s"}, "--hold-grace 0s is outside 100ms-1m"},
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--leader-election-namespace", ""}, "--leader-election-namespace is empty"},
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--validating-webhook-configuration", ""}, "--validating-webhook-configuration must name the configurations"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--match-conditions-settle", "2m"}, "--match-conditions-settle 2m0s is outside 0-1m"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI("", tt.args...)

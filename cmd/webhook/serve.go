@@ -35,6 +35,7 @@ import (
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/holds"
+	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
 )
 
@@ -54,6 +55,7 @@ type serveOptions struct {
 	clientCAFile   string
 	holds          holdOptions
 	audit          periodicAuditOptions
+	conditions     matchConditionOptions
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -77,6 +79,10 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringVar(&o.holds.leaseNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there.")
 	fs.StringVar(&o.holds.leaseName, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
 	fs.StringVar(&o.holds.identity, "leader-election-identity", defaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
+	fs.BoolVar(&o.conditions.manage, "manage-match-conditions", false, "Keep the matchCondition "+matchconditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
+	fs.DurationVar(&o.conditions.settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
+	fs.StringVar(&o.conditions.mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+mutatingServiceWebhook+" gets the managed matchCondition.")
+	fs.StringVar(&o.conditions.validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+validatingServiceWebhook+" gets the managed matchCondition.")
 	return fs
 }
 
@@ -135,10 +141,13 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	if err := o.audit.validate(); err != nil {
 		return nil, err
 	}
-	if o.audit.interval > 0 {
+	if o.audit.interval > 0 || o.conditions.manage {
 		if err := o.holds.validateLease(); err != nil {
 			return nil, err
 		}
+	}
+	if err := o.conditions.validate(); err != nil {
+		return nil, err
 	}
 	var cidrs []netip.Prefix
 	for _, s := range o.serviceCIDRs {
@@ -253,6 +262,13 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 			skip: []string{o.holds.leaseNamespace}, interval: o.audit.interval, instance: o.holds.identity,
 			log: log.WithName("periodic-audit"), metrics: newPeriodicAuditMetrics(defaultRegistry), now: time.Now}
 		leaderWorks = append(leaderWorks, pa.lead)
+	}
+	ck := &conditionKeeper{client: client, ready: ready, staticCIDRs: staticCIDRs, o: o.conditions,
+		log: log.WithName("match-conditions"), metrics: newConditionMetrics(defaultRegistry)}
+	if o.conditions.manage {
+		leaderWorks = append(leaderWorks, ck.lead)
+	} else if len(leaderWorks) > 0 {
+		leaderWorks = append(leaderWorks, ck.leadRemoving)
 	}
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and

@@ -144,6 +144,11 @@ func Mutate(env Env, req Request) Decision {
 	return d.finish()
 }
 
+// pkg/matchconditions encodes, in the CEL of the managed matchCondition, when
+// Mutate and Validate answer "allowed, unchanged" to a CREATE: a change to
+// what they check must keep its TestConditionIsTrueWheneverTheWebhookWouldAct
+// passing.
+
 // Validate decides the validating stage: every IP the Service ends with must
 // lie in an active range and must not be reserved for another Service. This
 // catches what the mutating stage cannot see: dynamic allocations, a

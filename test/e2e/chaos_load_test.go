@@ -71,6 +71,7 @@ type opRecord struct {
 	Err      string
 	Start    time.Time
 	End      time.Time
+	IP       string // the clusterIP a create was given
 }
 
 // loadResult is what the clients saw.
@@ -327,7 +328,7 @@ func (w *loadClient) create(ctx context.Context, kind string, svc *corev1.Servic
 	op.Attempts = n
 	switch {
 	case err == nil:
-		op.Class = classOK
+		op.Class, op.IP = classOK, got.Spec.ClusterIP
 		w.live[svc.Name] = got.Spec.ClusterIP
 		w.mu.Lock()
 		w.res.Live[w.key(svc.Name)] = got.Spec.ClusterIP

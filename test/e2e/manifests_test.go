@@ -369,7 +369,7 @@ spec:
 		}
 	})
 
-	t.Run("the webhook's service account may read ServiceCIDRs and IPAddresses and only what the holds and the periodic audit need beyond", func(t *testing.T) {
+	t.Run("the webhook's service account may read ServiceCIDRs and IPAddresses and only what the holds, the periodic audit and the managed matchConditions need beyond", func(t *testing.T) {
 		sa := c.RBAC.UserName()
 		// What every service account may do (discovery, reviewing itself,
 		// whatever the Kubernetes release grants all authenticated users):
@@ -388,6 +388,10 @@ spec:
 			// to write.
 			"clusteripolicies.clusterip-policy.io [] []":        {resource: "clusteripolicies.clusterip-policy.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
 			"clusteripolicies.clusterip-policy.io/status [] []": {resource: "clusteripolicies.clusterip-policy.io/status", nonResource: "[]", names: "[]", verbs: "[update]"},
+			// --manage-match-conditions: its one condition in the two
+			// configurations named clusterip-policy, nothing else.
+			"mutatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]":   {resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update]"},
+			"validatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]": {resource: "validatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update]"},
 		}
 		// In its own namespace, the Lease electing the replica that keeps
 		// the holds.

@@ -92,10 +92,13 @@ func createOrReplace(create, replace func() error) error {
 }
 
 // WaitWebhooksCalled returns once every apiserver sends a Service create to
-// both webhooks: a server-side dry run of a Service without a clusterIP in
-// namespace default, repeated until the webhook logs show a mutate and a
-// validate decision for it. Registration reaches the apiservers through
-// their informers, so the first requests after it may pass unchecked.
+// both webhooks: a server-side dry run of a headless Service in namespace
+// default, repeated until the webhook logs show a mutate and a validate
+// decision for it. Registration reaches the apiservers through their
+// informers, so the first requests after it may pass unchecked. Headless,
+// because it names an address ("None"): the managed matchCondition of
+// --manage-match-conditions skips a create that names none and owns no
+// reservation, and the leader may write it before this probe runs.
 func (c *Cluster) WaitWebhooksCalled(ctx context.Context) error {
 	start := time.Now()
 	for i := range c.APIServers {
@@ -104,7 +107,7 @@ func (c *Cluster) WaitWebhooksCalled(ctx context.Context) error {
 			name := "e2e-probe-" + randomSuffix()
 			svc := &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+				Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Port: 80}}},
 			}
 			if _, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 				return false, err

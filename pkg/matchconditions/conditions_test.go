@@ -1,0 +1,437 @@
+package matchconditions
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/policy"
+)
+
+// The expressions are compiled and evaluated by the kube-apiserver's own
+// code for webhook matchConditions (k8s.io/apiserver matchconditions and
+// its CEL environment), so a typo or a missing has() fails here, not on a
+// cluster.
+
+var (
+	serviceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Service"}
+	serviceGVR = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+)
+
+// compileNew compiles expr as the apiserver does when a webhook
+// configuration is created or updated (validation of new expressions).
+func compileNew(t testing.TB, expr string) {
+	t.Helper()
+	c := plugincel.NewCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	res := c.CompileCELExpression(&matchconditions.MatchCondition{Name: Name, Expression: expr},
+		plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.NewExpressions)
+	if res.Error != nil {
+		t.Fatalf("the apiserver would refuse the expression: %v\n%s", res.Error, expr)
+	}
+}
+
+// matcher evaluates expr as the apiserver does at admission time, with
+// failurePolicy Fail.
+type matcher struct{ m matchconditions.Matcher }
+
+func newMatcher(t testing.TB, expr string) matcher {
+	t.Helper()
+	compileNew(t, expr)
+	fail := admissionregistrationv1.Fail
+	cc := plugincel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	f := cc.CompileCondition([]plugincel.ExpressionAccessor{&matchconditions.MatchCondition{Name: Name, Expression: expr}},
+		plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.StoredExpressions)
+	return matcher{matchconditions.NewMatcher(f, &fail, "webhook", "admit", "test")}
+}
+
+// match reports whether the webhook would be called; an evaluation error
+// fails the test (with failurePolicy Fail it would reject the request).
+func (m matcher) match(t testing.TB, op admission.Operation, ns, name string, obj, old *corev1.Service, dryRun bool) bool {
+	t.Helper()
+	var oldObj runtime.Object
+	if old != nil {
+		oldObj = old
+	}
+	var opts runtime.Object = &metav1.CreateOptions{}
+	if op == admission.Update {
+		opts = &metav1.UpdateOptions{}
+	}
+	attr := admission.NewAttributesRecord(obj, oldObj, serviceGVK, ns, name, serviceGVR, "", op, opts, dryRun, &user.DefaultInfo{Name: "alice", Groups: []string{"system:authenticated"}})
+	va, err := admission.NewVersionedAttributes(attr, serviceGVK, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := m.m.Match(context.Background(), va, nil, nil)
+	if res.Error != nil {
+		t.Fatalf("expression failed to evaluate for %s %s/%s %+v: %v", op, ns, name, obj.Spec, res.Error)
+	}
+	return res.Matches
+}
+
+const testPolicy = `
+allowedCIDRs: [10.96.0.0/16, fd00:10:96::/108]
+reservations:
+- {ip: 10.96.0.10, service: kube-system/kube-dns}
+- {ip: 10.96.100.5, service: apps/frontend}
+- {ip: "fd00:10:96::a", service: kube-system/kube-dns}
+`
+
+func mustPolicy(t testing.TB, body string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func snapshot(cidrs ...allocview.ServiceCIDR) *allocview.Snapshot {
+	return allocview.NewView().Update(func(tx *allocview.Tx) {
+		for _, c := range cidrs {
+			tx.SetServiceCIDR(c)
+		}
+		tx.MarkSynced(true)
+	})
+}
+
+func serviceCIDR(name string, cidrs ...string) allocview.ServiceCIDR {
+	c := allocview.ServiceCIDR{Name: name, Ready: true}
+	for _, s := range cidrs {
+		c.CIDRs = append(c.CIDRs, netip.MustParsePrefix(s))
+	}
+	return c
+}
+
+func service(ns, name string, tweaks ...func(*corev1.Service)) *corev1.Service {
+	s := &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	for _, tw := range tweaks {
+		tw(s)
+	}
+	return s
+}
+
+func TestAllowListIsTheDynamicBandsMinusReservedAddresses(t *testing.T) {
+	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(
+		serviceCIDR("kubernetes", "10.96.0.0/16"),
+		serviceCIDR("extra", "10.97.0.0/24"),      // outside allowedCIDRs: not listed
+		serviceCIDR("small", "fd00:10:96::/120"))} // inside: its dynamic band is fd00:10:96::11-ff
+	got, capped := AllowList(env.Policy, env.Ranges(), MaxPrefixes)
+	if capped {
+		t.Fatal("capped")
+	}
+	contains := func(s string) bool {
+		ip := netip.MustParseAddr(s)
+		for _, p := range got {
+			if p.Contains(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	for ip, want := range map[string]bool{
+		"10.96.0.10": false, "10.96.1.0": false, "10.96.1.1": true, "10.96.100.4": true, "10.96.100.5": false,
+		"10.96.100.6": true, "10.96.255.254": true, "10.96.255.255": false, "10.97.0.20": false, "10.96.0.0": false,
+		"fd00:10:96::10": false, "fd00:10:96::11": true, "fd00:10:96::ff": true, "fd00:10:96::100": false,
+	} {
+		if contains(ip) != want {
+			t.Errorf("allow-list contains %s = %v, want %v (list %v)", ip, !want, want, got)
+		}
+	}
+}
+
+func TestAllowListCapKeepsTheWidestPrefixes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("reservations:\n")
+	for i := range 300 { // 300 reservations in the dynamic band: far more than MaxPrefixes prefixes
+		fmt.Fprintf(&b, "- {ip: 10.96.%d.%d, service: ns/svc%d}\n", 2+i%250, 10+i/250*50, i)
+	}
+	p := mustPolicy(t, b.String())
+	env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))}
+	got, capped := AllowList(p, env.Ranges(), MaxPrefixes)
+	if !capped || len(got) != MaxPrefixes {
+		t.Fatalf("capped %v, %d prefixes; want capped at %d", capped, len(got), MaxPrefixes)
+	}
+	for _, r := range p.Reservations {
+		for _, pr := range got {
+			if pr.Contains(r.IP) {
+				t.Fatalf("capped allow-list %s contains reserved %s", pr, r.IP)
+			}
+		}
+	}
+	all, _ := AllowList(p, env.Ranges(), 1<<20)
+	narrowestKept := 0
+	for _, pr := range got {
+		narrowestKept = max(narrowestKept, pr.Bits())
+	}
+	for _, pr := range all {
+		if !slicesContains(got, pr) && pr.Bits() < narrowestKept {
+			t.Errorf("dropped %s, wider than the kept /%d", pr, narrowestKept)
+		}
+	}
+}
+
+func slicesContains(ps []netip.Prefix, p netip.Prefix) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
+	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	c := Compute(env.Policy, env.Ranges())
+	mut, val := newMatcher(t, c.Mutating), newMatcher(t, c.Validating)
+	final := func(ips ...string) func(*corev1.Service) {
+		return func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips
+			for _, ip := range ips {
+				if strings.Contains(ip, ":") {
+					s.Spec.IPFamilies = append(s.Spec.IPFamilies, corev1.IPv6Protocol)
+				} else {
+					s.Spec.IPFamilies = append(s.Spec.IPFamilies, corev1.IPv4Protocol)
+				}
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		mutate    bool
+		ns, svc   string
+		obj       *corev1.Service
+		wantCall  bool
+		dryRun    bool
+		operation admission.Operation
+	}{
+		{"dynamic create, mutate", true, "apps", "web", service("apps", "web"), false, false, admission.Create},
+		{"generateName create, mutate", true, "apps", "", service("apps", "", func(s *corev1.Service) { s.GenerateName = "web-" }), false, false, admission.Create},
+		{"owner's create, mutate", true, "apps", "frontend", service("apps", "frontend"), true, false, admission.Create},
+		{"owner named only by the request, mutate", true, "apps", "frontend", service("", ""), true, false, admission.Create},
+		{"static create, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.ClusterIP = "10.96.0.50" }), true, false, admission.Create},
+		{"headless create, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.ClusterIP = "None" }), true, false, admission.Create},
+		{"odd ipFamilies, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{"IPv4", "IPv4"} }), true, false, admission.Create},
+		{"update, mutate", true, "apps", "web", service("apps", "web"), true, false, admission.Update},
+		{"dynamic allocation, validate", false, "apps", "web", service("apps", "web", final("10.96.77.3")), false, false, admission.Create},
+		{"dual-stack dynamic allocation, validate", false, "apps", "web", service("apps", "web", final("fd00:10:96::9:1", "10.96.77.3")), false, false, admission.Create},
+		{"dynamic landing on a reservation, validate", false, "apps", "web", service("apps", "web", final("10.96.100.5")), true, false, admission.Create},
+		{"static band, validate", false, "apps", "web", service("apps", "web", final("10.96.0.77")), true, false, admission.Create},
+		{"dry-run placeholder, validate", false, "apps", "web", service("apps", "web", final("10.96.0.0")), true, true, admission.Create},
+		{"outside, validate", false, "apps", "web", service("apps", "web", final("10.200.0.3")), true, false, admission.Create},
+		{"update, validate", false, "apps", "web", service("apps", "web", final("10.96.77.3")), true, false, admission.Update},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := val
+			if tc.mutate {
+				m = mut
+			}
+			var old *corev1.Service
+			if tc.operation == admission.Update {
+				old = tc.obj.DeepCopy()
+			}
+			if got := m.match(t, tc.operation, tc.ns, tc.svc, tc.obj, old, tc.dryRun); got != tc.wantCall {
+				t.Errorf("called = %v, want %v", got, tc.wantCall)
+			}
+		})
+	}
+}
+
+// TestConditionIsTrueWheneverTheWebhookWouldAct is the safety property:
+// for random requests, whenever policy.Mutate or policy.Validate would
+// return anything but "allowed, unchanged, no warning, nothing audited",
+// the managed condition sends the request to the webhook.
+func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
+	envs := map[string]policy.Env{
+		"single-stack, allowed /16": {Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"), serviceCIDR("extra", "10.97.0.0/24"))},
+		"dual-stack, narrowed": {Policy: mustPolicy(t, "allowedCIDRs: [10.96.0.0/17, 'fd00:10:96::/112']\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n- {ip: 10.96.9.9, service: apps/frontend}\n"),
+			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("small", "10.96.50.0/24"))},
+		"warn everything":  {Policy: mustPolicy(t, testPolicy+"enforcement: {default: warn}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))},
+		"audit everything": {Policy: mustPolicy(t, testPolicy+"enforcement: {default: audit}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	pools := []string{"", "", "", "None", "10.96.0.10", "10.96.100.5", "10.96.9.9", "10.96.0.1", "10.96.0.0", "10.96.255.255",
+		"10.97.0.30", "10.200.0.1", "fd00:10:96::a", "fd00:10:96::1", "fd00:10:96::0", "fd00:10:96:0::20", "not-an-ip", "::ffff:10.96.3.3", "10.96.50.0"}
+	randomAddr := func() string {
+		switch rng.IntN(4) {
+		case 0:
+			return pools[rng.IntN(len(pools))]
+		case 1:
+			return fmt.Sprintf("10.96.%d.%d", rng.IntN(256), rng.IntN(256))
+		case 2:
+			return fmt.Sprintf("fd00:10:96::%x:%x", rng.IntN(16), rng.IntN(65536))
+		}
+		return fmt.Sprintf("10.96.%d.%d", rng.IntN(2), rng.IntN(256))
+	}
+	famSets := [][]corev1.IPFamily{nil, nil, {"IPv4"}, {"IPv6"}, {"IPv4", "IPv6"}, {"IPv6", "IPv4"}, {"IPv4", "IPv4"}, {"IPvX"}, {"IPv4", "IPv6", "IPv4"}}
+	names := [][2]string{{"apps", "web"}, {"apps", "frontend"}, {"kube-system", "kube-dns"}, {"default", "kubernetes"}, {"apps", ""}}
+	called := map[bool]int{}
+	for envName, env := range envs {
+		c := Compute(env.Policy, env.Ranges())
+		mut, val := newMatcher(t, c.Mutating), newMatcher(t, c.Validating)
+		for i := range 1500 {
+			nn := names[rng.IntN(len(names))]
+			svc := service(nn[0], nn[1])
+			if rng.IntN(5) == 0 { // the namespace only in the request, as the apiserver may send it
+				svc.Namespace = ""
+			}
+			n := rng.IntN(3) // 0, 1 or 2 addresses; now and then a hostile 3 or 4
+			if rng.IntN(40) == 0 {
+				n += 2
+			}
+			ips := []string{}
+			for range n {
+				ips = append(ips, randomAddr())
+			}
+			switch rng.IntN(3) {
+			case 0:
+				svc.Spec.ClusterIPs = ips
+				if len(ips) > 0 && rng.IntN(4) > 0 {
+					svc.Spec.ClusterIP = ips[0]
+				}
+			case 1:
+				if len(ips) > 0 {
+					svc.Spec.ClusterIP = ips[0]
+				}
+			}
+			svc.Spec.IPFamilies = famSets[rng.IntN(len(famSets))]
+			if rng.IntN(3) == 0 {
+				pol := []corev1.IPFamilyPolicy{corev1.IPFamilyPolicySingleStack, corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack}[rng.IntN(3)]
+				svc.Spec.IPFamilyPolicy = &pol
+			}
+			if rng.IntN(20) == 0 {
+				svc.Spec.Type = corev1.ServiceTypeExternalName
+			}
+			dryRun := rng.IntN(6) == 0
+			req := policy.Request{Operation: policy.Create, Service: svc.DeepCopy(), User: "alice", Groups: []string{"system:authenticated"}, DryRun: dryRun}
+			if req.Service.Namespace == "" {
+				req.Service.Namespace = nn[0] // as cmd/webhook decodeService fills it in
+			}
+			for _, stage := range []struct {
+				name   string
+				decide func(policy.Env, policy.Request) policy.Decision
+				m      matcher
+			}{{"mutate", policy.Mutate, mut}, {"validate", policy.Validate, val}} {
+				d := stage.decide(env, req)
+				acts := d.Outcome != policy.Allowed || len(d.Violations) > 0 || len(d.Patch) > 0 || len(d.Warnings) > 0
+				got := stage.m.match(t, admission.Create, nn[0], nn[1], svc, nil, dryRun)
+				called[got]++
+				if acts && !got {
+					t.Fatalf("%s, request %d: %s would act (%s: %s) but the condition skips the call\nservice %s/%s spec %+v",
+						envName, i, stage.name, d.Outcome, d.Message, nn[0], nn[1], svc.Spec)
+				}
+			}
+		}
+	}
+	if called[false] == 0 || called[true] == 0 {
+		t.Fatalf("the random requests did not exercise both sides: %v", called)
+	}
+	t.Logf("calls: %d, skipped: %d", called[true], called[false])
+}
+
+func TestCappedOwnersSendEveryCreate(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("reservations:\n")
+	for i := range MaxOwners + 1 {
+		fmt.Fprintf(&b, "- {ip: 10.96.%d.%d, service: ns/svc%d}\n", i/250, 1+i%250, i)
+	}
+	p := mustPolicy(t, b.String())
+	c := Compute(p, policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))}.Ranges())
+	if !c.OwnersCapped || c.Mutating != "true" {
+		t.Fatalf("owners capped %v, mutating %q", c.OwnersCapped, c.Mutating)
+	}
+	if !newMatcher(t, c.Mutating).match(t, admission.Create, "apps", "web", service("apps", "web"), nil, false) {
+		t.Fatal("a capped mutating condition skipped a create")
+	}
+}
+
+func TestNilPolicySendsEveryCreate(t *testing.T) {
+	c := Compute(nil, allocview.RangeSet{})
+	for _, e := range []string{c.Mutating, c.Validating} {
+		m := newMatcher(t, e)
+		if !m.match(t, admission.Create, "apps", "web", service("apps", "web", func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies = "10.96.7.7", []string{"10.96.7.7"}, []corev1.IPFamily{"IPv4"}
+		}), nil, false) {
+			t.Errorf("skipped with no policy: %s", e)
+		}
+	}
+}
+
+// largestPolicy has MaxOwners owners with the longest names the policy
+// accepts, each with an address of its own spread over both families'
+// dynamic bands: the longest mutating expression and a capped allow-list
+// of IPv6 prefixes, the longest validating one.
+func largestPolicy(owners int) string {
+	var b strings.Builder
+	b.WriteString("allowedCIDRs: [10.96.0.0/16, 'fd00:10:96::/108']\nreservations:\n")
+	for i := range owners {
+		ip := fmt.Sprintf("10.96.%d.%d", 2+i%250, 7+i/250)
+		if i%2 == 1 {
+			ip = fmt.Sprintf("fd00:10:96::%x:%x", 1+i%14, 0x101+i)
+		}
+		fmt.Fprintf(&b, "- {ip: '%s', service: ns%061d/svc%060d}\n", ip, i, i)
+	}
+	return b.String()
+}
+
+func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
+	p := mustPolicy(t, largestPolicy(MaxOwners-1)) // plus default/kubernetes, implicitly
+	env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	c := Compute(p, env.Ranges())
+	if c.OwnersCapped || len(c.Owners) != MaxOwners || !c.AllowListCapped || len(c.AllowList) != MaxPrefixes {
+		t.Fatalf("owners %d (capped %v), prefixes %d (capped %v): not the largest case", len(c.Owners), c.OwnersCapped, len(c.AllowList), c.AllowListCapped)
+	}
+	t.Logf("largest expressions: mutating %d bytes, validating %d bytes", len(c.Mutating), len(c.Validating))
+	for _, e := range []string{c.Mutating, c.Validating} {
+		if len(e) > MaxExpressionBytes {
+			t.Fatalf("expression of %d bytes, over %d", len(e), MaxExpressionBytes)
+		}
+	}
+	// Worst-case evaluation: a dual-stack create none of whose addresses
+	// is listed (every prefix tried for each), and an owner listed last.
+	for _, tc := range []struct {
+		name, expr string
+		svc        *corev1.Service
+	}{
+		{"validating", c.Validating, service("apps", "web", func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.20", []string{"10.96.0.20", "fd00:10:96::20"}
+			s.Spec.IPFamilies = []corev1.IPFamily{"IPv4", "IPv6"}
+		})},
+		{"mutating", c.Mutating, service(fmt.Sprintf("ns%061d", MaxOwners+1), fmt.Sprintf("svc%060d", MaxOwners+1))},
+	} {
+		cc := plugincel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+		compileNew(t, tc.expr)
+		f := cc.CompileCondition([]plugincel.ExpressionAccessor{&matchconditions.MatchCondition{Name: Name, Expression: tc.expr}},
+			plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.StoredExpressions)
+		attr := admission.NewAttributesRecord(tc.svc, nil, serviceGVK, tc.svc.Namespace, tc.svc.Name, serviceGVR, "", admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "alice"})
+		va, _ := admission.NewVersionedAttributes(attr, serviceGVK, nil)
+		const budget = 2_500_000 // RuntimeCELCostBudgetMatchConditions
+		res, left, err := f.ForInput(context.Background(), va, plugincel.CreateAdmissionRequest(attr, metav1.GroupVersionResource(serviceGVR), metav1.GroupVersionKind(serviceGVK)), plugincel.OptionalVariableBindings{}, nil, budget)
+		if err != nil || len(res) != 1 || res[0].Error != nil {
+			t.Fatalf("%s: %v %+v", tc.name, err, res)
+		}
+		cost := budget - left
+		t.Logf("%s: worst-case runtime cost %d of the per-expression limit 1,000,000 and the budget %d for all conditions", tc.name, cost, budget)
+		if cost > 100_000 {
+			t.Errorf("%s: cost %d, want it far below the limits", tc.name, cost)
+		}
+	}
+}
