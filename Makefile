@@ -64,7 +64,8 @@ bench: ## benchmarks of the decision functions and the view
 # each round. Knobs (make variables or environment): BENCH_ROUNDS (3),
 # BENCH_CREATES (300 per run), BENCH_EXISTING (0,5000), BENCH_CONFIGS
 # (none,nop,ours,vap), BENCH_WORKLOADS (dynamic:1,dynamic:8,mixed:8),
-# BENCH_ARGS (extra `webhook serve` flags of ours). About 11 minutes on
+# BENCH_ARGS (extra `webhook serve` flags of ours; default --manage-match-conditions,
+# as manifests/base runs it). About 11 minutes on
 # 2 busy cores; the summary goes to .local/bench/summary.{md,json}, the whole
 # output to .local/bench/bench.log.
 bench-e2e: tools build ## side-by-side end-to-end create benchmark (knobs BENCH_*; summary in .local/bench/)

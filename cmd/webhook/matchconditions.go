@@ -57,6 +57,12 @@ const (
 	conditionsVerifyInterval = 5 * time.Second
 	// conditionsMaxBackoff bounds the wait between failed writes.
 	conditionsMaxBackoff = 10 * time.Second
+	// conditionsAbsentPoll bounds the wait while the configurations do
+	// not exist yet: an install applies them once the pods are ready (and
+	// a benchmark or a re-install recreates them), and the conditions
+	// should follow within a second, not after a long backoff. One GET a
+	// second is nothing to the apiserver.
+	conditionsAbsentPoll = time.Second
 )
 
 type matchConditionOptions struct {
@@ -144,7 +150,7 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 	defer k.metrics.synced.Set(0)
 	var written string // conditions digest + policy digest last written (or found in place)
 	var verified, retryAt, settledAt time.Time
-	reported := false
+	reported, absent := false, false
 	backoff := conditionsPollInterval
 	t := time.NewTicker(conditionsPollInterval)
 	defer t.Stop()
@@ -166,14 +172,20 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 				if apierrors.IsNotFound(err) {
 					// An install applies the configurations once the pods
 					// are ready (docs/deploying.md): not a failure yet.
-					k.log.Info("waiting for the webhook configurations to exist", "reason", err.Error(), "retryIn", backoff.String())
-				} else {
-					k.metrics.updates.WithLabelValues("failed").Inc()
-					k.log.Error(err, "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
+					// Logged once per absence, polled every second.
+					if !absent {
+						k.log.Info("waiting for the webhook configurations to exist", "reason", err.Error(), "pollEvery", conditionsAbsentPoll.String())
+					}
+					absent, written = true, ""
+					retryAt = now.Add(conditionsAbsentPoll)
+					break
 				}
+				k.metrics.updates.WithLabelValues("failed").Inc()
+				k.log.Error(err, "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
 				retryAt = now.Add(backoff)
 				backoff = min(2*backoff, conditionsMaxBackoff)
 			case err == nil:
+				absent = false
 				if changed {
 					k.metrics.updates.WithLabelValues("updated").Inc()
 					k.log.Info("managed matchConditions written",

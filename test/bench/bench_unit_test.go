@@ -68,7 +68,8 @@ func env(m map[string]string) func(string) string { return func(k string) string
 
 func TestKnobsFromEnv(t *testing.T) {
 	k, err := KnobsFromEnv(env(nil))
-	if err != nil || k.Rounds != 3 || k.Creates != 300 || len(k.Existing) != 2 || k.Existing[1] != 5000 || len(k.Configs) != 4 || len(k.Workloads) != 3 {
+	if err != nil || k.Rounds != 3 || k.Creates != 300 || len(k.Existing) != 2 || k.Existing[1] != 5000 || len(k.Configs) != 4 || len(k.Workloads) != 3 ||
+		strings.Join(k.WebhookArgs, " ") != "--manage-match-conditions" {
 		t.Fatalf("defaults = %+v, %v", k, err)
 	}
 	k, err = KnobsFromEnv(env(map[string]string{
@@ -336,5 +337,20 @@ func TestSnapshotDeltaLeavesTheScrapesOut(t *testing.T) {
 	d := after.Sub(before)
 	if d.CPU[procAPIServer] != 600*time.Millisecond || d.Requests[webhookNames[0]] != 300 {
 		t.Errorf("delta CPU %s, mutate calls %v; want 600ms and 300", d.CPU[procAPIServer], d.Requests[webhookNames[0]])
+	}
+}
+
+func TestManagesConditionsReadsTheFlagAsPflagDoes(t *testing.T) {
+	for args, want := range map[string]bool{
+		"":                                false,
+		"--manage-match-conditions":       true,
+		"--manage-match-conditions=true":  true,
+		"--manage-match-conditions=false": false,
+		"--manage-match-conditions --manage-match-conditions=false": false,
+		"--hold-reservations --manage-match-conditions":             true,
+	} {
+		if got := (Knobs{WebhookArgs: strings.Fields(args)}).ManagesConditions(); got != want {
+			t.Errorf("%q: ManagesConditions() = %v, want %v", args, got, want)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"clusterip-policy/pkg/matchconditions"
 )
 
 // Knobs are what a run of the benchmark can vary, read from the
@@ -16,7 +18,8 @@ type Knobs struct {
 	Configs   []string   `json:"configs"`   // BENCH_CONFIGS: configurations, of AllConfigs
 	Workloads []Workload `json:"workloads"` // BENCH_WORKLOADS: kind:clients, for example dynamic:8
 	// WebhookArgs are extra `webhook serve` flags for ours (BENCH_ARGS,
-	// split at white space), for example --manage-match-conditions.
+	// split at white space); default --manage-match-conditions, as
+	// manifests/base runs it.
 	WebhookArgs []string `json:"webhookArgs"`
 }
 
@@ -121,7 +124,13 @@ func KnobsFromEnv(getenv func(string) string) (Knobs, error) {
 			}
 		}
 	}
-	k.WebhookArgs = strings.Fields(getenv("BENCH_ARGS"))
+	// Unset: ours runs as manifests/base ships it, keeping its own
+	// matchConditions in step with the policy. BENCH_ARGS=--manage-match-conditions=false
+	// measures it with the static conditions only.
+	k.WebhookArgs = []string{"--manage-match-conditions"}
+	if v := strings.Fields(getenv("BENCH_ARGS")); len(v) > 0 {
+		k.WebhookArgs = v
+	}
 	for _, a := range k.WebhookArgs {
 		if !strings.HasPrefix(a, "--") {
 			return k, fmt.Errorf("BENCH_ARGS %q: %q is not a flag; give `webhook serve` flags as --name=value", getenv("BENCH_ARGS"), a)
@@ -173,4 +182,23 @@ func intIn(name, s string, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("%s %q: use a whole number from %d to %d", name, s, lo, hi)
 	}
 	return n, nil
+}
+
+// managedCondition is the name of the matchCondition ours writes with
+// --manage-match-conditions.
+const managedCondition = matchconditions.Name
+
+// ManagesConditions says whether ours runs with --manage-match-conditions
+// on (the last occurrence of the flag wins, as pflag reads it).
+func (k Knobs) ManagesConditions() bool {
+	on := false
+	for _, a := range k.WebhookArgs {
+		switch a {
+		case "--manage-match-conditions", "--manage-match-conditions=true":
+			on = true
+		case "--manage-match-conditions=false":
+			on = false
+		}
+	}
+	return on
 }

@@ -195,6 +195,16 @@ func (b *Bench) register(ctx context.Context, wc *framework.WebhookConfiguration
 		}); err != nil {
 			return err
 		}
+		if b.o.Knobs.ManagesConditions() {
+			// The leader writes its condition once the configurations
+			// exist; measure only once it has, in both Service webhooks.
+			if err := waitFor(ctx, "ours writing its managed matchConditions", func() (bool, string, error) {
+				got := b.registered(ctx)
+				return strings.Count(got, managedCondition) >= 2, "registered: " + got, nil
+			}); err != nil {
+				return err
+			}
+		}
 		before := b.registered(ctx)
 		select {
 		case <-ctx.Done():
