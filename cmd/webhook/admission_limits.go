@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -170,22 +171,6 @@ func oversizedReview() []byte {
 	return out
 }
 
-// serviceLists is the part of a Service read before decoding it: the
-// lengths of clusterIPs and ipFamilies and the first entries of clusterIPs.
-// A hostile list of 50,000 entries is then refused after one scan of its
-// bytes, without building the list (which costs about 100 bytes an entry).
-type serviceLists struct {
-	Metadata struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	// Spec is nil when the object has none: the webhook's patch adds to
-	// /spec, so a Service without one (which no apiserver sends) is refused.
-	Spec *struct {
-		ClusterIPs listHead `json:"clusterIPs"`
-		IPFamilies listHead `json:"ipFamilies"`
-	} `json:"spec"`
-}
-
 // listHead is a JSON array of strings decoded as its length and its first
 // policy.MaxClusterIPs entries.
 type listHead struct {
@@ -194,8 +179,13 @@ type listHead struct {
 }
 
 func (l *listHead) UnmarshalJSON(data []byte) error {
+	*l = listHead{} // a later duplicate key replaces an earlier one, as for a slice
 	if string(data) == "null" {
 		return nil
+	}
+	if len(data) > 0 && data[0] != '[' {
+		// The error a []string field gets; the decoder adds the field path.
+		return &json.UnmarshalTypeError{Value: jsonKind(data[0]), Type: reflect.TypeFor[[]string]()}
 	}
 	n, cut, err := countElements(data, policy.MaxClusterIPs)
 	if err != nil {
@@ -204,6 +194,20 @@ func (l *listHead) UnmarshalJSON(data []byte) error {
 	l.n = n
 	// data[:cut] is "[" and the first entries; close it and decode those.
 	return json.Unmarshal(append(data[:cut:cut], ']'), &l.head)
+}
+
+// jsonKind names the kind of the JSON value starting with c, as
+// encoding/json's type errors do.
+func jsonKind(c byte) string {
+	switch c {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 // countElements counts the entries of the JSON array data (already checked
