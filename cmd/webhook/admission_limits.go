@@ -71,7 +71,7 @@ func knownOperation(op admissionv1.Operation) bool {
 // runtime's webhook.Admission (body limit, decoding, UID, patch encoding)
 // behind a cap on the response size.
 func admissionEndpoint(h admission.Handler) http.Handler {
-	return boundedResponse{next: &webhook.Admission{Handler: h}, bodies: bodiesInFlight, wait: maxBodyWait}
+	return boundedResponse{next: &webhook.Admission{Handler: h, LogConstructor: requestLogConstructor}, bodies: bodiesInFlight, wait: maxBodyWait}
 }
 
 // Memory for request bodies. controller-runtime reads each body whole (up
