@@ -197,11 +197,11 @@ func (r *reviewer) record(line auditLine, d *policy.Decision) {
 	r.audit.Info("admission decision", line.keysAndValues()...)
 	decision := string(line.Decision)
 	if d == nil || len(d.Rules()) == 0 {
-		r.metrics.decisions.WithLabelValues(string(line.Stage), decision, "").Inc()
+		r.metrics.decisionCounters.inc(string(line.Stage), decision, "")
 		return
 	}
 	for _, rule := range d.Rules() {
-		r.metrics.decisions.WithLabelValues(string(line.Stage), decision, string(rule)).Inc()
+		r.metrics.decisionCounters.inc(string(line.Stage), decision, string(rule))
 	}
 }
 
