@@ -194,7 +194,7 @@ func decodeOldService(raw []byte) (*corev1.Service, error) {
 
 // record writes the audit line and counts the decision.
 func (r *reviewer) record(line auditLine, d *policy.Decision) {
-	r.audit.Info("admission decision", line.keysAndValues()...)
+	writeAudit(r.audit, line)
 	decision := string(line.Decision)
 	if d == nil || len(d.Rules()) == 0 {
 		r.metrics.decisionCounters.inc(string(line.Stage), decision, "")

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
 
 	"clusterip-policy/pkg/policy"
 )
@@ -31,7 +34,7 @@ func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 		Warnings: []string{odd},
 	}
 	var buf bytes.Buffer
-	newLogger(&buf).Info("admission decision", line.keysAndValues()...)
+	writeAudit(newLogger(&buf), line)
 	var got map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatalf("%v: %s", err, buf.Bytes())
@@ -57,7 +60,7 @@ func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 
 	// Empty lists are [] (never null), as before.
 	buf.Reset()
-	newLogger(&buf).Info("admission decision", auditLine{}.keysAndValues()...)
+	writeAudit(newLogger(&buf), auditLine{})
 	var empty map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &empty); err != nil {
 		t.Fatal(err)
@@ -65,6 +68,33 @@ func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 	for _, key := range []string{"requestedIPs", "finalIPs", "rules", "violations", "mutations", "patch", "warnings"} {
 		if l, ok := empty[key].([]any); !ok || len(l) != 0 {
 			t.Errorf("%s of an empty line: %#v, want []", key, empty[key])
+		}
+	}
+}
+
+// A logger that is not zap's gets the same keys and values.
+func TestAuditLineThroughAnotherLogrSink(t *testing.T) {
+	line := auditLine{
+		UID: "u", Stage: policy.StageValidate, Decision: policy.Denied, DryRun: true, PolicyGeneration: 3, ViewStale: 1500 * time.Millisecond,
+		RequestedIPs: []string{"10.96.0.10"},
+		Violations:   []policy.Violation{{Rule: policy.RuleReservedForOther, Action: "deny", Field: "spec.clusterIP", IP: "10.96.0.10", Message: "m"}},
+		Patch:        []policy.PatchOp{{Op: "add", Path: "/spec/clusterIPs", Value: []string{"10.96.0.10"}}},
+	}
+	var zapBuf bytes.Buffer
+	writeAudit(newLogger(&zapBuf), line)
+	var viaZap map[string]any
+	if err := json.Unmarshal(zapBuf.Bytes(), &viaZap); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	writeAudit(funcr.NewJSON(func(obj string) { out = obj }, funcr.Options{}), line)
+	var viaFuncr map[string]any
+	if err := json.Unmarshal([]byte(out), &viaFuncr); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, f := range line.fields() {
+		if !reflect.DeepEqual(viaFuncr[f.Key], viaZap[f.Key]) {
+			t.Errorf("%s: funcr %#v, zap %#v", f.Key, viaFuncr[f.Key], viaZap[f.Key])
 		}
 	}
 }
