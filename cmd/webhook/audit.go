@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -89,7 +90,10 @@ func capped[T any](s []T) []T {
 // fields are the line's keys and values, in order: the one definition of
 // the audit keys. They are zap fields, written by writeAudit straight into
 // zap's encoder (no boxing into []any, no encoding/json).
-func (l auditLine) fields() []zap.Field {
+func (l auditLine) fields() []zap.Field { return l.appendFields(nil) }
+
+// appendFields appends the fields to dst (writeAudit reuses one slice).
+func (l auditLine) appendFields(dst []zap.Field) []zap.Field {
 	patch := capped(l.Patch)
 	violations := slices.Clone(capped(l.Violations)) // edited below; the decision keeps its own
 	for i := range violations {
@@ -100,7 +104,7 @@ func (l auditLine) fields() []zap.Field {
 	for i, w := range capped(l.Warnings) {
 		warnings[i] = policy.Clip(w, policy.MaxMessageBytes)
 	}
-	return []zap.Field{
+	return append(dst,
 		zap.String("uid", policy.Echo(l.UID)),
 		zap.String("stage", string(l.Stage)),
 		zap.String("operation", policy.Echo(l.Operation)),
@@ -123,8 +127,10 @@ func (l auditLine) fields() []zap.Field {
 		zap.Uint64("viewGeneration", l.ViewGeneration),
 		zap.Float64("viewStaleSeconds", l.ViewStale.Seconds()),
 		zap.Float64("durationSeconds", l.Took.Seconds()),
-	}
+	)
 }
+
+var auditFieldsPool = sync.Pool{New: func() any { return new([]zap.Field) }}
 
 // auditMessage is the msg of every audit line.
 const auditMessage = "admission decision"
@@ -133,11 +139,17 @@ const auditMessage = "admission decision"
 // so the fields go to zap directly; any other logr sink gets them as keys
 // and values.
 func writeAudit(log logr.Logger, l auditLine) {
-	fields := l.fields()
 	if u, ok := log.GetSink().(zapr.Underlier); ok {
-		u.GetUnderlying().Info(auditMessage, fields...)
+		// zap has encoded and written the line when Info returns, so the
+		// slice of fields (1.4 KB) is reused by the next line.
+		p := auditFieldsPool.Get().(*[]zap.Field)
+		*p = l.appendFields((*p)[:0])
+		u.GetUnderlying().Info(auditMessage, *p...)
+		clear(*p) // drop the references to this line's strings
+		auditFieldsPool.Put(p)
 		return
 	}
+	fields := l.fields()
 	kv := make([]any, 0, 2*len(fields))
 	for _, f := range fields {
 		enc := zapcore.NewMapObjectEncoder()
