@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"clusterip-policy/pkg/policy"
 )
 
 // scanServiceFields is the fast path of decodeServiceFields: it walks the
@@ -77,9 +79,9 @@ func scanSpec(value []byte, spec *serviceSpecFields) bool {
 		case bytes.EqualFold(key, []byte("clusterIP")):
 			return scanString(value, &spec.ClusterIP)
 		case bytes.EqualFold(key, []byte("clusterIPs")):
-			return spec.ClusterIPs.UnmarshalJSON(value) == nil
+			return scanListHead(value, &spec.ClusterIPs)
 		case bytes.EqualFold(key, []byte("ipFamilies")):
-			return spec.IPFamilies.UnmarshalJSON(value) == nil
+			return scanListHead(value, &spec.IPFamilies)
 		case bytes.EqualFold(key, []byte("ipFamilyPolicy")):
 			if isNull(value) {
 				spec.IPFamilyPolicy = nil
@@ -112,7 +114,52 @@ func scanString(value []byte, dst *string) bool {
 		*dst = string(body)
 		return true
 	}
-	return json.Unmarshal(value, dst) == nil
+	v, err := unmarshalString(value)
+	if err != nil {
+		return false
+	}
+	*dst = v
+	return true
+}
+
+// unmarshalString is encoding/json's decoding of a string, apart so that
+// only a string that needs it pays for a variable on the heap.
+//
+//go:noinline
+func unmarshalString(value []byte) (string, error) {
+	var v string
+	err := json.Unmarshal(value, &v)
+	return v, err
+}
+
+// scanListHead is listHead.UnmarshalJSON without encoding/json: the
+// number of entries, and the first policy.MaxClusterIPs of them, which
+// must be strings (or null, which decodes as "").
+func scanListHead(value []byte, l *listHead) bool {
+	if isNull(value) {
+		*l = listHead{}
+		return true
+	}
+	s := scanner{data: value}
+	if s.peek() != '[' {
+		return false
+	}
+	next := listHead{head: make([]string, 0, policy.MaxClusterIPs)}
+	ok := s.array(func(elem []byte) bool {
+		if next.n < policy.MaxClusterIPs {
+			var str string
+			if !scanString(elem, &str) {
+				return false
+			}
+			next.head = append(next.head, str)
+		}
+		next.n++
+		return true
+	}) && s.end()
+	if ok {
+		*l = next
+	}
+	return ok
 }
 
 func isNull(value []byte) bool { return string(value) == "null" }
@@ -239,8 +286,10 @@ func (s *scanner) object(member func(key, value []byte) bool) bool {
 	}
 }
 
-// array skips an array.
-func (s *scanner) array() bool {
+// array calls elem for each element of the array at the scanner's
+// position, with the element's bytes; with a nil elem it only skips the
+// array.
+func (s *scanner) array(elem func(value []byte) bool) bool {
 	if s.depth++; s.depth > maxScanDepth {
 		return false
 	}
@@ -253,7 +302,8 @@ func (s *scanner) array() bool {
 	}
 	for {
 		s.space()
-		if !s.value() {
+		start := s.i
+		if !s.value() || (elem != nil && !elem(s.data[start:s.i])) {
 			return false
 		}
 		s.space()
@@ -277,7 +327,7 @@ func (s *scanner) value() bool {
 	case c == '{':
 		return s.object(nil)
 	case c == '[':
-		return s.array()
+		return s.array(nil)
 	case c == '-' || (c >= '0' && c <= '9'):
 		return s.number()
 	}
@@ -290,10 +340,25 @@ func (s *scanner) value() bool {
 	return false
 }
 
+// plainInString marks the bytes a string may hold as they are: all but
+// the quote, the backslash and control characters.
+var plainInString = func() (t [256]bool) {
+	for c := 0x20; c < len(t); c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // str skips a string: no control characters, only JSON's escapes.
 func (s *scanner) str() bool {
 	s.i++ // the opening quote
 	for s.i < len(s.data) {
+		for s.i < len(s.data) && plainInString[s.data[s.i]] {
+			s.i++ // the common case, one table lookup a byte
+		}
+		if s.i >= len(s.data) {
+			return false
+		}
 		c := s.data[s.i]
 		switch {
 		case c == '"':

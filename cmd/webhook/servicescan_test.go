@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The scan must find exactly what encoding/json finds, or give up.
@@ -28,6 +30,8 @@ func TestScanServiceFieldsAgreesWithEncodingJSON(t *testing.T) {
 		{name: "escapes in values", raw: `{"metadata":{"name":"a\u0062c\n"},"spec":{"clusterIP":"10.96.0.\u0032"}}`, scans: true},
 		{name: "invalid UTF-8 is replaced", raw: "{\"metadata\":{\"name\":\"a\xffb\"},\"spec\":{}}", scans: true},
 		{name: "every kind of value skipped", raw: `{"x":[1,-2.5e+3,0,true,false,null,{"a":[[]]},"\"\\\/\b\f\n\r\t\u00e9"],"spec":{"y":{}}}`, scans: true},
+		{name: "null entries in the lists, an empty list", raw: `{"spec":{"clusterIPs":[null,"10.96.0.1",5],"ipFamilies":[]}}`, scans: true},
+		{name: "a number among the first entries", raw: `{"spec":{"clusterIPs":["10.96.0.1",5]}}`},
 		{name: "fifty thousand clusterIPs", raw: `{"spec":{"clusterIPs":[` + strings.Repeat(`"10.96.200.5",`, 49999) + `"10.96.200.5"]}}`, scans: true},
 		{name: "an escaped key", raw: `{"sp\u0065c":{"clusterIP":"1.1.1.1"}}`},
 		{name: "an escaped key in a skipped object", raw: `{"metadata":{"managedFields":[{"k:{\"port\":80}":{}}]},"spec":{"clusterIP":"1.1.1.1"}}`, scans: true},
@@ -106,11 +110,57 @@ func assertAgrees(t *testing.T, raw []byte, got serviceFields) {
 func FuzzScanServiceFields(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"name":"web","namespace":"default"},"spec":{"type":"ClusterIP","clusterIP":"10.96.0.20","clusterIPs":["10.96.0.20"],"ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack","ports":[{"port":80}]}}`))
 	f.Add([]byte(`{"spec":{"clusterIP":"1.1.1.1"},"spec":null,"x":[1,-2.5e+3,true,"\u00e9"]}`))
+	f.Add([]byte(`{"spec":{"clusterIPs":[null,"10.96.0.1",5],"ipFamilies":[],"ipFamilyPolicy":"Require\u0044ualStack"}}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		got, ok := scanServiceFields(raw)
 		if !ok {
 			return
 		}
 		assertAgrees(t, raw, got)
+	})
+}
+
+// BenchmarkDecodeServiceFields is the scan of a recorded Service (1.7 KB,
+// most of it managedFields) beside encoding/json's decoding of the same
+// fields and of the whole corev1.Service.
+func BenchmarkDecodeServiceFields(b *testing.B) {
+	data, err := os.ReadFile(filepath.Join("testdata", "admissionreviews", "validate-002-create-wh-auto.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var review struct {
+		Request struct {
+			Object json.RawMessage `json:"object"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(data, &review); err != nil {
+		b.Fatal(err)
+	}
+	raw := review.Request.Object
+	b.Run("scan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := scanServiceFields(raw); !ok {
+				b.Fatal("gave up")
+			}
+		}
+	})
+	b.Run("encoding-json-fields", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var f serviceFields
+			if err := json.Unmarshal(raw, &f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json-service", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var svc corev1.Service
+			if err := json.Unmarshal(raw, &svc); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
