@@ -80,7 +80,9 @@ func TestReplaceServiceCIDRsKeepsExactlyTheListed(t *testing.T) {
 // at 100,000 addresses), and changes nothing an older snapshot sees.
 func TestReplaceAllocationsLeavesNoSpareRoom(t *testing.T) {
 	v := NewView()
-	before := v.Update(func(tx *Tx) { tx.SetAllocation(netip.MustParseAddr("10.96.0.1"), ServiceHolder("default", "kubernetes")) })
+	before := v.Update(func(tx *Tx) {
+		tx.SetAllocation(netip.MustParseAddr("10.96.0.1"), ServiceHolder("default", "kubernetes"))
+	})
 	want := map[netip.Addr]Holder{}
 	ip := netip.MustParseAddr("10.100.0.0")
 	for i := 0; i < 20_000; i++ {
