@@ -79,7 +79,15 @@ func run(kubeconfig string, count, workers int, timeout time.Duration, del bool)
 	ipas := client.NetworkingV1().IPAddresses()
 	start := time.Now()
 	if del {
-		err := ipas.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: managedByLabel + "=" + managedBy})
+		// The apiserver gives up answering a large DeleteCollection after
+		// a minute but goes on deleting; ask again until it has finished.
+		var err error
+		for attempt := 0; attempt < 10; attempt++ {
+			err = ipas.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: managedByLabel + "=" + managedBy})
+			if !apierrors.IsServerTimeout(err) && !apierrors.IsTimeout(err) {
+				break
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
