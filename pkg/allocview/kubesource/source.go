@@ -52,7 +52,7 @@ type Source struct {
 	// largeRelist is the number of IPAddresses from which a relist's
 	// garbage (every page, and the map of all addresses it builds) is
 	// returned to the system once the view holds them, with freeMemory.
-	// At 100,000 addresses that garbage is about 25 MiB, which the Go
+	// At 100,000 addresses that garbage is about 30 MiB, which the Go
 	// runtime would otherwise keep in the process's RSS for minutes.
 	largeRelist int
 	freeMemory  func()
