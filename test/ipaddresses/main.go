@@ -80,11 +80,17 @@ func run(kubeconfig string, count, workers int, timeout time.Duration, del bool)
 	start := time.Now()
 	if del {
 		// The apiserver gives up answering a large DeleteCollection after
-		// a minute but goes on deleting; ask again until it has finished.
+		// a minute (a timeout, or a reset HTTP/2 stream) but goes on
+		// deleting; ask again until none is left.
+		selector := metav1.ListOptions{LabelSelector: managedByLabel + "=" + managedBy}
 		var err error
 		for attempt := 0; attempt < 10; attempt++ {
-			err = ipas.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: managedByLabel + "=" + managedBy})
-			if !apierrors.IsServerTimeout(err) && !apierrors.IsTimeout(err) {
+			if err = ipas.DeleteCollection(ctx, metav1.DeleteOptions{}, selector); err == nil {
+				break
+			}
+			left, lerr := ipas.List(ctx, metav1.ListOptions{LabelSelector: selector.LabelSelector, Limit: 1})
+			if lerr == nil && len(left.Items) == 0 {
+				err = nil
 				break
 			}
 		}
