@@ -33,6 +33,8 @@ func TestScanServiceFieldsAgreesWithEncodingJSON(t *testing.T) {
 		{name: "null entries in the lists, an empty list", raw: `{"spec":{"clusterIPs":[null,"10.96.0.1",5],"ipFamilies":[]}}`, scans: true},
 		{name: "a number among the first entries", raw: `{"spec":{"clusterIPs":["10.96.0.1",5]}}`},
 		{name: "fifty thousand clusterIPs", raw: `{"spec":{"clusterIPs":[` + strings.Repeat(`"10.96.200.5",`, 49999) + `"10.96.200.5"]}}`, scans: true},
+		{name: "nesting deeper than encoding/json allows", raw: `{"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `,"spec":{}}`},
+		{name: "nesting as deep as encoding/json allows", raw: `{"x":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `,"spec":{}}`, scans: true},
 		{name: "an escaped key", raw: `{"sp\u0065c":{"clusterIP":"1.1.1.1"}}`},
 		{name: "an escaped key in a skipped object", raw: `{"metadata":{"managedFields":[{"k:{\"port\":80}":{}}]},"spec":{"clusterIP":"1.1.1.1"}}`, scans: true},
 		{name: "an escaped non-ASCII key (the Kelvin sign folds to k)", raw: `{"spec":{"typ\u212a":1}}`},
