@@ -30,8 +30,9 @@ import (
 //	  malformed           a review no apiserver sends: 400
 //	  policy.OperationSkip  DELETE, CONNECT: allowed, nothing to allocate
 //	  (kind check)        anything but a core/v1 Service: 400
+//	  decodeServiceFields the fields a decision reads (servicefields.go)
 //	  policy.TooMany      more IPs than the apiserver allows: one short denial
-//	  decodeService       the Service (and the stored one, on UPDATE)
+//	  decodeOldService    the stored Service, on UPDATE
 //	  readiness.check     policy loaded, view synced and fresh, or 503
 //	  policy.Mutate, policy.Validate  the decision (pkg/policy)
 //	  respond             the decision as an admission response
@@ -102,20 +103,18 @@ func (r *reviewer) answer(stage policy.Stage, req admission.Request) (admission.
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", kind)),
 			refused(fmt.Sprintf("expected a core/v1 Service, got %s", kind))
 	}
-	var lists serviceLists
-	if json.Unmarshal(req.Object.Raw, &lists) == nil {
-		if lists.Spec == nil {
-			err := fmt.Errorf("the Service in the admission request has no spec; the apiserver always sends one")
-			return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
-		}
-		if d, tooMany := policy.TooMany(stage, lists.Spec.ClusterIPs.n, lists.Spec.IPFamilies.n, lists.Spec.ClusterIPs.head); tooMany {
-			return respond(d), answered{decision: &d, name: lists.Metadata.Name}
-		}
-	}
-	svc, err := decodeService(req.Object.Raw)
+	fields, err := decodeServiceFields(req.Object.Raw)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
 	}
+	if fields.Spec == nil {
+		err := fmt.Errorf("the Service in the admission request has no spec; the apiserver always sends one")
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
+	}
+	if d, tooMany := policy.TooMany(stage, fields.Spec.ClusterIPs.n, fields.Spec.IPFamilies.n, fields.Spec.ClusterIPs.head); tooMany {
+		return respond(d), answered{decision: &d, name: fields.Metadata.Name}
+	}
+	svc := fields.service() // complete: TooMany refused longer lists
 	if svc.Namespace == "" {
 		svc.Namespace = req.Namespace // the apiserver may send it only beside the object
 	}
@@ -124,7 +123,7 @@ func (r *reviewer) answer(stage policy.Stage, req admission.Request) (admission.
 	}
 	var old *corev1.Service
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		if old, err = decodeService(req.OldObject.Raw); err != nil {
+		if old, err = decodeOldService(req.OldObject.Raw); err != nil {
 			a := refused(err.Error())
 			a.name = svc.Name
 			return admission.Errored(http.StatusBadRequest, err), a
@@ -175,14 +174,19 @@ func notReady(message string) admission.Response {
 	return resp
 }
 
-func decodeService(raw []byte) (*corev1.Service, error) {
-	if len(raw) == 0 {
-		return nil, fmt.Errorf("the admission request carries no object")
+// decodeOldService decodes the stored Service of an UPDATE. The apiserver
+// never stores more than two clusterIPs or ipFamilies; should an old
+// object hold more, it is decoded whole, as sent, rather than cut.
+func decodeOldService(raw []byte) (*corev1.Service, error) {
+	fields, err := decodeServiceFields(raw)
+	if err != nil {
+		return nil, err
+	}
+	if fields.complete() {
+		return fields.service(), nil
 	}
 	svc := &corev1.Service{}
 	if err := json.Unmarshal(raw, svc); err != nil {
-		// A decoding error quotes at most a type and a field path, but clip
-		// it anyway: it goes into the response and the audit line.
 		return nil, fmt.Errorf("decode the Service in the admission request: %s", policy.Clip(err.Error(), policy.MaxMessageBytes))
 	}
 	return svc, nil
@@ -190,14 +194,14 @@ func decodeService(raw []byte) (*corev1.Service, error) {
 
 // record writes the audit line and counts the decision.
 func (r *reviewer) record(line auditLine, d *policy.Decision) {
-	r.audit.Info("admission decision", line.keysAndValues()...)
+	writeAudit(r.audit, line)
 	decision := string(line.Decision)
 	if d == nil || len(d.Rules()) == 0 {
-		r.metrics.decisions.WithLabelValues(string(line.Stage), decision, "").Inc()
+		r.metrics.decisionCounters.inc(string(line.Stage), decision, "")
 		return
 	}
 	for _, rule := range d.Rules() {
-		r.metrics.decisions.WithLabelValues(string(line.Stage), decision, string(rule)).Inc()
+		r.metrics.decisionCounters.inc(string(line.Stage), decision, string(rule))
 	}
 }
 

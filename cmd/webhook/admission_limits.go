@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -70,7 +71,7 @@ func knownOperation(op admissionv1.Operation) bool {
 // runtime's webhook.Admission (body limit, decoding, UID, patch encoding)
 // behind a cap on the response size.
 func admissionEndpoint(h admission.Handler) http.Handler {
-	return boundedResponse{next: &webhook.Admission{Handler: h}, bodies: bodiesInFlight, wait: maxBodyWait}
+	return boundedResponse{next: &webhook.Admission{Handler: h, LogConstructor: requestLogConstructor}, bodies: bodiesInFlight, wait: maxBodyWait}
 }
 
 // Memory for request bodies. controller-runtime reads each body whole (up
@@ -111,13 +112,17 @@ func (b boundedResponse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength >= 0 && r.ContentLength < weight {
 		weight = max(r.ContentLength, 1)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), b.wait)
-	err := b.bodies.Acquire(ctx, weight)
-	cancel()
-	if err != nil {
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, fmt.Sprintf("clusterip-policy is busy: more than %d bytes of reviews in flight for %s; retry", maxBodyBytesInFlight, b.wait), http.StatusTooManyRequests)
-		return
+	// TryAcquire first: it succeeds exactly when Acquire would without
+	// waiting (room, and no one queued before us), and costs no timer.
+	if !b.bodies.TryAcquire(weight) {
+		ctx, cancel := context.WithTimeout(r.Context(), b.wait)
+		err := b.bodies.Acquire(ctx, weight)
+		cancel()
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, fmt.Sprintf("clusterip-policy is busy: more than %d bytes of reviews in flight for %s; retry", maxBodyBytesInFlight, b.wait), http.StatusTooManyRequests)
+			return
+		}
 	}
 	defer b.bodies.Release(weight)
 
@@ -170,22 +175,6 @@ func oversizedReview() []byte {
 	return out
 }
 
-// serviceLists is the part of a Service read before decoding it: the
-// lengths of clusterIPs and ipFamilies and the first entries of clusterIPs.
-// A hostile list of 50,000 entries is then refused after one scan of its
-// bytes, without building the list (which costs about 100 bytes an entry).
-type serviceLists struct {
-	Metadata struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	// Spec is nil when the object has none: the webhook's patch adds to
-	// /spec, so a Service without one (which no apiserver sends) is refused.
-	Spec *struct {
-		ClusterIPs listHead `json:"clusterIPs"`
-		IPFamilies listHead `json:"ipFamilies"`
-	} `json:"spec"`
-}
-
 // listHead is a JSON array of strings decoded as its length and its first
 // policy.MaxClusterIPs entries.
 type listHead struct {
@@ -194,8 +183,13 @@ type listHead struct {
 }
 
 func (l *listHead) UnmarshalJSON(data []byte) error {
+	*l = listHead{} // a later duplicate key replaces an earlier one, as for a slice
 	if string(data) == "null" {
 		return nil
+	}
+	if len(data) > 0 && data[0] != '[' {
+		// The error a []string field gets; the decoder adds the field path.
+		return &json.UnmarshalTypeError{Value: jsonKind(data[0]), Type: reflect.TypeFor[[]string]()}
 	}
 	n, cut, err := countElements(data, policy.MaxClusterIPs)
 	if err != nil {
@@ -204,6 +198,20 @@ func (l *listHead) UnmarshalJSON(data []byte) error {
 	l.n = n
 	// data[:cut] is "[" and the first entries; close it and decode those.
 	return json.Unmarshal(append(data[:cut:cut], ']'), &l.head)
+}
+
+// jsonKind names the kind of the JSON value starting with c, as
+// encoding/json's type errors do.
+func jsonKind(c byte) string {
+	switch c {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 // countElements counts the entries of the JSON array data (already checked

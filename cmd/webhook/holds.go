@@ -364,11 +364,11 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 	if len(pol.policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
 		return resp
 	}
-	svc, err := decodeService(req.Object.Raw)
-	if err != nil {
+	fields, err := decodeServiceFields(req.Object.Raw)
+	if err != nil || fields.Spec == nil {
 		return resp
 	}
-	candidates := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
+	candidates := append([]string{fields.Spec.ClusterIP}, fields.Spec.ClusterIPs.head...)
 	for _, p := range resp.Patches {
 		if p.Path != "/spec/clusterIPs" && p.Path != "/spec/clusterIP" {
 			continue

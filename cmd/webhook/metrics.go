@@ -12,6 +12,7 @@ import (
 // (controller_runtime_webhook_requests_total, ..._latency_seconds).
 type metrics struct {
 	decisions        *prometheus.CounterVec
+	decisionCounters *decisionCounters // of decisions
 	policyReloads    *prometheus.CounterVec
 	policyGeneration prometheus.Gauge
 }
@@ -31,6 +32,7 @@ func newMetrics(reg prometheus.Registerer, view *allocview.View) *metrics {
 			Help: "Generation of the policy in force; grows with each accepted change.",
 		}),
 	}
+	m.decisionCounters = &decisionCounters{vec: m.decisions}
 	reg.MustRegister(m.decisions, m.policyReloads, m.policyGeneration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "clusterip_policy_view_generation",

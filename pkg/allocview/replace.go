@@ -21,6 +21,7 @@ func (tx *Tx) ReplaceAllocations(want map[netip.Addr]Holder) {
 	for a, h := range want {
 		tx.snap.allocs.set(tx.token, a, h)
 	}
+	tx.snap.allocs.compact(tx.token)
 }
 
 // ReplaceServiceCIDRs makes the ServiceCIDRs exactly cidrs (any order; a

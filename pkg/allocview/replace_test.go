@@ -1,6 +1,7 @@
 package allocview
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 )
@@ -72,5 +73,39 @@ func TestReplaceServiceCIDRsKeepsExactlyTheListed(t *testing.T) {
 	}
 	if b := before.ServiceCIDRs(); len(b) != 2 || b[1].Name != "removed" || !b[0].Ready {
 		t.Fatalf("the earlier snapshot changed: %+v", b)
+	}
+}
+
+// A relist leaves no spare room in the leaves it wrote (the view's memory
+// at 100,000 addresses), and changes nothing an older snapshot sees.
+func TestReplaceAllocationsLeavesNoSpareRoom(t *testing.T) {
+	v := NewView()
+	before := v.Update(func(tx *Tx) {
+		tx.SetAllocation(netip.MustParseAddr("10.96.0.1"), ServiceHolder("default", "kubernetes"))
+	})
+	want := map[netip.Addr]Holder{}
+	ip := netip.MustParseAddr("10.100.0.0")
+	for i := 0; i < 20_000; i++ {
+		ip = ip.Next()
+		want[ip] = ServiceHolder("ns", fmt.Sprint("svc-", i))
+	}
+	after := v.Update(func(tx *Tx) { tx.ReplaceAllocations(want) })
+	if after.AllocatedCount() != len(want) {
+		t.Fatalf("%d allocations, want %d", after.AllocatedCount(), len(want))
+	}
+	for a, h := range want {
+		if got, ok := after.Holder(a); !ok || got != h {
+			t.Fatalf("%s: %v %v, want %v", a, got, ok, h)
+		}
+	}
+	for _, mid := range after.allocs.root.mids {
+		for _, leaf := range mid.leaves {
+			if leaf != nil && cap(leaf.entries) != len(leaf.entries) {
+				t.Fatalf("a leaf of %d entries has room for %d", len(leaf.entries), cap(leaf.entries))
+			}
+		}
+	}
+	if h, ok := before.Holder(netip.MustParseAddr("10.96.0.1")); !ok || h != ServiceHolder("default", "kubernetes") || before.AllocatedCount() != 1 {
+		t.Fatalf("the older snapshot changed: %v %v, %d allocations", h, ok, before.AllocatedCount())
 	}
 }

@@ -41,6 +41,9 @@ type Snapshot struct {
 
 	cidrs  []ServiceCIDR // sorted by name
 	allocs allocations
+	// ranges memoises ActiveRanges for cidrs; shared by the snapshots
+	// that followed without changing cidrs.
+	ranges *rangesMemo
 }
 
 // ServiceCIDRs returns the ServiceCIDR objects in the view, sorted by name.
@@ -79,6 +82,9 @@ func (v *View) Update(fn func(*Tx)) *Snapshot {
 	next := *old
 	tx := &Tx{snap: &next, token: &txToken{}}
 	fn(tx)
+	if tx.cidrsCopied || next.ranges == nil {
+		next.ranges = &rangesMemo{}
+	}
 	next.Generation = old.Generation + 1
 	v.cur.Store(&next)
 	return &next

@@ -3,6 +3,7 @@ package allocview
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"testing"
 )
 
@@ -64,5 +65,39 @@ func TestAllocationsHoldManyIPsAcrossLeaves(t *testing.T) {
 	again := v.Update(func(tx *Tx) { tx.SetAllocation(base.Next(), ServiceHolder("ns", "0")) })
 	if again.AllocatedCount() != n {
 		t.Fatalf("count after a no-op %d", again.AllocatedCount())
+	}
+}
+
+func TestActiveRangesAreBuiltOncePerServiceCIDRChange(t *testing.T) {
+	v := NewView()
+	first := v.Update(func(tx *Tx) {
+		tx.SetServiceCIDR(ServiceCIDR{Name: "kubernetes", CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Ready: true})
+	})
+	allowed := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
+	rs := first.ActiveRanges(allowed)
+	if want := ActiveServiceCIDRs(first.ServiceCIDRs(), allowed); !reflect.DeepEqual(rs, want) {
+		t.Fatalf("memoized %+v, built %+v", rs, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { first.ActiveRanges(allowed) }); n != 0 {
+		t.Errorf("ActiveRanges allocates %v times per call once built", n)
+	}
+	// Other allowedCIDRs: built again, not the memo of the first.
+	if got := first.ActiveRanges(nil); !reflect.DeepEqual(got, ActiveServiceCIDRs(first.ServiceCIDRs(), nil)) {
+		t.Fatalf("with no allowedCIDRs: %+v", got)
+	}
+	// An allocation leaves the ranges as they were; a ServiceCIDR changes them.
+	second := v.Update(func(tx *Tx) { tx.SetAllocation(netip.MustParseAddr("10.96.0.5"), ServiceHolder("a", "b")) })
+	if got := second.ActiveRanges(allowed); !reflect.DeepEqual(got, rs) {
+		t.Fatalf("after an allocation: %+v", got)
+	}
+	third := v.Update(func(tx *Tx) {
+		tx.SetServiceCIDR(ServiceCIDR{Name: "extra", CIDRs: []netip.Prefix{netip.MustParsePrefix("10.97.0.0/24")}, Ready: true})
+	})
+	got := third.ActiveRanges(allowed)
+	if len(got.Active) != 2 || !reflect.DeepEqual(got, ActiveServiceCIDRs(third.ServiceCIDRs(), allowed)) {
+		t.Fatalf("after a new ServiceCIDR: %+v", got)
+	}
+	if len(first.ActiveRanges(allowed).Active) != 1 {
+		t.Fatal("the new ServiceCIDR leaked into the first snapshot's ranges")
 	}
 }

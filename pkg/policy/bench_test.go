@@ -70,3 +70,34 @@ func BenchmarkValidateDynamicAllocation(b *testing.B) {
 		}
 	}
 }
+
+// An allowed dynamic create, as most reviews are: a Service that asks for
+// no IP at the mutating stage, and the address the apiserver picked in the
+// dynamic band at the validating stage. Both decide without allocating
+// (TestAllowedDynamicCreateDoesNotAllocate).
+func dynamicCreate() (mutate, validate Request) {
+	return Request{Operation: Create, Service: makeService("default/web")},
+		Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.100.7.9"))}
+}
+
+func BenchmarkMutateDynamicCreate(b *testing.B) {
+	env := benchEnv(b)
+	req, _ := dynamicCreate()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := Mutate(env, req); d.Outcome != Allowed {
+			b.Fatal(d.Outcome, d.Message)
+		}
+	}
+}
+
+func BenchmarkValidateDynamicCreate(b *testing.B) {
+	env := benchEnv(b)
+	_, req := dynamicCreate()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := Validate(env, req); d.Outcome != Allowed {
+			b.Fatal(d.Outcome, d.Message)
+		}
+	}
+}

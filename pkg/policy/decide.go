@@ -56,7 +56,7 @@ type Env struct {
 // serviceCIDRs; always narrowed to allowedCIDRs.
 func (e Env) Ranges() allocview.RangeSet {
 	if e.Snapshot != nil && len(e.Snapshot.ServiceCIDRs()) > 0 {
-		return allocview.ActiveServiceCIDRs(e.Snapshot.ServiceCIDRs(), e.Policy.AllowedCIDRs)
+		return e.Snapshot.ActiveRanges(e.Policy.AllowedCIDRs)
 	}
 	if len(e.StaticCIDRs) > 0 {
 		return allocview.StaticRanges("--service-cidr", e.StaticCIDRs, e.Policy.AllowedCIDRs)
@@ -130,18 +130,18 @@ func (d Decision) Rules() []RuleID {
 // Mutate decides the mutating stage: it checks each IP the user asked for
 // and, when the Service asks for none but owns reservations, assigns them.
 func Mutate(env Env, req Request) Decision {
-	d, c := begin(StageMutate, env, req, mutateSkips)
+	c, ok := begin(StageMutate, env, req, mutateSkips)
 	switch {
-	case c == nil:
-	case len(d.RequestedIPs) > 0:
+	case !ok:
+	case len(c.d.RequestedIPs) > 0:
 		c.eachNewIP(req, c.checkRequested)
-		if growsToDualStack(req) && len(newIPs(req)) == 0 {
+		if growsToDualStack(req) && !hasNewIP(req) {
 			c.assignSecondary()
 		}
 	case req.Operation == Create || changesFromExternalName(req):
 		c.assignReserved()
 	}
-	return d.finish()
+	return c.d.finish()
 }
 
 // pkg/matchconditions encodes, in the CEL of the managed matchCondition, when
@@ -154,17 +154,18 @@ func Mutate(env Env, req Request) Decision {
 // catches what the mutating stage cannot see: dynamic allocations, a
 // divergent apiserver's range, a ServiceCIDR removed meanwhile.
 func Validate(env Env, req Request) Decision {
-	d, c := begin(StageValidate, env, req, validateSkips)
-	if c != nil {
+	c, ok := begin(StageValidate, env, req, validateSkips)
+	if ok {
 		c.eachNewIP(req, func(field, raw string) { c.checkFinal(field, raw, req.DryRun) })
 	}
-	return d.finish()
+	return c.d.finish()
 }
 
-// begin starts a decision. It returns no checker when the stage does not
-// apply (skip is not empty) or the request is exempt: the decision is then
-// final as it is.
-func begin(stage Stage, env Env, req Request, skips func(Request) string) (*Decision, *checker) {
+// begin starts a decision, in c.d. It returns ok false when the stage does
+// not apply (skip is not empty) or the request is exempt: the decision is
+// then final as it is. The checker (and the decision in it) lives on the
+// caller's stack, which is why an allowed request allocates nothing.
+func begin(stage Stage, env Env, req Request, skips func(Request) string) (c checker, ok bool) {
 	svc := req.Service
 	if v, bad := shapeViolation(stage, req); bad {
 		// One short denial, before any per-IP work, exemption or skip.
@@ -172,25 +173,27 @@ func begin(stage Stage, env Env, req Request, skips func(Request) string) (*Deci
 		if len(svc.Spec.ClusterIPs) <= MaxClusterIPs {
 			requested = requestedIPs(svc) // as the audit log shows it for any request
 		}
-		return &Decision{Stage: stage, RequestedIPs: requested, Violations: []Violation{v}}, nil
+		c.d = Decision{Stage: stage, RequestedIPs: requested, Violations: []Violation{v}}
+		return c, false
 	}
-	d := &Decision{Stage: stage, RequestedIPs: requestedIPs(svc)}
-	d.FinalIPs = d.RequestedIPs
+	c.d = Decision{Stage: stage, RequestedIPs: requestedIPs(svc)}
+	c.d.FinalIPs = c.d.RequestedIPs
 	skip := skips(req) // after the shape check: it looks at every IP
 	if skip == "" {
 		skip = env.Policy.Exempt(svc.Namespace, req.User, req.Groups)
 	}
 	if skip != "" {
-		d.Skipped = skip
-		return d, nil
+		c.d.Skipped = skip
+		return c, false
 	}
-	return d, &checker{env: env, rs: env.Ranges(), svc: svc, d: d}
+	c.env, c.rs, c.svc = env, env.Ranges(), svc
+	return c, true
 }
 
 // eachNewIP calls check for every IP of the Service that the stored object
 // did not already hold: an IP kept from before is not being allocated now,
 // and a later range change does not revoke it.
-func (c checker) eachNewIP(req Request, check func(field, raw string)) {
+func (c *checker) eachNewIP(req Request, check func(field, raw string)) {
 	old := oldIPs(req)
 	for i, raw := range c.d.RequestedIPs {
 		if !slices.Contains(old, raw) {
@@ -204,11 +207,11 @@ func (c checker) eachNewIP(req Request, check func(field, raw string)) {
 // (manifests/base/webhook-configurations.yaml): the CEL there sends an
 // UPDATE only when these would review it. See operations.go.
 func mutateSkips(req Request) string {
-	return skips(req, changesFromExternalName(req) || len(newIPs(req)) > 0 || growsToDualStack(req), "UPDATE that allocates no IP")
+	return skips(req, changesFromExternalName(req) || hasNewIP(req) || growsToDualStack(req), "UPDATE that allocates no IP")
 }
 
 func validateSkips(req Request) string {
-	return skips(req, len(newIPs(req)) > 0, "UPDATE that does not change the IPs")
+	return skips(req, hasNewIP(req), "UPDATE that does not change the IPs")
 }
 
 // skips says why a stage does not apply to req, or "" when it does: it
@@ -241,11 +244,19 @@ func changesFromExternalName(req Request) bool {
 		req.Service.Spec.Type != corev1.ServiceTypeExternalName
 }
 
-// requestedIPs are clusterIPs, else clusterIP; never "None" or "".
+// requestedIPs are clusterIPs, else clusterIP; never "None" or "". When
+// clusterIPs holds nothing to leave out, it is returned itself (clipped,
+// so that an append never writes into the Service), without a copy.
 func requestedIPs(svc *corev1.Service) []string {
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
+	}
+	if len(ips) == 0 {
+		return []string{}
+	}
+	if !slices.ContainsFunc(ips, func(ip string) bool { return ip == "" || ip == corev1.ClusterIPNone }) {
+		return slices.Clip(ips)
 	}
 	out := make([]string, 0, len(ips))
 	for _, ip := range ips {
@@ -263,16 +274,16 @@ func oldIPs(req Request) []string {
 	return requestedIPs(req.OldService)
 }
 
-// newIPs are the IPs of an update that the stored object did not have.
-func newIPs(req Request) []string {
+// hasNewIP reports whether the request names an IP that the stored object
+// did not have (on CREATE: any IP).
+func hasNewIP(req Request) bool {
 	old := oldIPs(req)
-	var out []string
 	for _, ip := range requestedIPs(req.Service) {
 		if !slices.Contains(old, ip) {
-			out = append(out, ip)
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 // fieldFor names the field an IP came from the way the apiserver does.
@@ -287,23 +298,23 @@ type checker struct {
 	env Env
 	rs  allocview.RangeSet
 	svc *corev1.Service
-	d   *Decision
+	d   Decision
 }
 
-func (c checker) self() Owner { return Owner{c.svc.Namespace, c.svc.Name} }
+func (c *checker) self() Owner { return Owner{c.svc.Namespace, c.svc.Name} }
 
 // selfName is the Service's namespace/name for a message: at the mutating
 // stage the apiserver has not validated it yet, so it may be of any length.
-func (c checker) selfName() string { return Echo(c.self().String()) }
+func (c *checker) selfName() string { return Echo(c.self().String()) }
 
-func (c checker) violate(rule RuleID, field, raw, format string, args ...any) {
+func (c *checker) violate(rule RuleID, field, raw, format string, args ...any) {
 	msg := fmt.Sprintf("%s: Invalid value: %q: ", field, Echo(raw)) + fmt.Sprintf(format, args...)
 	c.d.Violations = append(c.d.Violations, Violation{Rule: rule, Action: c.env.Policy.ActionFor(rule), Field: field, IP: Echo(raw), Message: Clip(msg, MaxMessageBytes)})
 }
 
 // checkRequested applies the mutating stage's rules, in order, to one IP
 // the user asked for; the first rule that matches is reported.
-func (c checker) checkRequested(field, raw string) {
+func (c *checker) checkRequested(field, raw string) {
 	ip, err := allocview.ParseIP(raw)
 	if err != nil {
 		c.violate(RuleInvalidIP, field, raw, "%s; use an address from %s, or leave clusterIP empty to get one allocated", strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)), c.rs.Describe())
@@ -338,7 +349,7 @@ func (c checker) checkRequested(field, raw string) {
 // an IPAddress gives to another holder, and says whether it did. Where the
 // view tracks no allocations (a cluster without the IPAddress API) absence
 // proves nothing, so the rule is left to the apiserver's own check.
-func (c checker) reportAllocated(field, raw string, ip netip.Addr) bool {
+func (c *checker) reportAllocated(field, raw string, ip netip.Addr) bool {
 	if c.env.Snapshot == nil || !c.env.Snapshot.TracksAllocations {
 		return false
 	}
@@ -365,7 +376,7 @@ func (c checker) reportAllocated(field, raw string, ip netip.Addr) bool {
 
 // reportOutside records a violation for an IP no active range can hand
 // out, and says whether it did.
-func (c checker) reportOutside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
+func (c *checker) reportOutside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
 	switch pl.Kind {
 	case allocview.Outside:
 		why := ""
@@ -386,7 +397,7 @@ func (c checker) reportOutside(field, raw string, ip netip.Addr, pl allocview.Pl
 }
 
 // chooseStatic tells the user where to pick an address of ip's family.
-func (c checker) chooseStatic(ip netip.Addr) string {
+func (c *checker) chooseStatic(ip netip.Addr) string {
 	bands := c.rs.StaticBands(allocview.FamilyOf(ip))
 	if len(bands) == 0 {
 		return "these ranges have no static band, so leave clusterIP empty"
@@ -403,7 +414,7 @@ func noteOf(r Reservation) string {
 
 // checkFinal applies the validating stage's rules to one IP the Service
 // ends with.
-func (c checker) checkFinal(field, raw string, dryRun bool) {
+func (c *checker) checkFinal(field, raw string, dryRun bool) {
 	ip, err := allocview.ParseIP(raw)
 	if err != nil {
 		c.violate(RuleInvalidIP, field, raw, "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)))
@@ -424,7 +435,7 @@ func (c checker) checkFinal(field, raw string, dryRun bool) {
 
 // assignReserved gives a Service that asks for no IP the IPs reserved for
 // it, one per family in the order the Service will have its families.
-func (c checker) assignReserved() {
+func (c *checker) assignReserved() {
 	owned := c.env.Policy.ReservationsOf(c.self(), c.rs)
 	if len(owned) == 0 {
 		return

@@ -38,7 +38,7 @@ func growsToDualStack(req Request) bool {
 // would: kube-dns patched to RequireDualStack gets fd00:10:96::a, not a
 // random IPv6 address while its reservation stays unused. The Service keeps
 // its first address; the patch names the second one in clusterIPs[1].
-func (c checker) assignSecondary() {
+func (c *checker) assignSecondary() {
 	if len(c.d.RequestedIPs) != 1 {
 		return
 	}
@@ -72,7 +72,7 @@ func (c checker) assignSecondary() {
 // kube-dns never silently starts on a random address that no Pod's
 // resolv.conf names; at warn or audit the Service falls back to a dynamic
 // address, with that warning.
-func (c checker) reportReservationHeld(field, raw string, r Reservation) bool {
+func (c *checker) reportReservationHeld(field, raw string, r Reservation) bool {
 	if c.env.Snapshot == nil {
 		return false
 	}
@@ -100,7 +100,7 @@ func (c checker) reportReservationHeld(field, raw string, r Reservation) bool {
 // not told to leave clusterIP empty: the reservation or the ranges need an
 // administrator, and meanwhile the owner can name an address itself (at
 // deny) or gets a dynamic one (at warn or audit).
-func (c checker) reportReservationOutside(field, raw string, r Reservation) bool {
+func (c *checker) reportReservationOutside(field, raw string, r Reservation) bool {
 	pl := c.rs.Place(r.IP)
 	var where string
 	switch pl.Kind {

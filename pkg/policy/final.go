@@ -18,7 +18,7 @@ import (
 // reportAllocatedOutside records a violation for an allocated address no active
 // range can hand out: from a ServiceCIDR the policy does not accept, or
 // from an apiserver whose range the cluster's ServiceCIDRs lack.
-func (c checker) reportAllocatedOutside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
+func (c *checker) reportAllocatedOutside(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
 	if pl.Kind != allocview.Outside && pl.Kind != allocview.Unusable {
 		return false
 	}
@@ -41,7 +41,7 @@ func (c checker) reportAllocatedOutside(field, raw string, ip netip.Addr, pl all
 // another Service. In a dynamic band the allocator picks addresses at
 // random, so a reservation there can be hit at any time; the static band
 // is handed out only once its range's dynamic band is full.
-func (c checker) reportAllocatedReserved(field, raw string, res Reservation, pl allocview.Placement) {
+func (c *checker) reportAllocatedReserved(field, raw string, res Reservation, pl allocview.Placement) {
 	why := "the apiserver hands out static-band addresses only when the range's dynamic band is full"
 	fix := "free addresses or add a ServiceCIDR, then create the Service again"
 	if pl.Kind == allocview.Dynamic {
@@ -55,7 +55,7 @@ func (c checker) reportAllocatedReserved(field, raw string, res Reservation, pl 
 
 // violateAllocated records a validating-stage violation about an address
 // the apiserver allocated: "allocated ClusterIP "10.96.0.10" is ...".
-func (c checker) violateAllocated(rule RuleID, field, raw, format string, args ...any) {
+func (c *checker) violateAllocated(rule RuleID, field, raw, format string, args ...any) {
 	msg := fmt.Sprintf("allocated ClusterIP %q ", raw) + fmt.Sprintf(format, args...)
 	c.d.Violations = append(c.d.Violations, Violation{Rule: rule, Action: c.env.Policy.ActionFor(rule), Field: field, IP: raw, Message: msg})
 }
@@ -88,7 +88,7 @@ func joinOr(ss []string) string {
 // or the apiserver picked it (no denial, no release, no field the user may
 // not have set). It returns false when the rule denies (or does not match):
 // each stage then words its own denial.
-func (c checker) reportAllowedAnyway(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
+func (c *checker) reportAllowedAnyway(field, raw string, ip netip.Addr, pl allocview.Placement) bool {
 	p := c.env.Policy
 	var rule RuleID
 	var what string

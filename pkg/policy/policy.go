@@ -382,12 +382,17 @@ func (p *Policy) ReservedOwner(ip netip.Addr, rs allocview.RangeSet) (Reservatio
 }
 
 // ReservationsOf returns the IPs reserved for owner, at most one per family.
+// It is nil (no map built) for the many Services that own none.
 func (p *Policy) ReservationsOf(owner Owner, rs allocview.RangeSet) map[allocview.Family]Reservation {
+	isKubernetes := p.ReserveKubernetesService && owner == (Owner{kubernetesServiceNamespace, kubernetesServiceName})
+	if len(p.byOwner[owner]) == 0 && !isKubernetes {
+		return nil
+	}
 	out := map[allocview.Family]Reservation{}
 	for _, r := range p.byOwner[owner] {
 		out[allocview.FamilyOf(r.IP)] = r
 	}
-	if p.ReserveKubernetesService && owner == (Owner{kubernetesServiceNamespace, kubernetesServiceName}) {
+	if isKubernetes {
 		if first, name, ok := rs.KubernetesServiceIP(); ok {
 			if _, taken := out[allocview.FamilyOf(first)]; !taken {
 				out[allocview.FamilyOf(first)] = Reservation{IP: first, Owner: owner, Note: "first address of " + name, Implicit: true}

@@ -12,6 +12,12 @@
 //	go run ./test/load --url https://127.0.0.1:9443/mutate-v1-service \
 //	    --ca .local/cluster/webhook-certs/ca.crt --review cmd/webhook/testdata/admissionreviews/mutate-003-create-wh-static.json \
 //	    --hostile-clusterips 50000 --requests 100 --concurrency 4 --webhook-pid PID
+//
+// With --webhook-pid it also reports the CPU time (utime+stime from
+// /proc/PID/stat) the webhook spent per answered review, the figure that
+// compares webhooks independently of the load generator's own share of the
+// machine. hack/cpu-compare.sh runs it against ours and test/nopwebhook in
+// turn.
 package main
 
 import (
@@ -27,6 +33,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,7 +50,7 @@ func main() {
 	concurrency := flag.Int("concurrency", 8, "requests in flight")
 	requests := flag.Int("requests", 0, "stop after this many requests (0: send until --duration ends)")
 	hostile := flag.Int("hostile-clusterips", 0, "replace the review's spec.clusterIPs by this many copies of one dynamic-band address (50000 makes the 0.7 MB body the webhook must answer with one short denial)")
-	pid := flag.Int("webhook-pid", 0, "report this process's resident memory (VmRSS) before and after (a webhook on this machine)")
+	pid := flag.Int("webhook-pid", 0, "report this process's resident memory (VmRSS) before and after, and its CPU time per review (a webhook on this machine)")
 	certFile := flag.String("cert", "", "client certificate to present (a webhook run with --client-ca-file); with --key")
 	keyFile := flag.String("key", "", "key of --cert")
 	flag.Parse()
@@ -102,6 +109,7 @@ func run(target, caFile, reviewFile string, duration time.Duration, concurrency 
 		}
 	}
 	rssBefore := rss(opts.pid)
+	cpuBefore, cpuErr := cpuTime(opts.pid)
 	var sent atomic.Int64
 	var maxResp atomic.Int64
 	tlsConfig := &tls.Config{RootCAs: pool}
@@ -160,6 +168,10 @@ func run(target, caFile, reviewFile string, duration time.Duration, concurrency 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpuAfter, err := cpuTime(opts.pid)
+	if cpuErr == nil {
+		cpuErr = err
+	}
 	slices.Sort(latencies)
 	pct := func(p float64) time.Duration {
 		if len(latencies) == 0 {
@@ -173,6 +185,17 @@ func run(target, caFile, reviewFile string, duration time.Duration, concurrency 
 	fmt.Printf("request body: %d bytes; largest response: %d bytes\n", len(body), maxResp.Load())
 	if opts.pid > 0 {
 		fmt.Printf("webhook pid %d VmRSS: %s before, %s after\n", opts.pid, rssBefore, rss(opts.pid))
+		cpuPerReview := "unknown"
+		if cpuErr != nil {
+			fmt.Printf("webhook pid %d CPU: %v\n", opts.pid, cpuErr)
+		} else if n := len(latencies); n > 0 {
+			used := cpuAfter - cpuBefore
+			cpuPerReview = fmt.Sprintf("%.4f", used.Seconds()*1000/float64(n))
+			fmt.Printf("webhook pid %d CPU: %s for %d reviews, %s ms per review\n", opts.pid, used, n, cpuPerReview)
+		}
+		// One line for scripts (hack/cpu-compare.sh).
+		fmt.Printf("summary: reviews_per_s=%.0f p50_ms=%.3f p99_ms=%.3f cpu_ms_per_review=%s\n",
+			float64(len(latencies))/elapsed.Seconds(), ms(pct(0.50)), ms(pct(0.99)), cpuPerReview)
 	}
 	if failures > 0 {
 		return fmt.Errorf("%d requests failed; first: %s", failures, firstErr)
@@ -236,4 +259,43 @@ func rss(pid int) string {
 		}
 	}
 	return "no VmRSS"
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat:
+// 100 on every Linux architecture (the kernel's CLOCK_TICKS_PER_SEC for
+// user space, independent of its internal HZ).
+const clockTicks = 100
+
+// cpuTime reads the user and system CPU time a process has used so far
+// from /proc/PID/stat (fields 14 and 15, after the command name in
+// parentheses, which may itself hold spaces and parentheses).
+func cpuTime(pid int) (time.Duration, error) {
+	if pid <= 0 {
+		return 0, nil
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseCPUTime(string(data))
+}
+
+func parseCPUTime(stat string) (time.Duration, error) {
+	end := strings.LastIndexByte(stat, ')')
+	if end < 0 {
+		return 0, fmt.Errorf("/proc/PID/stat %.80q: no command name in parentheses", stat)
+	}
+	// After ") " come field 3 (state) onwards: utime is field 14, stime 15.
+	fields := strings.Fields(stat[end+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/PID/stat: %d fields after the command name, want at least 13", len(fields))
+	}
+	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/PID/stat: utime %q, stime %q are not tick counts", fields[11], fields[12])
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }

@@ -244,7 +244,7 @@ func (s *Source) relist(ctx context.Context, i int, f feed) (string, error) {
 			if i == serviceCIDRs {
 				s.enqueue(func(tx *allocview.Tx) { tx.ReplaceServiceCIDRs(acc.cidrs) })
 			} else {
-				s.enqueue(func(tx *allocview.Tx) { tx.ReplaceAllocations(acc.allocs) })
+				s.enqueueFreeing(func(tx *allocview.Tx) { tx.ReplaceAllocations(acc.allocs) }, len(acc.allocs) >= s.largeRelist)
 			}
 			return meta.ResourceVersion, nil
 		}

@@ -3,6 +3,7 @@ package kubesource
 import (
 	"context"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,5 +154,39 @@ func TestSourceWithoutTheAPIMarksTheViewSyncedWithoutAllocations(t *testing.T) {
 	eventually(t, "synced without allocations", func(s *allocview.Snapshot) bool { return s.Synced && !s.TracksAllocations }, view)
 	if d, which := src.StaleFor(time.Now()); d != 0 || src.Feeds() != nil {
 		t.Fatalf("a source that watches nothing reports stale %s (%s) and feeds %v", d, which, src.Feeds())
+	}
+}
+
+// A large relist's memory is returned to the system once the view holds
+// it; watch events and small relists do not pay for a collection.
+func TestALargeRelistReturnsItsMemoryOnce(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		threshold int
+		want      int32
+	}{
+		{"a relist of 3 with a threshold of 2", 2, 1},
+		{"a relist of 3 with a threshold of 4", 4, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"),
+				makeIPAddress("10.96.0.1", "default", "kubernetes"), makeIPAddress("10.96.0.10", "kube-system", "kube-dns"), makeIPAddress("10.96.0.11", "a", "b"))
+			servesNetworkingV1(client)
+			view := allocview.NewView()
+			src := New(client, view, testr.New(t))
+			var freed atomic.Int32
+			src.largeRelist, src.freeMemory = tt.threshold, func() { freed.Add(1) }
+			go func() { _ = src.Run(ctx) }()
+			eventually(t, "the initial state", func(s *allocview.Snapshot) bool { return s.Synced && s.AllocatedCount() == 3 }, view)
+			if _, err := client.NetworkingV1().IPAddresses().Create(ctx, makeIPAddress("10.96.0.12", "c", "d"), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "a watched IPAddress", func(s *allocview.Snapshot) bool { return s.AllocatedCount() == 4 }, view)
+			if got := freed.Load(); got != tt.want {
+				t.Fatalf("memory returned %d times, want %d", got, tt.want)
+			}
+		})
 	}
 }
