@@ -288,11 +288,22 @@ func TestSummaryMediansAndRatios(t *testing.T) {
 	if nop.VsNone["createsPerSec"] != 0.5 || nop.VsNone["apiserverCPUmsPerCreate"] != 2 || none.VsNop["createsPerSec"] != 2 || nop.VsNop != nil {
 		t.Errorf("ratios: nop vs none %v, none vs nop %v, nop vs nop %v", nop.VsNone, none.VsNop, nop.VsNop)
 	}
+	// Within each round nop took twice as long as none: 0.5 in every
+	// round, though the rounds' paces differ threefold.
+	if got := nop.PairedVsNone["createsPerSec"]; got.N != 3 || got.Median != 0.5 || got.Min != 0.5 || got.Max != 0.5 {
+		t.Errorf("paired creates/s of nop vs none = %+v, want 0.5 in each of 3 rounds", got)
+	}
+	if got := none.PairedVsNop["apiserverCPUmsPerCreate"]; got.N != 3 || got.Median != 0.5 {
+		t.Errorf("paired apiserver CPU of none vs nop = %+v, want 0.5 in each of 3 rounds", got)
+	}
+	if nop.PairedVsNop != nil || none.PairedVsNone != nil {
+		t.Errorf("a configuration compared with itself: %v %v", nop.PairedVsNop, none.PairedVsNone)
+	}
 	if _, err := s.JSON(); err != nil {
 		t.Errorf("JSON: %v", err)
 	}
 	md := s.Markdown()
-	for _, want := range []string{"## 0 existing Services, dynamic (8 clients)", "| none | 50.0 (33.3–100) |", "| nop |", "0.50×", "| 4 (1) |"} {
+	for _, want := range []string{"## 0 existing Services, dynamic (8 clients)", "| none | 50.0 (33.3–100) |", "| nop |", "0.50× (0.50–0.50)", "| 4 (1) |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}

@@ -68,8 +68,13 @@ type Result struct {
 	// The ValidatingAdmissionPolicy plugin's mean time per create
 	// (apiserver_admission_controller_admission_duration_seconds), in
 	// every configuration: with no policy it matches nothing.
-	VAPPluginMeanms Num     `json:"vapAdmissionMeanms"`
-	VAPDenials      float64 `json:"vapDenials"`
+	VAPPluginMeanms Num `json:"vapAdmissionMeanms"`
+	// The two webhook admission plugins' time per create (rules,
+	// selectors, matchConditions and any calls), and of it the
+	// matchCondition evaluations that skipped a call.
+	WebhookPluginPerCreate Num     `json:"webhookPluginsmsPerCreate"`
+	MatchCondPerCreate     Num     `json:"matchConditionsmsPerCreate"`
+	VAPDenials             float64 `json:"vapDenials"`
 	// VAPInForce: for vap, a probe after the run was still denied by the
 	// policy (allows are not counted by the apiserver, see snapshot.go).
 	VAPInForce bool `json:"vapInForceAfter,omitempty"`
@@ -134,6 +139,8 @@ func NewResult(round, existing int, w Workload, config string, plan []Request, o
 	r.ValidateMeanms = Num(perUnit(d.DurationSum[webhookNames[1]]*1000, d.DurationCount[webhookNames[1]]))
 	r.VAPDenials = d.VAPDenials
 	r.VAPPluginMeanms = Num(perUnit(d.VAPPluginSum*1000, d.VAPPluginCount))
+	r.WebhookPluginPerCreate = Num(perUnit(d.WebhookPluginSum*1000, float64(len(plan))))
+	r.MatchCondPerCreate = Num(perUnit(d.MatchCondSum*1000, float64(len(plan))))
 
 	r.WebhookCPUms, r.WebhookCPUPerCall, r.IdleWebhookCPUms = Num(math.NaN()), Num(math.NaN()), Num(math.NaN())
 	switch config {

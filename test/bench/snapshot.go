@@ -19,7 +19,14 @@ const (
 	metricVAPChecks      = "apiserver_validating_admission_policy_check_total"
 	metricPluginDuration = "apiserver_admission_controller_admission_duration_seconds"
 	vapPlugin            = "ValidatingAdmissionPolicy"
+	// The two webhook admission plugins' own time per request: matching
+	// rules, selectors and matchConditions, and the calls they make. With
+	// no call this is what registering a webhook costs a create.
+	metricMatchConditions = "apiserver_admission_match_condition_evaluation_seconds"
 )
+
+// webhookPlugins are the admission plugins that run webhooks.
+var webhookPlugins = []string{"MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"}
 
 // webhookNames are the two Service webhooks of the manifests, in the order
 // the apiserver calls them.
@@ -36,6 +43,11 @@ type Counters struct {
 	// policies exist (with none, it matches nothing).
 	VAPPluginSum   float64 // seconds
 	VAPPluginCount float64
+	// Both webhook plugins on Service CREATEs (seconds), and the
+	// matchCondition evaluations the apiserver times (those that skipped
+	// a webhook or failed: it does not time a match).
+	WebhookPluginSum float64
+	MatchCondSum     float64
 }
 
 // ParseCounters reads Counters from the Prometheus text of the apiserver's
@@ -62,6 +74,10 @@ func ParseCounters(text string) (Counters, error) {
 	plugin := []string{`name="` + vapPlugin + `"`, `operation="CREATE"`}
 	c.VAPPluginSum = sum(metricPluginDuration+"_sum", plugin...)
 	c.VAPPluginCount = sum(metricPluginDuration+"_count", plugin...)
+	for _, p := range webhookPlugins {
+		c.WebhookPluginSum += sum(metricPluginDuration+"_sum", `name="`+p+`"`, `operation="CREATE"`)
+	}
+	c.MatchCondSum = sum(metricMatchConditions+"_sum", `operation="CREATE"`)
 	if err != nil {
 		return c, fmt.Errorf("apiserver metrics: %w", err)
 	}
@@ -90,6 +106,8 @@ type Delta struct {
 	VAPDenials         float64
 	VAPPluginSum       float64
 	VAPPluginCount     float64
+	WebhookPluginSum   float64
+	MatchCondSum       float64
 	CPU                map[string]time.Duration
 }
 
@@ -104,6 +122,8 @@ func (s Snapshot) Sub(before Snapshot) Delta {
 		VAPDenials:         s.Counters.VAPDenials - before.Counters.VAPDenials,
 		VAPPluginSum:       s.Counters.VAPPluginSum - before.Counters.VAPPluginSum,
 		VAPPluginCount:     s.Counters.VAPPluginCount - before.Counters.VAPPluginCount,
+		WebhookPluginSum:   s.Counters.WebhookPluginSum - before.Counters.WebhookPluginSum,
+		MatchCondSum:       s.Counters.MatchCondSum - before.Counters.MatchCondSum,
 		CPU:                map[string]time.Duration{},
 	}
 	for _, n := range webhookNames {

@@ -29,6 +29,8 @@ var Figures = []Figure{
 	{"mutateAdmissionMeanms", "mutate admission ms", func(r Result) Num { return r.MutateMeanms }},
 	{"validateAdmissionMeanms", "validate admission ms", func(r Result) Num { return r.ValidateMeanms }},
 	{"vapAdmissionMeanms", "VAP plugin ms", func(r Result) Num { return r.VAPPluginMeanms }},
+	{"webhookPluginsmsPerCreate", "webhook plugins ms/create", func(r Result) Num { return r.WebhookPluginPerCreate }},
+	{"matchConditionsmsPerCreate", "skipping matchConditions ms/create", func(r Result) Num { return r.MatchCondPerCreate }},
 }
 
 // ratioKeys are the figures compared with none and nop (ratio of medians).
@@ -45,6 +47,14 @@ type Row struct {
 	Figures  map[string]Spread `json:"figures"`
 	VsNone   map[string]Num    `json:"vsNone,omitempty"`
 	VsNop    map[string]Num    `json:"vsNop,omitempty"`
+	// PairedVsNone and PairedVsNop are the ratios taken within each round
+	// (this configuration's run over the base's run of the same round,
+	// both without problems), median and range over the rounds. The
+	// machine's pace drifts between rounds more than configurations
+	// differ; a ratio within a round cancels most of that drift, so these
+	// are the figures to quote.
+	PairedVsNone map[string]Spread `json:"pairedVsNone,omitempty"`
+	PairedVsNop  map[string]Spread `json:"pairedVsNop,omitempty"`
 }
 
 // Meta says where and how the figures were taken.
@@ -122,8 +132,39 @@ func Summarize(meta Meta, runs []Result) Summary {
 		}
 		rows[k] = row
 	}
+	// round -> run, per group, for the paired ratios
+	byRound := func(k key) map[int]Result {
+		m := map[int]Result{}
+		for _, r := range groups[k] {
+			if len(r.Problems) == 0 {
+				m[r.Round] = r
+			}
+		}
+		return m
+	}
 	for _, k := range order {
 		row := rows[k]
+		for _, base := range []struct {
+			config string
+			into   *map[string]Spread
+		}{{ConfigNone, &row.PairedVsNone}, {ConfigNop, &row.PairedVsNop}} {
+			bk := key{k.existing, k.w, base.config}
+			if _, ok := rows[bk]; !ok || base.config == k.config {
+				continue
+			}
+			mine, theirs := byRound(k), byRound(bk)
+			*base.into = map[string]Spread{}
+			for _, fk := range ratioKeys {
+				f := Figures[slices.IndexFunc(Figures, func(f Figure) bool { return f.Key == fk })]
+				var v []float64
+				for round, r := range mine {
+					if b, ok := theirs[round]; ok {
+						v = append(v, Ratio(float64(f.get(r)), float64(f.get(b))))
+					}
+				}
+				(*base.into)[fk] = SpreadOf(v)
+			}
+		}
 		for _, base := range []struct {
 			config string
 			into   *map[string]Num
@@ -140,6 +181,17 @@ func Summarize(meta Meta, runs []Result) Summary {
 		s.Rows = append(s.Rows, *row)
 	}
 	return s
+}
+
+// fmtRatioSpread shows a spread of ratios: 0.95× (0.90–1.02).
+func fmtRatioSpread(s Spread) string {
+	switch s.N {
+	case 0:
+		return "-"
+	case 1:
+		return fmtRatio(s.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", fmtRatio(s.Median), strings.TrimSuffix(fmtRatio(s.Min), "×"), strings.TrimSuffix(fmtRatio(s.Max), "×"))
 }
 
 // JSON is the summary as indented JSON.
@@ -204,7 +256,7 @@ func (s Summary) Markdown() string {
 	fmt.Fprintf(&b, "- machine: %s\n", m.Machine)
 	fmt.Fprintf(&b, "- %d rounds of %d creates per run; configurations %s, alternated in each round; workloads %v; ours with extra args %q\n",
 		m.Knobs.Rounds, m.Knobs.Creates, strings.Join(m.Knobs.Configs, ", "), m.Knobs.Workloads, strings.Join(m.Knobs.WebhookArgs, " "))
-	fmt.Fprintf(&b, "- cells: median (min–max) over the rounds without problems; ratios are of medians; CPU from /proc/PID/stat (10 ms ticks); admission ms: apiserver_admission_webhook_admission_duration_seconds sum/count; calls: apiserver_admission_webhook_request_total; VAP plugin ms: apiserver_admission_controller_admission_duration_seconds{name=\"ValidatingAdmissionPolicy\"} sum/count on CREATE (runs in every configuration)\n")
+	fmt.Fprintf(&b, "- cells: median (min–max) over the rounds without problems; ratios vs none and vs nop are taken within each round (this run over the base's run of the same round), median (min–max) over the rounds (JSON: pairedVsNone, pairedVsNop; vsNone and vsNop are the ratios of the medians); CPU from /proc/PID/stat (10 ms ticks); admission ms: apiserver_admission_webhook_admission_duration_seconds sum/count; calls: apiserver_admission_webhook_request_total; VAP plugin ms: apiserver_admission_controller_admission_duration_seconds{name=\"ValidatingAdmissionPolicy\"} sum/count on CREATE (runs in every configuration); webhook plugins ms/create: the same histogram for MutatingAdmissionWebhook + ValidatingAdmissionWebhook (rules, selectors, matchConditions and calls) over the creates; skipping matchConditions ms/create: apiserver_admission_match_condition_evaluation_seconds sum on CREATE (timed only when a condition skips a webhook) over the creates\n")
 	fmt.Fprintf(&b, "- vap: `%s`\n", strings.Join(strings.Fields(m.VAPExpression), " "))
 	var last string
 	for _, r := range s.Rows {
@@ -222,12 +274,12 @@ func (s Summary) Markdown() string {
 		for _, f := range Figures {
 			fmt.Fprintf(&b, " %s |", fmtSpread(r.Figures[f.Key]))
 		}
-		for _, vs := range []map[string]Num{r.VsNone, r.VsNop} {
+		for _, vs := range []map[string]Spread{r.PairedVsNone, r.PairedVsNop} {
 			for _, k := range []string{"createsPerSec", "p99ms", "apiserverCPUmsPerCreate"} {
 				if vs == nil {
 					b.WriteString(" - |")
 				} else {
-					fmt.Fprintf(&b, " %s |", fmtRatio(vs[k]))
+					fmt.Fprintf(&b, " %s |", fmtRatioSpread(vs[k]))
 				}
 			}
 		}
