@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/procstat"
 )
 
 // Options configure a benchmark.
@@ -213,7 +214,7 @@ func (b *Bench) snapshot(ctx context.Context) (Snapshot, error) {
 func (b *Bench) cpu() (map[string]time.Duration, error) {
 	out := map[string]time.Duration{}
 	for name, pid := range map[string]int{procAPIServer: b.c.APIServers[0].Pid(), procOurs: b.c.Webhooks[0].Pid(), procNop: b.nop.Pid()} {
-		cpu, err := ProcessCPU(pid)
+		cpu, err := procstat.ProcessCPU(pid)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

@@ -33,13 +33,14 @@ import (
 	"net/url"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"clusterip-policy/test/procstat"
 )
 
 func main() {
@@ -263,39 +264,11 @@ func rss(pid int) string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat:
-// 100 on every Linux architecture (the kernel's CLOCK_TICKS_PER_SEC for
-// user space, independent of its internal HZ).
-const clockTicks = 100
-
-// cpuTime reads the user and system CPU time a process has used so far
-// from /proc/PID/stat (fields 14 and 15, after the command name in
-// parentheses, which may itself hold spaces and parentheses).
+// cpuTime is the user and system CPU time a process has used so far
+// (test/procstat); 0 when no pid was given.
 func cpuTime(pid int) (time.Duration, error) {
 	if pid <= 0 {
 		return 0, nil
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseCPUTime(string(data))
-}
-
-func parseCPUTime(stat string) (time.Duration, error) {
-	end := strings.LastIndexByte(stat, ')')
-	if end < 0 {
-		return 0, fmt.Errorf("/proc/PID/stat %.80q: no command name in parentheses", stat)
-	}
-	// After ") " come field 3 (state) onwards: utime is field 14, stime 15.
-	fields := strings.Fields(stat[end+1:])
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc/PID/stat: %d fields after the command name, want at least 13", len(fields))
-	}
-	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
-	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/PID/stat: utime %q, stime %q are not tick counts", fields[11], fields[12])
-	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+	return procstat.ProcessCPU(pid)
 }

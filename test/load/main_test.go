@@ -4,12 +4,14 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"clusterip-policy/test/procstat"
 )
 
 func TestParseCPUTimeAddsUserAndSystemTicks(t *testing.T) {
 	// A real line, with a command name holding a space and a parenthesis.
 	stat := "4242 (web hook) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 8 0 100 1000000 500 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0"
-	got, err := parseCPUTime(stat)
+	got, err := procstat.ParseStatCPU(stat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +22,7 @@ func TestParseCPUTimeAddsUserAndSystemTicks(t *testing.T) {
 
 func TestParseCPUTimeRefusesATruncatedLine(t *testing.T) {
 	for _, stat := range []string{"", "4242 (webhook", "4242 (webhook) S 1 2 3"} {
-		if _, err := parseCPUTime(stat); err == nil {
+		if _, err := procstat.ParseStatCPU(stat); err == nil {
 			t.Errorf("%q: no error", stat)
 		}
 	}

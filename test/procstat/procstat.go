@@ -1,4 +1,6 @@
-package bench
+// Package procstat reads a process's CPU time from /proc/PID/stat, for the
+// load generator (test/load) and the end-to-end benchmark (test/bench).
+package procstat
 
 import (
 	"fmt"
