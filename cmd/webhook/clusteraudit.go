@@ -112,25 +112,11 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	case o.timeout < time.Second || o.timeout > time.Hour:
 		return fail(exitBadData, "--timeout %s: use 1s to 1h", o.timeout)
 	}
-	pol := policy.Default()
-	if o.policyPath != "" {
-		p, note, err := policy.LoadForTools(o.policyPath)
-		if err != nil {
-			return fail(exitBadData, "%v", err)
-		}
-		if note != "" {
-			fmt.Fprintln(stderr, "audit: "+note)
-		}
-		pol = p
+	env, err := toolEnv("audit", o.policyPath, o.serviceCIDRs, stderr)
+	if err != nil {
+		return fail(exitBadData, "%v", err)
 	}
-	env := policy.Env{Policy: pol}
-	for _, s := range o.serviceCIDRs {
-		p, err := allocview.ParsePrefix(s)
-		if err != nil {
-			return fail(exitBadData, "--service-cidr: %v", err)
-		}
-		env.StaticCIDRs = append(env.StaticCIDRs, p)
-	}
+	pol := env.Policy
 	cfg, err := auditRESTConfig(o.kubeconfig, o.context)
 	if err != nil {
 		return fail(exitBadData, "%v", err)

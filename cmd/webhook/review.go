@@ -82,25 +82,11 @@ cannot be read.
 	if fs.NArg() == 0 {
 		return fail("no input: name one or more files of Service manifests, or - for stdin")
 	}
-	pol := policy.Default()
-	if o.policyPath != "" {
-		p, note, err := policy.LoadForTools(o.policyPath)
-		if err != nil {
-			return fail("%v", err)
-		}
-		if note != "" {
-			fmt.Fprintln(stderr, "review: "+note)
-		}
-		pol = p
+	env, err := toolEnv("review", o.policyPath, o.serviceCIDRs, stderr)
+	if err != nil {
+		return fail("%v", err)
 	}
-	env := policy.Env{Policy: pol}
-	for _, s := range o.serviceCIDRs {
-		p, err := allocview.ParsePrefix(s)
-		if err != nil {
-			return fail("--service-cidr: %v", err)
-		}
-		env.StaticCIDRs = append(env.StaticCIDRs, p)
-	}
+	pol := env.Policy
 	if len(env.StaticCIDRs) == 0 && len(pol.ServiceCIDRs) == 0 {
 		return fail("no Service CIDRs to review against: give --service-cidr (the cluster's --service-cluster-ip-range) or serviceCIDRs in the policy")
 	}
@@ -329,4 +315,30 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// toolEnv is the decision environment of the offline commands (review,
+// audit): the policy of --policy (the default policy without it; the old
+// file format's note goes to stderr, prefixed by the command) and the
+// --service-cidr ranges.
+func toolEnv(command, policyPath string, serviceCIDRs []string, stderr io.Writer) (policy.Env, error) {
+	env := policy.Env{Policy: policy.Default()}
+	if policyPath != "" {
+		p, note, err := policy.LoadForTools(policyPath)
+		if err != nil {
+			return env, err
+		}
+		if note != "" {
+			fmt.Fprintln(stderr, command+": "+note)
+		}
+		env.Policy = p
+	}
+	for _, s := range serviceCIDRs {
+		p, err := allocview.ParsePrefix(s)
+		if err != nil {
+			return env, fmt.Errorf("--service-cidr: %w", err)
+		}
+		env.StaticCIDRs = append(env.StaticCIDRs, p)
+	}
+	return env, nil
 }
