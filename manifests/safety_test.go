@@ -1098,19 +1098,23 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { o.Services[0].Spec.Selector = map[string]string{"app": "other"} }, "does not select"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			o := loadBase(t)
-			if p := tc.check(o); len(p) > 0 {
-				t.Fatalf("the check fails on the unbroken base already: %v", p)
-			}
-			tc.breakIt(o)
-			p := tc.check(o)
-			if len(p) == 0 {
-				t.Fatal("the check found nothing wrong")
-			}
-			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
-				t.Errorf("no problem mentions %q; got %q", tc.want, p)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkCatches(t, loadBase(t), tc.check, tc.breakIt, tc.want) })
+	}
+}
+
+// checkCatches holds a check to its word: it passes the unbroken objects,
+// and once breakIt has broken them it reports a problem mentioning want.
+func checkCatches(t *testing.T, o *objects, check func(*objects) []string, breakIt func(*objects), want string) {
+	t.Helper()
+	if p := check(o); len(p) > 0 {
+		t.Fatalf("the check fails on the unbroken manifests already: %v", p)
+	}
+	breakIt(o)
+	p := check(o)
+	if len(p) == 0 {
+		t.Fatal("the check found nothing wrong")
+	}
+	if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, want) }) {
+		t.Errorf("no problem mentions %q; got %q", want, p)
 	}
 }
