@@ -350,6 +350,8 @@ func TestAlertsCoverWhatOperatorsWatch(t *testing.T) {
 		"ClusterIPPolicyReservationNotHeld":        "clusterip_policy_holds",
 		"ClusterIPPolicyHoldsNoLeader":             "clusterip_policy_holds_leader",
 		"ClusterIPPolicyMatchConditionsNotWritten": "clusterip_policy_match_conditions_updates_total",
+		"ClusterIPPolicyMatchConditionsNotInStep":  "clusterip_policy_match_conditions_synced",
+		"ClusterIPPolicyMatchConditionsLeftBehind": "clusterip_policy_match_conditions_left_behind",
 	} {
 		names, ok := reads[alert]
 		if !ok {

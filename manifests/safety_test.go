@@ -362,6 +362,8 @@ var rbacGrants = []rbacGrant{
 	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
 	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
+	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"list", "watch"}, "--manage-match-conditions: the leader sends every create to the mutating webhook while another mutating webhook can act on Services (reinvocation reaches only webhooks called in the first round)", nil},
+	{"ClusterRole", "admissionregistration.k8s.io", "mutatingadmissionpolicies", []string{"list", "watch"}, "--manage-match-conditions: as for the other mutating webhooks, the MutatingAdmissionPolicies that can act on Services", nil},
 }
 
 func rbacExact(o *objects) []string {
@@ -372,7 +374,16 @@ func rbacExact(o *objects) []string {
 		}
 		for _, g := range rule.APIGroups {
 			for _, res := range rule.Resources {
-				i := slices.IndexFunc(rbacGrants, func(x rbacGrant) bool { return x.kind == kind && x.group == g && x.resource == res })
+				// A resource may have a grant by name and one without
+				// (mutatingwebhookconfigurations: get/update ours, list/watch
+				// all): the rule is held to the one of its kind.
+				named := len(rule.ResourceNames) > 0
+				i := slices.IndexFunc(rbacGrants, func(x rbacGrant) bool {
+					return x.kind == kind && x.group == g && x.resource == res && (x.names != nil) == named
+				})
+				if i < 0 {
+					i = slices.IndexFunc(rbacGrants, func(x rbacGrant) bool { return x.kind == kind && x.group == g && x.resource == res })
+				}
 				if i < 0 {
 					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), events (events.k8s.io, create), clusteripolicies (get, list, watch) and their status (update), and, in a Role, its Lease", where, res, g))
 					continue
@@ -998,6 +1009,14 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) {
 				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"someone-else"}, Verbs: []string{"update"}})
 			}, `named "someone-else"`},
+		{"rejects RBAC that may update every mutating webhook configuration", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"list", "update"}})
+			}, `verb "update" on mutatingwebhookconfigurations`},
+		{"rejects RBAC that may write MutatingAdmissionPolicies", rbacExact,
+			func(o *objects) {
+				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingadmissionpolicies"}, Verbs: []string{"create"}})
+			}, `verb "create" on mutatingadmissionpolicies`},
 		{"rejects RBAC that may patch the webhook configurations", rbacExact,
 			func(o *objects) {
 				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"clusterip-policy"}, Verbs: []string{"patch"}})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
 )
@@ -87,9 +89,12 @@ func (o *matchConditionOptions) validate() error {
 }
 
 type conditionMetrics struct {
-	synced   prometheus.Gauge
-	updates  *prometheus.CounterVec
-	prefixes prometheus.Gauge
+	managed       prometheus.Gauge
+	synced        prometheus.Gauge
+	updates       *prometheus.CounterVec
+	prefixes      prometheus.Gauge
+	otherMutators prometheus.Gauge
+	leftBehind    prometheus.Gauge
 }
 
 func newConditionMetrics(reg prometheus.Registerer) *conditionMetrics {
@@ -106,8 +111,21 @@ func newConditionMetrics(reg prometheus.Registerer) *conditionMetrics {
 			Name: "clusterip_policy_match_conditions_allowlist_prefixes",
 			Help: "Prefixes in the validating allow-list last written (0: every create is sent to the validating webhook).",
 		}),
+		managed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_match_conditions_managed",
+			Help: "1 on every replica running with --manage-match-conditions, 0 otherwise: with clusterip_policy_match_conditions_synced it tells an alert that management is on but no leader has the conditions in step.",
+		}),
+		otherMutators: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_match_conditions_other_mutators",
+			Help: "On the leader: other mutating webhooks and MutatingAdmissionPolicies that can act on Service creates (-1: they cannot be read, and on other replicas). While not 0, the mutating condition sends every Service create, so the webhook is called and reinvoked.",
+		}),
+		leftBehind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_match_conditions_left_behind",
+			Help: "1 while --manage-match-conditions is off and this replica has not yet confirmed that no managed matchCondition is left in the webhook configurations (a removal failing, RBAC missing); 0 once confirmed, and always with management on.",
+		}),
 	}
-	reg.MustRegister(m.synced, m.updates, m.prefixes)
+	m.otherMutators.Set(-1)
+	reg.MustRegister(m.synced, m.updates, m.prefixes, m.managed, m.otherMutators, m.leftBehind)
 	for _, r := range []string{"updated", "failed"} {
 		m.updates.WithLabelValues(r) // served as 0 from the start, so an alert on increase() sees the first failure
 	}
@@ -122,19 +140,52 @@ type conditionKeeper struct {
 	o           matchConditionOptions
 	log         logr.Logger
 	metrics     *conditionMetrics
+	mutators    *mutatorWatch
 }
 
-// wanted returns the conditions for the policy and view in force, and
-// false while the webhook is not ready (then nothing is written: the
-// configurations keep what they have, which was right for an earlier
-// policy or is absent).
-func (k *conditionKeeper) wanted(now time.Time) (matchconditions.Conditions, *policy.Policy, bool) {
+// wantedConditions is what the leader writes at one moment.
+type wantedConditions struct {
+	conds matchconditions.Conditions
+	// policyDigest is the policy the conditions encode; "" for the
+	// fail-safe conditions, which encode none.
+	policyDigest string
+	// failSafe: the leader is not ready, so it cannot tell what the policy
+	// in force allows; the conditions send every create to the webhook.
+	failSafe bool
+	others   mutatorState
+}
+
+func (w wantedConditions) key() string { return w.conds.Digest + "/" + w.policyDigest }
+
+// mutatorSyncWait is how long a new leader waits for its view of the other
+// mutating admissions before it writes anything but the fail-safe
+// conditions: long enough for the informers' first list, short enough that
+// a policy change made meanwhile is not held back for long.
+const mutatorSyncWait = 5 * time.Second
+
+// readyHold is how long the leader must have been ready again before it
+// replaces the fail-safe conditions by selective ones, so a readiness that
+// flaps costs at most a write a second.
+const readyHold = time.Second
+
+// wanted returns the conditions to write now. Not ready, the leader cannot
+// tell whether what is written still matches the policy the ready
+// replicas enforce, so it writes the fail-safe conditions (every create is
+// sent, as with the static conditions alone). While other mutating
+// admission can set a ClusterIP after ours, or while that cannot be told,
+// the mutating condition sends every create (see
+// pkg/matchconditions/mutators.go).
+func (k *conditionKeeper) wanted(now time.Time) wantedConditions {
 	st, err := k.ready.check(now)
 	if err != nil {
-		return matchconditions.Conditions{}, nil, false
+		return wantedConditions{conds: matchconditions.Compute(nil, allocview.RangeSet{}), failSafe: true}
 	}
 	env := policy.Env{Policy: st.policy.policy, Snapshot: st.snap, StaticCIDRs: k.staticCIDRs}
-	return matchconditions.Compute(env.Policy, env.Ranges()), env.Policy, true
+	w := wantedConditions{conds: matchconditions.Compute(env.Policy, env.Ranges()), policyDigest: env.Policy.Digest, others: k.mutators.state()}
+	if !w.others.known || w.others.count > 0 {
+		w.conds = w.conds.CallEveryCreate()
+	}
+	return w
 }
 
 // lead keeps the conditions in step until ctx (the leadership) ends.
@@ -148,24 +199,42 @@ func (k *conditionKeeper) wanted(now time.Time) (matchconditions.Conditions, *po
 func (k *conditionKeeper) lead(ctx context.Context) {
 	k.log.Info("leading: keeping the managed matchConditions", "mutatingWebhookConfiguration", k.o.mutating, "validatingWebhookConfiguration", k.o.validating)
 	defer k.metrics.synced.Set(0)
-	var written string // conditions digest + policy digest last written (or found in place)
-	var verified, retryAt, settledAt time.Time
-	reported, absent := false, false
+	defer k.metrics.otherMutators.Set(-1)
+	go k.mutators.run(ctx)
+	var written string // key of the conditions last written (or found in place)
+	var verified, retryAt, settledAt, readySince time.Time
+	reported, absent, failSafeWritten := false, false, false
+	lastOthers := mutatorState{count: -1}
+	termStart := time.Now()
 	backoff := conditionsPollInterval
 	t := time.NewTicker(conditionsPollInterval)
 	defer t.Stop()
 	for {
 		now := time.Now()
-		want, pol, ok := k.wanted(now)
-		key := want.Digest
-		if ok {
-			key += "/" + pol.Digest
+		want := k.wanted(now)
+		switch {
+		case want.failSafe:
+			readySince = time.Time{}
+			if reported {
+				reported = false
+				k.metrics.synced.Set(0)
+			}
+		case readySince.IsZero():
+			readySince = now
 		}
-		if ok && now.After(retryAt) && (key != written || now.Sub(verified) >= conditionsVerifyInterval) {
+		k.noteOthers(want.others, &lastOthers)
+		// Hold back a selective write while the leader has just become
+		// ready after fail-safe conditions (readyHold), and at the start
+		// of a term until the other mutators are known (mutatorSyncWait):
+		// what is in place stays meanwhile.
+		hold := !want.failSafe && ((failSafeWritten && now.Sub(readySince) < readyHold) ||
+			(!want.others.known && now.Sub(termStart) < mutatorSyncWait))
+		key := want.key()
+		if !hold && now.After(retryAt) && (key != written || now.Sub(verified) >= conditionsVerifyInterval) {
 			if key != written {
 				k.metrics.synced.Set(0)
 			}
-			changed, err := k.write(ctx, want, pol.Digest)
+			changed, err := k.write(ctx, want.conds, want.policyDigest)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				k.metrics.synced.Set(0)
@@ -186,11 +255,17 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 				backoff = min(2*backoff, conditionsMaxBackoff)
 			case err == nil:
 				absent = false
+				failSafeWritten = want.failSafe
 				if changed {
 					k.metrics.updates.WithLabelValues("updated").Inc()
-					k.log.Info("managed matchConditions written",
-						"policyDigest", pol.Digest, "conditionsDigest", want.Digest, "allowListPrefixes", len(want.AllowList),
-						"allowListCapped", want.AllowListCapped, "owners", len(want.Owners), "ownersCapped", want.OwnersCapped)
+					if want.failSafe {
+						k.log.Info("not ready: the managed matchConditions now send every Service create to the webhook until this leader is ready again", "conditionsDigest", want.conds.Digest)
+					} else {
+						k.log.Info("managed matchConditions written",
+							"policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest, "allowListPrefixes", len(want.conds.AllowList),
+							"allowListCapped", want.conds.AllowListCapped, "owners", len(want.conds.Owners), "ownersCapped", want.conds.OwnersCapped,
+							"mutatingSendsEveryCreate", want.conds.Mutating == "true")
+					}
 					settledAt, reported = now.Add(k.o.settle), false
 				}
 				if key != written && !changed {
@@ -199,20 +274,13 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 					settledAt, reported = now.Add(k.o.settle), false
 				}
 				written, verified, backoff = key, now, conditionsPollInterval
-				k.metrics.prefixes.Set(float64(len(want.AllowList)))
+				k.metrics.prefixes.Set(float64(len(want.conds.AllowList)))
 			}
 		}
-		if !ok && reported {
-			// Not ready: the leader cannot tell whether what is written
-			// is still right. Nothing is changed (the configurations keep
-			// the last conditions); in force is reported again once ready.
-			reported = false
-			k.metrics.synced.Set(0)
-		}
-		if ok && key == written && !reported && !now.Before(settledAt) {
+		if !want.failSafe && key == written && !reported && !now.Before(settledAt) {
 			reported = true
 			k.metrics.synced.Set(1)
-			k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", pol.Digest, "conditionsDigest", want.Digest)
+			k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest)
 		}
 		select {
 		case <-ctx.Done():
@@ -220,6 +288,27 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// noteOthers logs and exposes a change in the other mutating admissions.
+func (k *conditionKeeper) noteOthers(now mutatorState, last *mutatorState) {
+	n := now.count
+	if !now.known {
+		n = -1
+	}
+	if n == last.count && slices.Equal(now.names, last.names) {
+		return
+	}
+	k.metrics.otherMutators.Set(float64(n))
+	switch {
+	case !now.known:
+		k.log.Info("cannot read the other mutating webhooks and MutatingAdmissionPolicies (yet); the mutating condition sends every Service create meanwhile")
+	case n > 0:
+		k.log.Info("other mutating admission can act on Service creates after ours; the mutating condition sends every Service create so that the webhook is called and reinvoked", "count", n, "first", now.names)
+	default:
+		k.log.Info("no other mutating admission acts on Service creates; the mutating condition skips plain creates")
+	}
+	*last = mutatorState{known: now.known, count: n, names: now.names}
 }
 
 // write puts the conditions into both configurations, validating first.
@@ -238,33 +327,72 @@ func (k *conditionKeeper) write(ctx context.Context, c matchconditions.Condition
 }
 
 // removeManaged takes the managed condition out of both configurations,
-// if it is there: run when --manage-match-conditions is off, so a
-// condition written while it was on does not stay behind with an
-// allow-list nobody updates. Only the static conditions remain.
-func (k *conditionKeeper) removeManaged(ctx context.Context) {
+// if it is there, and reports whether it changed anything. NotFound (no
+// such configuration) counts as done: there is nothing to remove.
+func (k *conditionKeeper) removeManaged(ctx context.Context) (bool, error) {
 	ann := map[string]string{conditionsDigestAnnotation: "", conditionsPolicyAnnotation: ""}
-	if _, err := k.updateValidating(ctx, "", ann); err != nil {
-		k.logRemoveError(err)
-		return
+	v, err := k.updateValidating(ctx, "", ann)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return v, err
 	}
-	if _, err := k.updateMutating(ctx, "", ann); err != nil {
-		k.logRemoveError(err)
+	m, err := k.updateMutating(ctx, "", ann)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return v || m, err
+	}
+	return v || m, nil
+}
+
+// removerRecheck is how often a replica with management off checks again
+// that no managed condition is in place: one an older replica writes during
+// a rollout, or a backup restores, goes within it.
+const removerRecheck = time.Minute
+
+// keepRemoved runs on every replica while --manage-match-conditions is off
+// (no Lease needed, so it runs whatever else is on): it removes a managed
+// condition left from when management was on, retrying with backoff until
+// it succeeds, and checks again every removerRecheck. A condition nobody
+// keeps would skip requests under a policy that may since have narrowed;
+// clusterip_policy_match_conditions_left_behind is 1 until the removal is
+// confirmed, and an alert reads it.
+func (k *conditionKeeper) keepRemoved(ctx context.Context) {
+	backoff := time.Second
+	k.metrics.leftBehind.Set(1)
+	var lastErr string
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		changed, err := k.removeManaged(rctx)
+		cancel()
+		wait := removerRecheck
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			k.metrics.leftBehind.Set(1)
+			if err.Error() != lastErr {
+				k.logRemoveError(err)
+				lastErr = err.Error()
+			}
+			wait, backoff = backoff, min(2*backoff, removerRecheck)
+		default:
+			if changed {
+				k.metrics.updates.WithLabelValues("updated").Inc()
+				k.log.Info("--manage-match-conditions is off: removed the managed matchCondition " + matchconditions.Name + " left in the webhook configurations; every create they select reaches the webhook again")
+			}
+			k.metrics.leftBehind.Set(0)
+			lastErr, backoff = "", time.Second
+		}
+		if !sleepCtx(ctx, wait) {
+			return
+		}
 	}
 }
 
 func (k *conditionKeeper) logRemoveError(err error) {
-	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-		k.log.Info("--manage-match-conditions is off and the webhook configurations cannot be read or written; if it was on before, remove the matchCondition "+matchconditions.Name+" from both (or apply manifests/base/webhook-configurations.yaml with kubectl replace)", "reason", err.Error())
+	if apierrors.IsForbidden(err) {
+		k.log.Error(err, "--manage-match-conditions is off and the webhook configurations cannot be read or written; if it was on before, remove the matchCondition "+matchconditions.Name+" from both (or apply manifests/base/webhook-configurations.yaml with kubectl replace); retrying")
 		return
 	}
-	k.log.Error(err, "--manage-match-conditions is off, but the managed matchCondition could not be removed; remove "+matchconditions.Name+" from both webhook configurations by hand")
-}
-
-// leadRemoving is the leader work when management is off.
-func (k *conditionKeeper) leadRemoving(ctx context.Context) {
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	k.removeManaged(wctx)
+	k.log.Error(err, "--manage-match-conditions is off, but the managed matchCondition could not be removed; retrying (or remove "+matchconditions.Name+" from both webhook configurations by hand)")
 }
 
 // conflictBackoff bounds the retries of one write on conflicts: 6 tries

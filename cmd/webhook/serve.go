@@ -264,11 +264,11 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		leaderWorks = append(leaderWorks, pa.lead)
 	}
 	ck := &conditionKeeper{client: client, ready: ready, staticCIDRs: staticCIDRs, o: o.conditions,
-		log: log.WithName("match-conditions"), metrics: newConditionMetrics(defaultRegistry)}
+		log: log.WithName("match-conditions"), metrics: newConditionMetrics(defaultRegistry),
+		mutators: &mutatorWatch{client: client, ourConfig: o.conditions.mutating, log: log.WithName("match-conditions")}}
 	if o.conditions.manage {
+		ck.metrics.managed.Set(1)
 		leaderWorks = append(leaderWorks, ck.lead)
-	} else if len(leaderWorks) > 0 {
-		leaderWorks = append(leaderWorks, ck.leadRemoving)
 	}
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
@@ -336,6 +336,11 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
 	}
 	goRun("webhook server", func() error { return server.Start(webhookCtx) })
+	if !o.conditions.manage {
+		// Every replica, with or without a Lease: a managed condition left
+		// from when management was on must go whatever else is on.
+		goRun("managed matchConditions removal", func() error { ck.keepRemoved(bgCtx); return nil })
+	}
 	if len(leaderWorks) > 0 {
 		goRun("leader election", func() error { return runLeader(bgCtx, client, o.holds, log.WithName("leader"), leaderWorks...) })
 	}

@@ -14,8 +14,6 @@
 package matchconditions
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -86,8 +84,7 @@ func Compute(p *policy.Policy, rs allocview.RangeSet) Conditions {
 		c.AllowList, c.AllowListCapped = nil, true
 		c.Validating = validating(nil)
 	}
-	sum := sha256.Sum256([]byte(c.Mutating + "\x00" + c.Validating))
-	c.Digest = hex.EncodeToString(sum[:6])
+	c.Digest = digest(c.Mutating, c.Validating)
 	return c
 }
 

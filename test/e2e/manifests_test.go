@@ -392,6 +392,10 @@ spec:
 			// configurations named clusterip-policy, nothing else.
 			"mutatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]":   {resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update]"},
 			"validatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]": {resource: "validatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update]"},
+			// ... and reads the other mutating admission, which may set a
+			// ClusterIP after ours.
+			"mutatingwebhookconfigurations.admissionregistration.k8s.io [] []": {resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[]", verbs: "[list watch]"},
+			"mutatingadmissionpolicies.admissionregistration.k8s.io [] []":     {resource: "mutatingadmissionpolicies.admissionregistration.k8s.io", nonResource: "[]", names: "[]", verbs: "[list watch]"},
 		}
 		// In its own namespace, the Lease electing the replica that keeps
 		// the holds.
