@@ -377,8 +377,9 @@ func TestNilPolicySendsEveryCreate(t *testing.T) {
 
 // largestPolicy has MaxOwners owners with the longest names the policy
 // accepts, each with an address of its own spread over both families'
-// dynamic bands: the longest mutating expression and a capped allow-list
-// of IPv6 prefixes, the longest validating one.
+// dynamic bands: the longest mutating expression, and more holes than
+// MaxHoles, so the validating condition falls back to the exact prefixes,
+// capped (test/e2e builds the same policy for a real apiserver).
 func largestPolicy(owners int) string {
 	var b strings.Builder
 	b.WriteString("allowedCIDRs: [10.96.0.0/16, 'fd00:10:96::/108']\nreservations:\n")
@@ -392,46 +393,115 @@ func largestPolicy(owners int) string {
 	return b.String()
 }
 
+// largestSkipSet has MaxTerms ranges, each of its own ServiceCIDR, and as
+// many reserved addresses in their dynamic bands as MaxHoles leaves room
+// for, half of them of a long IPv6 spelling: the most range tests and
+// holes an address can meet. (Holes of the longest IPv6 spelling alone
+// would make the expression longer than MaxExpressionBytes, and Compute
+// then falls back to the exact prefixes: the case above.)
+func largestSkipSet(t *testing.T) (*policy.Policy, allocview.RangeSet) {
+	var cidrs []allocview.ServiceCIDR
+	var allowed []string
+	for i := range MaxTerms / 2 {
+		v4, v6 := fmt.Sprintf("10.%d.0.0/16", 100+i), fmt.Sprintf("fd00:1234:5678:%x::/64", 0x9a00+i)
+		cidrs = append(cidrs, serviceCIDR(fmt.Sprintf("r%d", i), v4, v6))
+		allowed = append(allowed, v4, "'"+v6+"'")
+	}
+	// Each range adds its holes (IPv4: static end and broadcast; IPv6:
+	// static end); reservations fill the rest.
+	room := MaxHoles - MaxTerms/2*3
+	var b strings.Builder
+	fmt.Fprintf(&b, "allowedCIDRs: [%s]\nreserveKubernetesService: false\nreservations:\n", strings.Join(allowed, ", "))
+	for i := range room {
+		if i%2 == 0 {
+			fmt.Fprintf(&b, "- {ip: 'fd00:1234:5678:9a00:ffff:ffff:ffff:%x', service: ns/s%d}\n", 0xf000+i, i)
+		} else {
+			fmt.Fprintf(&b, "- {ip: '10.100.%d.%d', service: ns/s%d}\n", 100+i/250, 1+i%250, i)
+		}
+	}
+	p := mustPolicy(t, b.String())
+	return p, policy.Env{Policy: p, Snapshot: snapshot(cidrs...)}.Ranges()
+}
+
+// worstCost evaluates expr on svc with the apiserver's evaluator and
+// returns its runtime cost.
+func worstCost(t *testing.T, expr string, svc *corev1.Service) int64 {
+	t.Helper()
+	cc := plugincel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	compileNew(t, expr)
+	f := cc.CompileCondition([]plugincel.ExpressionAccessor{&matchconditions.MatchCondition{Name: Name, Expression: expr}},
+		plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.StoredExpressions)
+	attr := admission.NewAttributesRecord(svc, nil, serviceGVK, svc.Namespace, svc.Name, serviceGVR, "", admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "alice"})
+	va, _ := admission.NewVersionedAttributes(attr, serviceGVK, nil)
+	const budget = 2_500_000 // RuntimeCELCostBudgetMatchConditions
+	res, left, err := f.ForInput(context.Background(), va, plugincel.CreateAdmissionRequest(attr, metav1.GroupVersionResource(serviceGVR), metav1.GroupVersionKind(serviceGVK)), plugincel.OptionalVariableBindings{}, nil, budget)
+	if err != nil || len(res) != 1 || res[0].Error != nil {
+		t.Fatalf("%v %+v", err, res)
+	}
+	return budget - left
+}
+
+func dualStack(ips ...string) func(*corev1.Service) {
+	return func(s *corev1.Service) {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips
+		s.Spec.IPFamilies = nil
+		for _, ip := range ips {
+			f := corev1.IPv4Protocol
+			if strings.Contains(ip, ":") {
+				f = corev1.IPv6Protocol
+			}
+			s.Spec.IPFamilies = append(s.Spec.IPFamilies, f)
+		}
+	}
+}
+
 func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
-	p := mustPolicy(t, largestPolicy(MaxOwners-1)) // plus default/kubernetes, implicitly
-	env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
-	c := Compute(p, env.Ranges())
-	if c.OwnersCapped || len(c.Owners) != MaxOwners || !c.AllowListCapped || len(c.AllowList) != MaxPrefixes {
-		t.Fatalf("owners %d (capped %v), prefixes %d (capped %v): not the largest case", len(c.Owners), c.OwnersCapped, len(c.AllowList), c.AllowListCapped)
-	}
-	t.Logf("largest expressions: mutating %d bytes, validating %d bytes", len(c.Mutating), len(c.Validating))
-	for _, e := range []string{c.Mutating, c.Validating} {
-		if len(e) > MaxExpressionBytes {
-			t.Fatalf("expression of %d bytes, over %d", len(e), MaxExpressionBytes)
+	const limit = 100_000 // far below the per-expression 1,000,000 and the 2,500,000 of all conditions of a webhook
+	check := func(t *testing.T, name, expr string, svcs ...*corev1.Service) {
+		t.Helper()
+		if len(expr) > MaxExpressionBytes {
+			t.Fatalf("%s: expression of %d bytes, over %d", name, len(expr), MaxExpressionBytes)
+		}
+		var worst int64
+		for _, svc := range svcs {
+			worst = max(worst, worstCost(t, expr, svc))
+		}
+		t.Logf("%s: %d bytes, worst-case runtime cost %d of the per-expression limit 1,000,000", name, len(expr), worst)
+		if worst > limit {
+			t.Errorf("%s: cost %d, want it under %d", name, worst, limit)
 		}
 	}
-	// Worst-case evaluation: a dual-stack create none of whose addresses
-	// is listed (every prefix tried for each), and an owner listed last.
-	for _, tc := range []struct {
-		name, expr string
-		svc        *corev1.Service
-	}{
-		{"validating", c.Validating, service("apps", "web", func(s *corev1.Service) {
-			s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.20", []string{"10.96.0.20", "fd00:10:96::20"}
-			s.Spec.IPFamilies = []corev1.IPFamily{"IPv4", "IPv6"}
-		})},
-		{"mutating", c.Mutating, service(fmt.Sprintf("ns%061d", MaxOwners+1), fmt.Sprintf("svc%060d", MaxOwners+1))},
-	} {
-		cc := plugincel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
-		compileNew(t, tc.expr)
-		f := cc.CompileCondition([]plugincel.ExpressionAccessor{&matchconditions.MatchCondition{Name: Name, Expression: tc.expr}},
-			plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.StoredExpressions)
-		attr := admission.NewAttributesRecord(tc.svc, nil, serviceGVK, tc.svc.Namespace, tc.svc.Name, serviceGVR, "", admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "alice"})
-		va, _ := admission.NewVersionedAttributes(attr, serviceGVK, nil)
-		const budget = 2_500_000 // RuntimeCELCostBudgetMatchConditions
-		res, left, err := f.ForInput(context.Background(), va, plugincel.CreateAdmissionRequest(attr, metav1.GroupVersionResource(serviceGVR), metav1.GroupVersionKind(serviceGVK)), plugincel.OptionalVariableBindings{}, nil, budget)
-		if err != nil || len(res) != 1 || res[0].Error != nil {
-			t.Fatalf("%s: %v %+v", tc.name, err, res)
+
+	t.Run("most owners, exact prefixes", func(t *testing.T) {
+		p := mustPolicy(t, largestPolicy(MaxOwners-1)) // plus default/kubernetes, implicitly
+		env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+		c := Compute(p, env.Ranges())
+		if c.OwnersCapped || len(c.Owners) != MaxOwners || !c.AllowListCapped || len(c.AllowList) != MaxPrefixes || len(c.Skip.Holes) != 0 {
+			t.Fatalf("owners %d (capped %v), prefixes %d (capped %v), holes %d: not the largest case", len(c.Owners), c.OwnersCapped, len(c.AllowList), c.AllowListCapped, len(c.Skip.Holes))
 		}
-		cost := budget - left
-		t.Logf("%s: worst-case runtime cost %d of the per-expression limit 1,000,000 and the budget %d for all conditions", tc.name, cost, budget)
-		if cost > 100_000 {
-			t.Errorf("%s: cost %d, want it far below the limits", tc.name, cost)
+		// Worst case: an owner listed last; a dual-stack create none of
+		// whose addresses is listed (every prefix tried for each).
+		check(t, "mutating", c.Mutating, service(fmt.Sprintf("ns%061d", MaxOwners+1), fmt.Sprintf("svc%060d", MaxOwners+1)))
+		check(t, "validating", c.Validating,
+			service("apps", "web", dualStack("10.96.0.20")), service("apps", "web", dualStack("fd00:10:96::20")),
+			service("apps", "web", dualStack("10.96.0.20", "fd00:10:96::20")),
+			service("apps", "web", dualStack("fd00:10:96::20", "10.96.0.20")))
+	})
+	t.Run("most ranges and holes", func(t *testing.T) {
+		p, rs := largestSkipSet(t)
+		c := Compute(p, rs)
+		if c.AllowListCapped || len(c.Skip.Terms) != MaxTerms || len(c.Skip.Holes) != MaxHoles {
+			t.Fatalf("capped %v, %d terms, %d holes: not the largest case", c.AllowListCapped, len(c.Skip.Terms), len(c.Skip.Holes))
 		}
-	}
+		// Addresses in no range (every range tried), and in the
+		// excluded static prefix of the range tried last.
+		last4, last6 := "10.131.0.5", "fd00:1234:5678:9a1f::5"
+		check(t, "validating", c.Validating,
+			service("apps", "web", dualStack("10.200.0.20")), service("apps", "web", dualStack("fd00:99::20")),
+			service("apps", "web", dualStack("10.200.0.20", "fd00:99::20")),
+			service("apps", "web", dualStack("fd00:99::20", "10.200.0.20")),
+			service("apps", "web", dualStack(last4, last6)),
+			service("apps", "web", dualStack(last6, last4)),
+			service("apps", "web", dualStack("10.100.7.7", "fd00:1234:5678:9a00:ffff:ffff:ffff:f000")))
+	})
 }
