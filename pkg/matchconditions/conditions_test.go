@@ -259,6 +259,14 @@ func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
 // for random requests, whenever policy.Mutate or policy.Validate would
 // return anything but "allowed, unchanged, no warning, nothing audited",
 // the managed condition sends the request to the webhook.
+//
+// Half of the requests have the shape the apiserver gives a final object
+// (families following the addresses, clusterIP equal to clusterIPs[0]), so
+// that the skipping branches are reached; the addresses come from every
+// band, from the edges of each range, of each excluded static prefix and
+// of each hole, and in other spellings of the same address (IPv6 written
+// out in full or in capitals, IPv4 with leading zeros or IPv4-mapped),
+// which the holes must not let through.
 func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 	envs := map[string]policy.Env{
 		"single-stack, allowed /16": {Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"), serviceCIDR("extra", "10.97.0.0/24"))},
@@ -266,28 +274,43 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("small", "10.96.50.0/24"))},
 		"warn everything":  {Policy: mustPolicy(t, testPolicy+"enforcement: {default: warn}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))},
 		"audit everything": {Policy: mustPolicy(t, testPolicy+"enforcement: {default: audit}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
+		// Nested ranges, ranges without a static band (offset 0), an
+		// owner whose name other Services share (the names' prefilter
+		// passes, the key does not), reservations in dynamic bands.
+		"nested and tiny ranges": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n- {ip: 10.96.50.20, service: other/web}\n- {ip: 10.98.0.5, service: apps/frontend}\n- {ip: 'fd00:10:96::9:1', service: apps/frontend}\n- {ip: 'fd00:20::7', service: kube-system/kube-dns}\n"),
+			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.50.0/24"),
+				serviceCIDR("tiny", "10.98.0.0/28", "fd00:20::/124"), serviceCIDR("dying", "10.99.0.0/24"))},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	pools := []string{"", "", "", "None", "10.96.0.10", "10.96.100.5", "10.96.9.9", "10.96.0.1", "10.96.0.0", "10.96.255.255",
 		"10.97.0.30", "10.200.0.1", "fd00:10:96::a", "fd00:10:96::1", "fd00:10:96::0", "fd00:10:96:0::20", "not-an-ip", "::ffff:10.96.3.3", "10.96.50.0"}
-	randomAddr := func() string {
-		switch rng.IntN(4) {
-		case 0:
-			return pools[rng.IntN(len(pools))]
-		case 1:
-			return fmt.Sprintf("10.96.%d.%d", rng.IntN(256), rng.IntN(256))
-		case 2:
-			return fmt.Sprintf("fd00:10:96::%x:%x", rng.IntN(16), rng.IntN(65536))
-		}
-		return fmt.Sprintf("10.96.%d.%d", rng.IntN(2), rng.IntN(256))
-	}
 	famSets := [][]corev1.IPFamily{nil, nil, {"IPv4"}, {"IPv6"}, {"IPv4", "IPv6"}, {"IPv6", "IPv4"}, {"IPv4", "IPv4"}, {"IPvX"}, {"IPv4", "IPv6", "IPv4"}}
-	names := [][2]string{{"apps", "web"}, {"apps", "frontend"}, {"kube-system", "kube-dns"}, {"default", "kubernetes"}, {"apps", ""}}
-	called := map[bool]int{}
+	names := [][2]string{{"apps", "web"}, {"apps", "frontend"}, {"kube-system", "kube-dns"}, {"default", "kubernetes"}, {"apps", ""}, {"other", "web"}}
+	called := map[string]int{}
 	for envName, env := range envs {
 		c := Compute(env.Policy, env.Ranges())
+		edges := edgeAddresses(env.Ranges(), c.Skip, env.Policy)
+		randomAddr := func() string {
+			var a string
+			switch rng.IntN(6) {
+			case 0:
+				a = pools[rng.IntN(len(pools))]
+			case 1:
+				a = fmt.Sprintf("10.96.%d.%d", rng.IntN(256), rng.IntN(256))
+			case 2:
+				a = fmt.Sprintf("fd00:10:96::%x:%x", rng.IntN(16), rng.IntN(65536))
+			case 3:
+				a = fmt.Sprintf("10.96.%d.%d", rng.IntN(2), rng.IntN(256))
+			default:
+				a = edges[rng.IntN(len(edges))]
+			}
+			if rng.IntN(4) == 0 {
+				a = respell(a, rng.IntN(2))
+			}
+			return a
+		}
 		mut, val := newMatcher(t, c.Mutating), newMatcher(t, c.Validating)
-		for i := range 1500 {
+		for i := range 4000 {
 			nn := names[rng.IntN(len(names))]
 			svc := service(nn[0], nn[1])
 			if rng.IntN(5) == 0 { // the namespace only in the request, as the apiserver may send it
@@ -301,18 +324,30 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 			for range n {
 				ips = append(ips, randomAddr())
 			}
-			switch rng.IntN(3) {
-			case 0:
-				svc.Spec.ClusterIPs = ips
-				if len(ips) > 0 && rng.IntN(4) > 0 {
-					svc.Spec.ClusterIP = ips[0]
+			if rng.IntN(2) == 0 && n > 0 && n <= 2 {
+				// As the apiserver leaves a final object.
+				svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ips[0], ips
+				for _, ip := range ips {
+					f := corev1.IPv4Protocol
+					if strings.Contains(ip, ":") {
+						f = corev1.IPv6Protocol
+					}
+					svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, f)
 				}
-			case 1:
-				if len(ips) > 0 {
-					svc.Spec.ClusterIP = ips[0]
+			} else {
+				switch rng.IntN(3) {
+				case 0:
+					svc.Spec.ClusterIPs = ips
+					if len(ips) > 0 && rng.IntN(4) > 0 {
+						svc.Spec.ClusterIP = ips[0]
+					}
+				case 1:
+					if len(ips) > 0 {
+						svc.Spec.ClusterIP = ips[0]
+					}
 				}
+				svc.Spec.IPFamilies = famSets[rng.IntN(len(famSets))]
 			}
-			svc.Spec.IPFamilies = famSets[rng.IntN(len(famSets))]
 			if rng.IntN(3) == 0 {
 				pol := []corev1.IPFamilyPolicy{corev1.IPFamilyPolicySingleStack, corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack}[rng.IntN(3)]
 				svc.Spec.IPFamilyPolicy = &pol
@@ -333,7 +368,7 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 				d := stage.decide(env, req)
 				acts := d.Outcome != policy.Allowed || len(d.Violations) > 0 || len(d.Patch) > 0 || len(d.Warnings) > 0
 				got := stage.m.match(t, admission.Create, nn[0], nn[1], svc, nil, dryRun)
-				called[got]++
+				called[fmt.Sprintf("%s %v", stage.name, got)]++
 				if acts && !got {
 					t.Fatalf("%s, request %d: %s would act (%s: %s) but the condition skips the call\nservice %s/%s spec %+v",
 						envName, i, stage.name, d.Outcome, d.Message, nn[0], nn[1], svc.Spec)
@@ -341,10 +376,80 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 			}
 		}
 	}
-	if called[false] == 0 || called[true] == 0 {
-		t.Fatalf("the random requests did not exercise both sides: %v", called)
+	// Both sides of both conditions, many times: a condition that always
+	// calls would pass the property and prove nothing.
+	for _, k := range []string{"mutate true", "mutate false", "validate true", "validate false"} {
+		if called[k] < 500 {
+			t.Errorf("%s: %d of the random requests, want at least 500 (%v)", k, called[k], called)
+		}
 	}
-	t.Logf("calls: %d, skipped: %d", called[true], called[false])
+	t.Logf("calls and skips: %v", called)
+}
+
+// edgeAddresses are the addresses where an allow-list written as ranges
+// and holes could be off by one: each active range's network, first,
+// static-band end and the addresses beside it, last and broadcast; each
+// term's excluded prefix's first and last address and the one after; each
+// hole and its neighbours; every reserved address.
+func edgeAddresses(rs allocview.RangeSet, s SkipSet, p *policy.Policy) []string {
+	var out []netip.Addr
+	near := func(a netip.Addr) {
+		out = append(out, a)
+		if n := a.Next(); n.IsValid() {
+			out = append(out, n)
+		}
+		if n := a.Prev(); n.IsValid() {
+			out = append(out, n)
+		}
+	}
+	for _, r := range rs.Active {
+		near(r.Prefix.Addr())
+		near(spanOf(r.Prefix).hi)
+		if d := r.Dynamic(); !d.IsZero() {
+			near(d.First)
+		}
+		if st := r.Static(); !st.IsZero() {
+			near(st.Last)
+		}
+	}
+	for _, t := range s.Terms {
+		if t.Exclude.IsValid() {
+			near(t.Exclude.Addr())
+			near(spanOf(t.Exclude).hi)
+		}
+	}
+	for _, h := range s.Holes {
+		near(h)
+	}
+	for _, r := range p.Reservations {
+		near(r.IP)
+	}
+	ss := make([]string, len(out))
+	for i, a := range out {
+		ss[i] = a.String()
+	}
+	return ss
+}
+
+// respell writes the address a in another spelling the apiserver may store
+// (with StrictIPCIDRValidation off, or for IPv6 always): IPv6 written out
+// in full or in capitals; IPv4 with leading zeros, or IPv4-mapped.
+func respell(a string, how int) string {
+	ip, err := netip.ParseAddr(a)
+	if err != nil {
+		return a
+	}
+	if ip.Is4() {
+		b := ip.As4()
+		if how == 0 {
+			return fmt.Sprintf("%03d.%03d.%03d.%03d", b[0], b[1], b[2], b[3])
+		}
+		return "::ffff:" + a
+	}
+	if how == 0 {
+		return ip.StringExpanded()
+	}
+	return strings.ToUpper(a)
 }
 
 func TestCappedOwnersSendEveryCreate(t *testing.T) {
