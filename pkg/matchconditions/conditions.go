@@ -273,9 +273,9 @@ func inAllowList(s SkipSet, fam int, a string) string {
 		if bitLen(t.Include.Addr()) != fam {
 			continue
 		}
-		test := "cidr('" + t.Include.String() + "').containsIP(" + a + ")"
+		test := prefixTest(t.Include, a)
 		if t.Exclude.IsValid() {
-			test = "(" + test + " && !cidr('" + t.Exclude.String() + "').containsIP(" + a + "))"
+			test = "(" + test + " && !" + prefixTest(t.Exclude, a) + ")"
 		}
 		ranges = append(ranges, test)
 	}
@@ -301,6 +301,25 @@ func inAllowList(s SkipSet, fam int, a string) string {
 		parts = append(parts, within, "!(string(ip("+a+")) in "+quoteList(holes)+")")
 	}
 	return strings.Join(parts, " && ")
+}
+
+// prefixTest is true when the address a (a CEL expression that isIP
+// accepted) lies in p. An IPv4 prefix of whole octets (/8, /16, /24) is
+// tested on the text: isIP accepts one spelling of an IPv4 address, without
+// leading zeros, so '10.96.' begins exactly the addresses of 10.96.0.0/16,
+// and a prefix of a string costs less than cidr(), which parses its literal
+// on every evaluation. Anything else, IPv6 included (whose spellings are
+// many), is tested with cidr().containsIP().
+func prefixTest(p netip.Prefix, a string) string {
+	if b := p.Bits(); p.Addr().Is4() && b%8 == 0 && b > 0 && b < 32 {
+		o := p.Addr().As4()
+		var text strings.Builder
+		for _, x := range o[:b/8] {
+			fmt.Fprintf(&text, "%d.", x)
+		}
+		return a + ".startsWith('" + text.String() + "')"
+	}
+	return "cidr('" + p.String() + "').containsIP(" + a + ")"
 }
 
 // bitLen is 4 for an IPv4 address and 6 for an IPv6 one.
