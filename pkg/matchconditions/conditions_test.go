@@ -235,6 +235,16 @@ func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
 		{"dual-stack dynamic allocation, validate", false, "apps", "web", service("apps", "web", final("fd00:10:96::9:1", "10.96.77.3")), false, false, admission.Create},
 		{"dynamic landing on a reservation, validate", false, "apps", "web", service("apps", "web", final("10.96.100.5")), true, false, admission.Create},
 		{"static band, validate", false, "apps", "web", service("apps", "web", final("10.96.0.77")), true, false, admission.Create},
+		{"first dynamic address, validate", false, "apps", "web", service("apps", "web", final("10.96.1.1")), false, false, admission.Create},
+		{"last address of the static band, validate", false, "apps", "web", service("apps", "web", final("10.96.1.0")), true, false, admission.Create},
+		{"broadcast address, validate", false, "apps", "web", service("apps", "web", final("10.96.255.255")), true, false, admission.Create},
+		{"leading zeros, validate", false, "apps", "web", service("apps", "web", final("010.096.077.003")), true, false, admission.Create},
+		{"IPv4-mapped, validate", false, "apps", "web", service("apps", "web", final("::ffff:10.96.77.3")), true, false, admission.Create},
+		{"IPv6 in an IPv4 slot, validate", false, "apps", "web", service("apps", "web", func(s *corev1.Service) {
+			final("fd00:10:96::9:1")(s)
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+		}), true, false, admission.Create},
+		{"IPv6 dynamic written out in full, validate", false, "apps", "web", service("apps", "web", final("fd00:0010:0096:0000:0000:0000:0009:0001")), false, false, admission.Create},
 		{"dry-run placeholder, validate", false, "apps", "web", service("apps", "web", final("10.96.0.0")), true, true, admission.Create},
 		{"outside, validate", false, "apps", "web", service("apps", "web", final("10.200.0.3")), true, false, admission.Create},
 		{"update, validate", false, "apps", "web", service("apps", "web", final("10.96.77.3")), true, false, admission.Update},
