@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -619,4 +620,73 @@ func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
 			service("apps", "web", dualStack(last6, last4)),
 			service("apps", "web", dualStack("10.100.7.7", "fd00:1234:5678:9a00:ffff:ffff:ffff:f000")))
 	})
+}
+
+// TestSkipSetIsExactlyTheAllowList: the ranges and holes the validating
+// condition tests hold the same addresses as the exact allow-list, for
+// nested ranges, narrowed ones, ranges without a static band and both
+// families: never more (a wrong skip), and not fewer (a call for nothing).
+func TestSkipSetIsExactlyTheAllowList(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for name, env := range map[string]policy.Env{
+		"default range": {Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
+		"narrowed": {Policy: mustPolicy(t, "allowedCIDRs: [10.96.0.0/17, 10.96.200.0/24, 'fd00:10:96::/112']\n"),
+			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
+		"nested and tiny": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.96.50.20, service: a/b}\n- {ip: 10.98.0.5, service: a/c}\n- {ip: 'fd00:20::7', service: a/d}\n"),
+			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.50.0/24"),
+				serviceCIDR("tiny", "10.98.0.0/28", "fd00:20::/124"), serviceCIDR("small", "10.99.0.0/27"))},
+		"kubeadm /12": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.100.7.7, service: a/b}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/12"))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rs := env.Ranges()
+			s, ok := Skip(env.Policy, rs, MaxTerms, MaxHoles)
+			if !ok {
+				t.Fatal("did not fit the bounds")
+			}
+			exact, capped := AllowList(env.Policy, rs, 1<<20)
+			if capped {
+				t.Fatal("exact allow-list capped")
+			}
+			in := func(a netip.Addr) (skip, allow bool) {
+				for _, p := range exact {
+					allow = allow || p.Contains(a)
+				}
+				for _, tm := range s.Terms {
+					skip = skip || tm.Contains(a)
+				}
+				return skip && !slices.Contains(s.Holes, a), allow
+			}
+			addrs := []netip.Addr{}
+			for _, e := range edgeAddresses(rs, s, env.Policy) {
+				addrs = append(addrs, netip.MustParseAddr(e))
+			}
+			for _, r := range rs.Active {
+				sp := spanOf(r.Prefix)
+				if r.Prefix.Addr().BitLen()-r.Prefix.Bits() <= 8 { // every address of a small range
+					for a := sp.lo; ; a = a.Next() {
+						addrs = append(addrs, a)
+						if a == sp.hi {
+							break
+						}
+					}
+				}
+				for range 2000 { // and random ones of any range
+					b := r.Prefix.Addr().AsSlice()
+					for i := r.Prefix.Bits(); i < len(b)*8; i++ {
+						if rng.IntN(2) == 1 {
+							b[i/8] |= 0x80 >> (i % 8)
+						}
+					}
+					a, _ := netip.AddrFromSlice(b)
+					addrs = append(addrs, a)
+				}
+			}
+			for _, a := range addrs {
+				if skip, allow := in(a); skip != allow {
+					t.Fatalf("%s: in the ranges and holes %v, in the exact allow-list %v (terms %v, holes %v)", a, skip, allow, s.Terms, s.Holes)
+				}
+			}
+			t.Logf("%d addresses agree; %d terms, %d holes against %d exact prefixes", len(addrs), len(s.Terms), len(s.Holes), len(exact))
+		})
+	}
 }
