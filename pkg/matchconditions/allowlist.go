@@ -2,6 +2,7 @@ package matchconditions
 
 import (
 	"cmp"
+	"math/bits"
 	"net/netip"
 	"slices"
 
@@ -24,10 +25,18 @@ type span struct{ lo, hi netip.Addr }
 // hands them out dynamically only when a dynamic band is full, and that is
 // a moment worth a webhook call.
 //
-// The result is sorted and merged; capped says that more than max prefixes
-// were needed, and only the max widest were kept (dropping a prefix only
-// sends more requests to the webhook).
+// The result is the fewest prefixes that cover exactly that set, sorted;
+// capped says that more than max prefixes were needed, and only the max
+// widest were kept (dropping a prefix only sends more requests to the
+// webhook). The validating condition tests the same set written as a few
+// ranges and holes (Skip); this exact form is its fallback and the
+// reference the tests compare it with.
 func AllowList(p *policy.Policy, rs allocview.RangeSet, max int) (prefixes []netip.Prefix, capped bool) {
+	return coverAll(allowSpans(p, rs), max)
+}
+
+// allowSpans is the set AllowList describes, as sorted, merged spans.
+func allowSpans(p *policy.Policy, rs allocview.RangeSet) []span {
 	var spans []span
 	for _, r := range rs.Active {
 		band := r.Dynamic()
@@ -44,8 +53,11 @@ func AllowList(p *policy.Policy, rs allocview.RangeSet, max int) (prefixes []net
 			}
 		}
 	}
-	spans = merge(spans)
-	spans = subtract(spans, reservedAddresses(p, rs))
+	return subtract(merge(spans), reservedAddresses(p, rs))
+}
+
+// coverAll writes spans as the fewest prefixes, keeping the max widest.
+func coverAll(spans []span, max int) (prefixes []netip.Prefix, capped bool) {
 	for _, s := range spans {
 		prefixes = append(prefixes, cover(s)...)
 	}
@@ -54,13 +66,159 @@ func AllowList(p *policy.Policy, rs allocview.RangeSet, max int) (prefixes []net
 		slices.SortStableFunc(prefixes, func(a, b netip.Prefix) int { return cmp.Compare(a.Bits(), b.Bits()) })
 		prefixes, capped = prefixes[:max], true
 	}
-	slices.SortFunc(prefixes, func(a, b netip.Prefix) int {
+	sortPrefixes(prefixes)
+	return prefixes, capped
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Bits(), b.Bits())
 	})
-	return prefixes, capped
+}
+
+// A Term is the addresses of Include that are not in Exclude (when Exclude
+// is valid): an active range, or an allowed part of one, without the
+// prefix at its start that holds its network address and its static band.
+type Term struct{ Include, Exclude netip.Prefix }
+
+// Contains reports whether ip is in the term.
+func (t Term) Contains(ip netip.Addr) bool {
+	return t.Include.Contains(ip) && !(t.Exclude.IsValid() && t.Exclude.Contains(ip))
+}
+
+// SkipSet is the allow-list as the validating condition tests it: an
+// address may skip the call when it lies in one of Terms and is not one of
+// Holes. Holes are the addresses of the terms the allow-list leaves out:
+// the last address of a range's static band (just past the excluded
+// prefix), IPv4 broadcast addresses, reserved addresses inside dynamic
+// bands, and the network and first address of ranges without a static band.
+type SkipSet struct {
+	Terms []Term
+	Holes []netip.Addr
+}
+
+// Skip returns the allow-list of AllowList written as at most maxTerms
+// terms and maxHoles holes, and whether that was possible; when it is not
+// (more ranges or reserved addresses in dynamic bands than that), the
+// caller falls back to the exact prefixes.
+//
+// A range's dynamic band is its prefix minus [network, network+offset],
+// where offset (the static band's size) is a power of two: that is the
+// prefix of offset addresses at the network address, plus one address.
+// So 10.96.1.1-10.96.255.254 is 10.96.0.0/16 minus 10.96.0.0/24, minus
+// the holes 10.96.1.0 and 10.96.255.255: two CIDR tests and one set
+// lookup, where its exact cover is 29 prefixes.
+//
+// Whatever the ranges, the result never lets more skip than AllowList:
+// the holes are computed as every address of the terms that AllowList
+// leaves out, so terms minus holes is a subset of it by construction.
+func Skip(p *policy.Policy, rs allocview.RangeSet, maxTerms, maxHoles int) (SkipSet, bool) {
+	allow := allowSpans(p, rs)
+	var terms []Term
+	for _, r := range rs.Active {
+		if r.Dynamic().IsZero() {
+			continue
+		}
+		var static netip.Prefix // [network, network+offset-1]
+		if off := r.Offset(); off > 0 {
+			static = netip.PrefixFrom(r.Prefix.Addr(), r.Prefix.Addr().BitLen()-bits.TrailingZeros64(off))
+		}
+		parts := []netip.Prefix{r.Prefix}
+		if r.Allowed != nil {
+			parts = r.Allowed
+		}
+		for _, a := range parts {
+			inc := r.Prefix // the narrower of the range and its allowed part
+			if a.Bits() > inc.Bits() {
+				inc = a
+			}
+			if !inc.Overlaps(r.Prefix) {
+				continue
+			}
+			t := Term{Include: inc}
+			if static.IsValid() && static.Overlaps(inc) {
+				if static.Bits() <= inc.Bits() {
+					continue // wholly inside the static band
+				}
+				t.Exclude = static
+			}
+			if !slices.Contains(terms, t) {
+				terms = append(terms, t)
+			}
+		}
+	}
+	if len(terms) > maxTerms {
+		return SkipSet{}, false
+	}
+	var covered []span
+	for _, t := range terms {
+		covered = append(covered, termSpans(t)...)
+	}
+	holes, ok := addresses(minus(merge(covered), allow), maxHoles)
+	if !ok {
+		return SkipSet{}, false
+	}
+	slices.SortFunc(terms, func(a, b Term) int {
+		if c := cmp.Compare(a.Include.Bits(), b.Include.Bits()); c != 0 {
+			return c // widest first: the likeliest to hold an address
+		}
+		return a.Include.Addr().Compare(b.Include.Addr())
+	})
+	return SkipSet{Terms: terms, Holes: holes}, true
+}
+
+// termSpans is t as spans: Include, minus Exclude when it lies inside.
+func termSpans(t Term) []span {
+	inc := spanOf(t.Include)
+	if !t.Exclude.IsValid() {
+		return []span{inc}
+	}
+	return minus([]span{inc}, []span{spanOf(t.Exclude)})
+}
+
+// minus returns the addresses of a that are in none of b; both sorted and
+// merged.
+func minus(a, b []span) []span {
+	var out []span
+	for _, s := range a {
+		cur, open := s, true
+		for _, h := range b {
+			if !open || h.lo.BitLen() != cur.lo.BitLen() || h.hi.Compare(cur.lo) < 0 || h.lo.Compare(cur.hi) > 0 {
+				continue
+			}
+			if h.lo.Compare(cur.lo) > 0 {
+				out = append(out, span{cur.lo, h.lo.Prev()})
+			}
+			if h.hi.Compare(cur.hi) >= 0 {
+				open = false
+				continue
+			}
+			cur.lo = h.hi.Next()
+		}
+		if open {
+			out = append(out, cur)
+		}
+	}
+	return out
+}
+
+// addresses lists every address of spans, or ok false past max.
+func addresses(spans []span, max int) (out []netip.Addr, ok bool) {
+	for _, s := range spans {
+		for a := s.lo; ; a = a.Next() {
+			if len(out) == max {
+				return nil, false
+			}
+			out = append(out, a)
+			if a == s.hi {
+				break
+			}
+		}
+	}
+	return out, true
 }
 
 // reservedAddresses are the addresses the allow-list must not contain.

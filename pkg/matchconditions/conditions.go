@@ -29,11 +29,17 @@ const Name = "policy-may-apply"
 // Bounds of what one expression encodes. Past them the expressions only get
 // less selective (more calls), never wrong.
 const (
-	// MaxPrefixes caps the validating allow-list. A range's dynamic band is
-	// at most about 2x its host bits of prefixes (29 for 10.96.0.0/16), and
-	// each reserved address inside it adds up to as many again (42 with one
-	// hole). The largest list costs the apiserver 2,625 of its 1,000,000
-	// per-expression limit for a dual-stack create (docs/matchconditions.md).
+	// MaxTerms and MaxHoles cap the validating allow-list as the condition
+	// tests it (SkipSet): one term per active range or allowed part of one,
+	// and one hole per reserved address in a dynamic band plus two or three
+	// per range. Past either, the condition tests the exact prefixes of
+	// AllowList instead.
+	MaxTerms = 64
+	MaxHoles = 512
+	// MaxPrefixes caps that fallback. A range's dynamic band is at most
+	// about 2x its host bits of prefixes (29 for 10.96.0.0/16), and each
+	// reserved address inside it adds up to as many again (42 with one
+	// hole).
 	MaxPrefixes = 256
 	// MaxOwners caps the reservation owners the mutating condition names;
 	// over it every CREATE is sent, as before this package existed.
@@ -54,13 +60,20 @@ type Conditions struct {
 	// the adapter writes it beside them so that anyone can tell which
 	// policy and ranges the apiservers filter with.
 	Digest string
-	// AllowList is the validating allow-list, Owners the reservation owners
-	// (namespace/name) the mutating condition names.
+	// AllowList are the prefixes the validating condition lets an address
+	// skip from (the Include of each of Skip.Terms), Owners the
+	// reservation owners (namespace/name) the mutating condition names.
 	AllowList []netip.Prefix
 	Owners    []string
 	// AllowListCapped and OwnersCapped say a bound was hit: ranges were left
 	// out of the allow-list, or every CREATE is sent to the mutating webhook.
 	AllowListCapped, OwnersCapped bool
+	// Skip is the validating allow-list as the condition tests it: the
+	// ranges minus their static prefixes (Terms) and the addresses in them
+	// that must still be sent (Holes). When the ranges and reservations do
+	// not fit MaxTerms and MaxHoles, its terms are the exact prefixes of
+	// AllowList, with no exclusion and no hole.
+	Skip SkipSet
 }
 
 // Compute returns the conditions for policy p and the active ranges rs (the
@@ -69,20 +82,44 @@ type Conditions struct {
 func Compute(p *policy.Policy, rs allocview.RangeSet) Conditions {
 	var c Conditions
 	if p != nil {
-		c.AllowList, c.AllowListCapped = AllowList(p, rs, MaxPrefixes)
 		c.Owners, c.OwnersCapped = owners(p)
 	} else {
 		c.OwnersCapped = true
 	}
-	c.Mutating = mutating(c.Owners, c.OwnersCapped)
+	c.Mutating = mutating(c.Owners, c.OwnersCapped, true)
+	if len(c.Mutating) > MaxExpressionBytes {
+		c.Mutating = mutating(c.Owners, c.OwnersCapped, false) // without the names' prefilter
+	}
 	if len(c.Mutating) > MaxExpressionBytes {
 		c.Owners, c.OwnersCapped = nil, true
-		c.Mutating = mutating(nil, true)
+		c.Mutating = mutating(nil, true, false)
 	}
-	c.Validating = validating(c.AllowList)
-	if len(c.Validating) > MaxExpressionBytes {
-		c.AllowList, c.AllowListCapped = nil, true
-		c.Validating = validating(nil)
+	// The validating allow-list as ranges and holes; past MaxTerms,
+	// MaxHoles or the expression's size, as its exact prefixes; past
+	// that, nothing.
+	ok := false
+	if p != nil {
+		if c.Skip, ok = Skip(p, rs, MaxTerms, MaxHoles); ok {
+			c.Validating = validating(c.Skip)
+			ok = len(c.Validating) <= MaxExpressionBytes
+		}
+		if !ok {
+			var exact []netip.Prefix
+			exact, c.AllowListCapped = AllowList(p, rs, MaxPrefixes)
+			c.Skip = SkipSet{}
+			for _, pr := range exact {
+				c.Skip.Terms = append(c.Skip.Terms, Term{Include: pr})
+			}
+			c.Validating = validating(c.Skip)
+			ok = len(c.Validating) <= MaxExpressionBytes
+		}
+	}
+	if !ok {
+		c.AllowListCapped, c.Skip = p != nil, SkipSet{}
+		c.Validating = validating(c.Skip)
+	}
+	for _, t := range c.Skip.Terms {
+		c.AllowList = append(c.AllowList, t.Include)
 	}
 	c.Digest = digest(c.Mutating, c.Validating)
 	return c
@@ -147,54 +184,147 @@ const oddFamilies = "(has(object.spec.ipFamilies) && size(object.spec.ipFamilies
 const serviceKey = "((has(object.metadata.namespace) && object.metadata.namespace != '') ? object.metadata.namespace : (has(request.namespace) ? request.namespace : '')) + '/' + " +
 	"((has(object.metadata.name) && object.metadata.name != '') ? object.metadata.name : (has(request.name) ? request.name : ''))"
 
+// ownerNamed is true when the name the webhook reads (the object's own,
+// else the request's, as in serviceKey) is one of the names %[1]s: a cheap
+// test that keeps serviceKey, which builds a string, off the common
+// create.
+const ownerNamed = "((has(object.metadata.name) && object.metadata.name != '') ? object.metadata.name in %[1]s : (has(request.name) && request.name in %[1]s))"
+
 // mutating is true for a CREATE the mutating webhook may deny, warn about
 // or patch: one that names an address, has odd ipFamilies, or is made by a
 // reservation owner (the webhook assigns its reservation and, outside a
 // dry run, frees its hold). A CREATE that names no address and is not an
-// owner's is allowed unchanged by policy.Mutate.
-func mutating(owners []string, capped bool) string {
+// owner's is allowed unchanged by policy.Mutate. prefilter tests the
+// owners' names (ownerNamed) before their keys; it is left out when the
+// expression would be too long with it.
+func mutating(owners []string, capped, prefilter bool) string {
 	if capped {
 		return "true"
 	}
 	parts := []string{notCreate, "!has(object.spec)", "!has(object.metadata)", namesAddress, oddFamilies}
-	if len(owners) > 0 {
+	if len(owners) > 0 && !prefilter {
 		parts = append(parts, serviceKey+" in "+quoteList(owners))
+	} else if len(owners) > 0 {
+		var names []string
+		for _, o := range owners {
+			names = append(names, o[strings.IndexByte(o, '/')+1:])
+		}
+		slices.Sort(names)
+		names = slices.Compact(names)
+		parts = append(parts, "("+fmt.Sprintf(ownerNamed, quoteList(names))+" && "+serviceKey+" in "+quoteList(owners)+")")
 	}
 	return strings.Join(parts, " ||\n")
 }
 
 // validating is true for a CREATE the validating webhook may deny, warn
-// about or log: one whose final clusterIPs are missing, more than two,
-// inconsistent with clusterIP or ipFamilies, or any of them not an address
-// in the allow-list. The network-address placeholder of a dry run is never
-// in the list (no dynamic band holds a network address), so dry runs are
-// sent, and allowed by the webhook.
-func validating(allow []netip.Prefix) string {
-	inList := "false"
-	if len(allow) > 0 {
-		ps := make([]string, len(allow))
-		for i, p := range allow {
-			ps[i] = p.String()
-		}
-		inList = quoteList(ps) + ".exists(c, cidr(c).containsIP(ip(a)))"
+// about or log. It is written as "not skippable", where a skippable
+// CREATE's final object has the shape the apiserver gives a dynamic
+// allocation: ipFamilies one of [IPv4], [IPv6], [IPv4, IPv6], [IPv6, IPv4];
+// clusterIPs one address per family in that order, the first equal to
+// clusterIP; and each address in the allow-list of its family (see
+// inAllowList). A dry run shows a range's network address as a
+// placeholder, which is never in the allow-list of its own range, so dry
+// runs are sent, and allowed by the webhook.
+//
+// What a dynamic create costs the apiserver is the number of CEL steps it
+// evaluates, each with its cost tracking, so every field is read as few
+// times as the logic allows, an address of one family is never tested
+// against the other's ranges, and the branch of the commonest shape,
+// single-stack, comes first.
+func validating(s SkipSet) string {
+	const ip0, ip1 = "object.spec.clusterIP", "object.spec.clusterIPs[1]"
+	in4, in6 := inAllowList(s, 4, ip0), inAllowList(s, 6, ip0)
+	var branches []string
+	if in4 != "" {
+		branches = append(branches, "(object.spec.ipFamilies == ['IPv4'] && object.spec.clusterIPs == [object.spec.clusterIP] && "+in4+")")
 	}
-	return strings.Join([]string{
-		notCreate,
-		"!has(object.spec)",
-		"!has(object.spec.clusterIPs)",
-		"size(object.spec.clusterIPs) == 0",
-		"size(object.spec.clusterIPs) > 2",
-		"!has(object.spec.clusterIP)",
-		"object.spec.clusterIP != object.spec.clusterIPs[0]",
-		oddFamilies,
-		// isIP first: ip(a) is reached only for a string that parses.
-		fmt.Sprintf("object.spec.clusterIPs.exists(a, !isIP(a) || !(%s))", inList),
-		// Reached only when both parse: two addresses of one family.
-		"(size(object.spec.clusterIPs) == 2 && ip(object.spec.clusterIPs[0]).family() == ip(object.spec.clusterIPs[1]).family())",
-		// ... or an address whose family contradicts ipFamilies at its index.
-		"(has(object.spec.ipFamilies) && size(object.spec.ipFamilies) > 0 && object.spec.ipFamilies[0] != (ip(object.spec.clusterIPs[0]).family() == 4 ? 'IPv4' : 'IPv6'))",
-		"(has(object.spec.ipFamilies) && size(object.spec.ipFamilies) > 1 && size(object.spec.clusterIPs) > 1 && object.spec.ipFamilies[1] != (ip(object.spec.clusterIPs[1]).family() == 4 ? 'IPv4' : 'IPv6'))",
-	}, " ||\n")
+	if in6 != "" {
+		branches = append(branches, "(object.spec.ipFamilies == ['IPv6'] && object.spec.clusterIPs == [object.spec.clusterIP] && "+in6+")")
+	}
+	if in4 != "" && in6 != "" {
+		const pair = "size(object.spec.clusterIPs) == 2 && object.spec.clusterIPs[0] == object.spec.clusterIP && "
+		branches = append(branches,
+			"(object.spec.ipFamilies == ['IPv4', 'IPv6'] && "+pair+in4+" && "+inAllowList(s, 6, ip1)+")",
+			"(object.spec.ipFamilies == ['IPv6', 'IPv4'] && "+pair+in6+" && "+inAllowList(s, 4, ip1)+")")
+	}
+	if len(branches) == 0 {
+		return "true" // nothing is listed: every request is sent
+	}
+	// has() guards every field the branches read: an expression that fails
+	// to evaluate counts as a webhook failure.
+	return notCreate + " ||\n!(has(object.spec) && has(object.spec.ipFamilies) && has(object.spec.clusterIPs) && has(object.spec.clusterIP) && (\n" +
+		strings.Join(branches, " ||\n") + "))"
+}
+
+// inAllowList is true when the string a (a CEL expression) is an address
+// of family fam in the allow-list s: isIP first, so that nothing below
+// meets a string that does not parse; then the holes, the ranges, and for
+// IPv6 the holes again in canonical form. An IPv4 address isIP accepts is
+// canonical (no leading zeros, no IPv4-mapped form: the CEL ip library
+// refuses both), so the IPv4 holes are matched as written; an IPv6 address
+// has many spellings (fd00:10:96:0::a), so its holes are matched on
+// string(ip(a)). "" when the family has no range.
+func inAllowList(s SkipSet, fam int, a string) string {
+	var ranges, holes []string
+	for _, t := range s.Terms {
+		if bitLen(t.Include.Addr()) != fam {
+			continue
+		}
+		test := prefixTest(t.Include, a)
+		if t.Exclude.IsValid() {
+			test = "(" + test + " && !" + prefixTest(t.Exclude, a) + ")"
+		}
+		ranges = append(ranges, test)
+	}
+	if len(ranges) == 0 {
+		return ""
+	}
+	for _, h := range s.Holes {
+		if bitLen(h) == fam {
+			holes = append(holes, h.String())
+		}
+	}
+	within := strings.Join(ranges, " || ")
+	if len(ranges) > 1 {
+		within = "(" + within + ")"
+	}
+	parts := []string{"isIP(" + a + ")"}
+	switch {
+	case len(holes) == 0:
+		parts = append(parts, within)
+	case fam == 4:
+		parts = append(parts, "!("+a+" in "+quoteList(holes)+")", within)
+	default:
+		parts = append(parts, within, "!(string(ip("+a+")) in "+quoteList(holes)+")")
+	}
+	return strings.Join(parts, " && ")
+}
+
+// prefixTest is true when the address a (a CEL expression that isIP
+// accepted) lies in p. An IPv4 prefix of whole octets (/8, /16, /24) is
+// tested on the text: isIP accepts one spelling of an IPv4 address, without
+// leading zeros, so '10.96.' begins exactly the addresses of 10.96.0.0/16,
+// and a prefix of a string costs less than cidr(), which parses its literal
+// on every evaluation. Anything else, IPv6 included (whose spellings are
+// many), is tested with cidr().containsIP().
+func prefixTest(p netip.Prefix, a string) string {
+	if b := p.Bits(); p.Addr().Is4() && b%8 == 0 && b > 0 && b < 32 {
+		o := p.Addr().As4()
+		var text strings.Builder
+		for _, x := range o[:b/8] {
+			fmt.Fprintf(&text, "%d.", x)
+		}
+		return a + ".startsWith('" + text.String() + "')"
+	}
+	return "cidr('" + p.String() + "').containsIP(" + a + ")"
+}
+
+// bitLen is 4 for an IPv4 address and 6 for an IPv6 one.
+func bitLen(a netip.Addr) int {
+	if a.Is4() {
+		return 4
+	}
+	return 6
 }
 
 // quoteList renders ss (literalSafe strings, or netip prefixes) as a CEL
