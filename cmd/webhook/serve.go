@@ -285,7 +285,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
 	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
 	server.Register(manifests.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
-	server.Register(manifests.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{}))
+	server.Register(manifests.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{view: view}))
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{

@@ -216,6 +216,17 @@ func (r Range) Name() string {
 	return r.String()
 }
 
+// IsDefaultServiceCIDR reports whether the range is a CIDR of the
+// apiserver's default ServiceCIDR object, which it recreates from its
+// --service-cluster-ip-range whenever it is missing.
+func (r Range) IsDefaultServiceCIDR() bool {
+	return r.Source == ServiceCIDRSource(DefaultServiceCIDRName)
+}
+
+// ServiceCIDRSource is the Source of a range read from the ServiceCIDR
+// object named name.
+func ServiceCIDRSource(name string) string { return fmt.Sprintf("ServiceCIDR %q", name) }
+
 // Family is an IP family as Kubernetes spells it.
 type Family string
 
