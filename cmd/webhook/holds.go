@@ -459,7 +459,7 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 		if wait > 0 {
 			r.metrics.releases.WithLabelValues(releaseRateLimited).Inc()
 			r.logRefusal("hold not released: this address was released "+fmt.Sprint(releaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
-			return notReady(fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/deploying.md)", ip, owner, releaseBurst, (wait+time.Second-1).Truncate(time.Second)))
+			return notReady(fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/deploying.md)", ip, owner, releaseBurst, (wait + time.Second - 1).Truncate(time.Second)))
 		}
 		if err != nil {
 			r.metrics.releases.WithLabelValues(releaseFailed).Inc()

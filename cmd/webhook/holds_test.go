@@ -35,19 +35,19 @@ func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
 func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 	ourHold := func() runtime.Object { return ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns") }
 	cases := []struct {
-		name     string
-		review   []byte
-		objects  []runtime.Object
-		failGet  bool
+		name    string
+		review  []byte
+		objects []runtime.Object
+		failGet bool
 		// failOwner fails the GET of the owner Service.
 		failOwner   bool
 		ownerExists float64 // releases refused as owner-exists
-		allowed  bool
-		code     int32
-		message  string
-		remains  bool // 10.96.0.10 still exists afterwards
-		calls    int  // API calls made by the release
-		released float64
+		allowed     bool
+		code        int32
+		message     string
+		remains     bool // 10.96.0.10 still exists afterwards
+		calls       int  // API calls made by the release
+		released    float64
 	}{
 		{name: "an owner asking for no IP is patched to its reservation and its hold is deleted",
 			review:  loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns")),
