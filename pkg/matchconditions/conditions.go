@@ -169,9 +169,12 @@ func mutating(owners []string, capped bool) string {
 // validating is true for a CREATE the validating webhook may deny, warn
 // about or log: one whose final clusterIPs are missing, more than two,
 // inconsistent with clusterIP or ipFamilies, or any of them not an address
-// in the allow-list. The network-address placeholder of a dry run is never
-// in the list (no dynamic band holds a network address), so dry runs are
-// sent, and allowed by the webhook.
+// in the allow-list. The network-address placeholder of a dry run is not in
+// the list, and so is sent (and allowed by the webhook), unless it is the
+// network address of a range nested in a wider one (10.97.0.0 of
+// 10.97.0.0/16 inside 10.96.0.0/12): that address is a usable one of the
+// wider range's dynamic band, so it may be listed and the dry run skipped,
+// which the webhook would have allowed anyway.
 func validating(allow []netip.Prefix) string {
 	inList := "false"
 	if len(allow) > 0 {
