@@ -427,7 +427,6 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 		}
 	}
 	seen := map[netip.Addr]bool{}
-	var ownerChecked bool
 	for _, s := range candidates {
 		ip, err := netip.ParseAddr(s)
 		if err != nil || seen[ip] || len(seen) == 2 {
@@ -439,32 +438,18 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 			continue
 		}
 		seen[ip] = true
-		if !ownerChecked {
-			// Once per request, and only for an owner with a reserved
-			// address in it: the common request makes no call.
-			ownerChecked = true
-			contradicts, err := r.contradictsCluster(ctx, req.Operation, owner)
-			if err != nil {
-				r.metrics.releases.WithLabelValues(releaseFailed).Inc()
-				r.log.Error(err, "could not check the owner before releasing its hold; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
-				return notReady(fmt.Sprintf("clusterip-policy could not check Service %s before releasing its hold on %s: %s; retry in a few seconds", owner, ip, policy.Clip(err.Error(), policy.MaxMessageBytes/2)))
-			}
-			if contradicts {
-				r.metrics.releases.WithLabelValues(releaseOwnerExists).Inc()
-				r.logRefusal("hold not released: the review contradicts the cluster (a CREATE of an owner that exists, or an UPDATE of one that does not); a duplicate request, or one not sent by an apiserver", ip, owner, req)
-				return resp // the apiserver answers this request itself (AlreadyExists, NotFound)
-			}
-		}
-		wait, err := r.release(ctx, ip, owner)
-		if wait > 0 {
-			r.metrics.releases.WithLabelValues(releaseRateLimited).Inc()
-			r.logRefusal("hold not released: this address was released "+fmt.Sprint(releaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
-			return notReady(fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/deploying.md)", ip, owner, releaseBurst, (wait + time.Second - 1).Truncate(time.Second)))
-		}
-		if err != nil {
+		out, wait, err := r.release(ctx, req.Operation, ip, owner)
+		switch {
+		case err != nil:
 			r.metrics.releases.WithLabelValues(releaseFailed).Inc()
 			r.log.Error(err, "could not release a hold before the owner's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
 			return notReady(fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2)))
+		case out == releaseRateLimited:
+			r.logRefusal("hold not released: this address was released "+fmt.Sprint(releaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
+			return notReady(fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/deploying.md)", ip, owner, releaseBurst, (wait + time.Second - 1).Truncate(time.Second)))
+		case out == releaseOwnerExists:
+			r.logRefusal("hold not released: the review contradicts the cluster (a CREATE of an owner that exists, or an UPDATE of one that does not); a duplicate request, or one not sent by an apiserver", ip, owner, req)
+			return resp // the apiserver answers this request itself (AlreadyExists, NotFound)
 		}
 	}
 	return resp
@@ -501,34 +486,47 @@ func (r *holdReleaser) logRefusal(msg string, ip netip.Addr, owner policy.Owner,
 
 // release deletes the hold on ip if it is ours and names owner; anything
 // else at that address is left alone (an allocation of the owner being
-// re-created, someone else's IPAddress: the apiserver then decides). A
-// hold is deleted only within the address's budget; otherwise release
-// returns how long until the next release is due. Only a deleted hold
-// spends the budget, so an owner that finds no hold is never refused.
-func (r *holdReleaser) release(ctx context.Context, ip netip.Addr, owner policy.Owner) (wait time.Duration, err error) {
+// re-created, someone else's IPAddress: the apiserver then decides). A hold
+// of ours is deleted only within the address's budget (otherwise wait says
+// when the next release is due) and only if the owner's existence agrees
+// with op (contradictsCluster). Only a deleted hold spends the budget, so an
+// owner that finds no hold is never refused; and a review spends at most
+// one GET once the budget is spent, however many arrive. It returns the
+// result it counted.
+func (r *holdReleaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner) (result string, wait time.Duration, err error) {
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
 	a, err := r.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		r.metrics.releases.WithLabelValues(releaseAbsent).Inc()
-		return 0, nil
+		return releaseAbsent, 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return releaseFailed, 0, fmt.Errorf("get IPAddress %s: %w", ip, err)
 	}
 	if holds.Releasable(a.Labels, kubesource.HolderOf(a), owner) != nil {
 		r.metrics.releases.WithLabelValues(releaseAbsent).Inc()
-		return 0, nil
+		return releaseAbsent, 0, nil
 	}
 	if ok, wait := r.budget.Take(ip, r.now()); !ok {
-		return wait, nil
+		r.metrics.releases.WithLabelValues(releaseRateLimited).Inc()
+		return releaseRateLimited, wait, nil
+	}
+	contradicts, err := r.contradictsCluster(cctx, op, owner)
+	if err != nil || contradicts {
+		r.budget.Refund(ip, r.now()) // nothing was freed
+		if err != nil {
+			return releaseFailed, 0, err
+		}
+		r.metrics.releases.WithLabelValues(releaseOwnerExists).Inc()
+		return releaseOwnerExists, 0, nil
 	}
 	err = r.client.NetworkingV1().IPAddresses().Delete(cctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &a.UID}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		r.budget.Refund(ip, r.now()) // nothing was freed
-		return 0, err
+		r.budget.Refund(ip, r.now())
+		return releaseFailed, 0, fmt.Errorf("delete IPAddress %s: %w", ip, err)
 	}
 	r.metrics.releases.WithLabelValues(releaseReleased).Inc()
 	r.log.Info("hold released for the owner's allocation", "ip", ip.String(), "owner", owner.String())
-	return 0, nil
+	return releaseReleased, 0, nil
 }
