@@ -428,11 +428,12 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 	}
 	seen := map[netip.Addr]bool{}
 	for _, s := range candidates {
-		ip, err := netip.ParseAddr(s)
-		if err != nil || seen[ip] || len(seen) == 2 {
+		// As the apiserver will read it: with StrictIPCIDRValidation off,
+		// 010.096.000.010 and ::ffff:10.96.0.10 are 10.96.0.10.
+		ip, ok := allocview.ParseIPAsAPIServer(s)
+		if !ok || seen[ip] || len(seen) == 2 {
 			continue // not an address ("", None), or more than a Service can hold
 		}
-		ip = ip.Unmap()
 		res, ok := pol.policy.ReservedOwner(ip, allocview.RangeSet{})
 		if !ok || res.Implicit || res.Owner != owner {
 			continue
