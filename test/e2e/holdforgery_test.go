@@ -140,8 +140,11 @@ func TestForgedOwnerCreatesCannotKeepAHoldReleased(t *testing.T) {
 	if limit := 3 * 2 * time.Second; free > limit {
 		t.Errorf("10.96.0.10 was free %s in all, want at most %s (three releases, each ended by the leader's hold)", free, limit)
 	}
-	if n := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="rate-limited"`); n != float64(refused) || refused < forged-3 {
-		t.Errorf("%d refused, rate-limited counter %v; want all but 3 of %d refused and counted", refused, n, forged)
+	// A forged create is allowed when it finds no hold (the leader has not
+	// held the address again yet: nothing to release) or when it spends
+	// the budget; every other one is refused and counted.
+	if n := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="rate-limited"`); n != float64(refused) || refused == 0 || refused+allowed != forged {
+		t.Errorf("%d allowed, %d refused, rate-limited counter %v; want every refusal counted, and some", allowed, refused, n)
 	}
 
 }
