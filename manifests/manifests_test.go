@@ -12,6 +12,7 @@ import (
 	admv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -48,7 +49,8 @@ type objects struct {
 	Mutating            []*admv1.MutatingWebhookConfiguration
 	Validating          []*admv1.ValidatingWebhookConfiguration
 	CRDs                []*apiextensionsv1.CustomResourceDefinition
-	Policies            []*policyObject // ClusterIPPolicy (policysource_test.go)
+	Policies            []*policyObject               // ClusterIPPolicy (policysource_test.go)
+	NetworkPolicies     []*networkingv1.NetworkPolicy // the chart's optional one
 }
 
 func add[T any](list *[]*T, doc []byte) error {
@@ -94,6 +96,8 @@ func (o *objects) decode(doc []byte) error {
 		return add(&o.CRDs, doc)
 	case "clusterip-policy.io/v1alpha1 ClusterIPPolicy":
 		return add(&o.Policies, doc)
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return add(&o.NetworkPolicies, doc)
 	}
 	return fmt.Errorf("%s %s: the safety tests do not know this kind; teach manifests_test.go about it", tm.APIVersion, tm.Kind)
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +49,15 @@ const (
 	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
 	// the rest follow on the next passes.
 	maxHoldCreatesPerPass = 100
+	// releaseBurst and releaseRefill are each address's budget of releases
+	// (holds.ReleaseBudget): a failed owner create and two retries at once,
+	// then one a minute, so forged reviews free an address for about
+	// three graces and then one grace a minute.
+	releaseBurst  = 3
+	releaseRefill = time.Minute
+	// refusalLogInterval bounds the log of refused releases: a hostile
+	// caller must not be able to fill the log; the metric counts each.
+	refusalLogInterval = 10 * time.Second
 )
 
 type holdOptions struct {
@@ -112,12 +123,15 @@ func newHoldMetrics(reg prometheus.Registerer) *holdMetrics {
 		}, []string{"action"}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_hold_releases_total",
-			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed).",
+			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed), and releases refused: owner-exists (a create of an owner that already exists, or an update of one that does not: a forged or duplicate review), rate-limited (the address was released too often without its owner appearing; see docs/deploying.md \"Who can release a hold\").",
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.states, m.leader, m.changes, m.releases)
 	for _, s := range holds.States {
 		m.states.WithLabelValues(s)
+	}
+	for _, r := range []string{releaseReleased, releaseAbsent, releaseFailed, releaseOwnerExists, releaseRateLimited} {
+		m.releases.WithLabelValues(r)
 	}
 	return m
 }
@@ -334,22 +348,52 @@ type allocationHook interface {
 
 var _ allocationHook = (*holdReleaser)(nil)
 
+// The results of clusterip_policy_hold_releases_total.
+const (
+	releaseReleased    = "released"
+	releaseAbsent      = "absent"
+	releaseFailed      = "failed"
+	releaseOwnerExists = "owner-exists"
+	releaseRateLimited = "rate-limited"
+)
+
 // holdReleaser deletes the hold of an owner being created, from the
 // mutating stage: the apiserver allocates right after it, and would refuse
 // an address an IPAddress still holds.
+//
+// The review that asks for a release may not come from an apiserver:
+// without client certificates (--client-ca-file; impossible on managed
+// control planes) anything that reaches the webhook port can send one. So
+// a release is checked against the cluster and budgeted:
+//   - a CREATE releases only if the owner Service does not exist (the
+//     apiserver refuses a create of one that does anyway), an UPDATE only
+//     if it does: a review that contradicts the cluster frees nothing;
+//   - each address has a budget of releases (holds.ReleaseBudget), so
+//     forged creates of an absent owner free the address for about three
+//     graces and then one grace a minute, however many are sent.
 type holdReleaser struct {
 	client   kubernetes.Interface
 	policies *policyStore
 	log      logr.Logger
 	metrics  *holdMetrics
+	budget   *holds.ReleaseBudget
+	now      func() time.Time
+
+	lastRefusalLog atomic.Int64 // unix nanoseconds
+}
+
+func newHoldReleaser(client kubernetes.Interface, policies *policyStore, log logr.Logger, m *holdMetrics) *holdReleaser {
+	return &holdReleaser{client: client, policies: policies, log: log, metrics: m,
+		budget: &holds.ReleaseBudget{Burst: releaseBurst, Refill: releaseRefill}, now: time.Now}
 }
 
 // beforeAllocation is the mutating handler's hook: for an allowed,
 // non-dry-run CREATE or UPDATE of a reservation owner, it deletes our holds
 // on the reserved addresses the Service will ask the apiserver for (the
-// ones it names, or the webhook patched in). If a release fails, the
-// request is refused with 503 (the apiserver would otherwise fail it with
-// "provided IP is already allocated"), and the client retries.
+// ones it names, or the webhook patched in). If a release fails, or the
+// address's budget is spent, the request is refused with 503 (the
+// apiserver would otherwise fail it with "provided IP is already
+// allocated"), and the client retries.
 func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Request, resp admission.Response) admission.Response {
 	if !resp.Allowed || (req.DryRun != nil && *req.DryRun) || (req.Operation != "CREATE" && req.Operation != "UPDATE") {
 		return resp
@@ -384,48 +428,106 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 	}
 	seen := map[netip.Addr]bool{}
 	for _, s := range candidates {
-		ip, err := netip.ParseAddr(s)
-		if err != nil || seen[ip] || len(seen) == 2 {
+		// As the apiserver will read it: with StrictIPCIDRValidation off,
+		// 010.096.000.010 and ::ffff:10.96.0.10 are 10.96.0.10.
+		ip, ok := allocview.ParseIPAsAPIServer(s)
+		if !ok || seen[ip] || len(seen) == 2 {
 			continue // not an address ("", None), or more than a Service can hold
 		}
-		ip = ip.Unmap()
 		res, ok := pol.policy.ReservedOwner(ip, allocview.RangeSet{})
 		if !ok || res.Implicit || res.Owner != owner {
 			continue
 		}
 		seen[ip] = true
-		if err := r.release(ctx, ip, owner); err != nil {
-			r.metrics.releases.WithLabelValues("failed").Inc()
+		out, wait, err := r.release(ctx, req.Operation, ip, owner)
+		switch {
+		case err != nil:
+			r.metrics.releases.WithLabelValues(releaseFailed).Inc()
 			r.log.Error(err, "could not release a hold before the owner's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
 			return notReady(fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2)))
+		case out == releaseRateLimited:
+			r.logRefusal("hold not released: this address was released "+fmt.Sprint(releaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
+			return notReady(fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/deploying.md)", ip, owner, releaseBurst, (wait + time.Second - 1).Truncate(time.Second)))
+		case out == releaseOwnerExists:
+			r.logRefusal("hold not released: the review contradicts the cluster (a CREATE of an owner that exists, or an UPDATE of one that does not); a duplicate request, or one not sent by an apiserver", ip, owner, req)
+			return resp // the apiserver answers this request itself (AlreadyExists, NotFound)
 		}
 	}
 	return resp
 }
 
+// contradictsCluster reports whether the owner's existence contradicts
+// the operation: a CREATE of a Service that exists, an UPDATE of one that
+// does not. Such a review is a duplicate or not from an apiserver, and
+// releasing a hold for it would free the address for nothing.
+func (r *holdReleaser) contradictsCluster(ctx context.Context, op admissionv1.Operation, owner policy.Owner) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
+	_, err := r.client.CoreV1().Services(owner.Namespace).Get(cctx, owner.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return op == admissionv1.Create, nil
+	case apierrors.IsNotFound(err):
+		return op == admissionv1.Update, nil
+	default:
+		return false, fmt.Errorf("get Service %s: %w", owner, err)
+	}
+}
+
+// logRefusal logs a refused release, at most once per refusalLogInterval:
+// the requests may be hostile and unbounded; the metric counts them all.
+func (r *holdReleaser) logRefusal(msg string, ip netip.Addr, owner policy.Owner, req admission.Request) {
+	now := r.now().UnixNano()
+	last := r.lastRefusalLog.Load()
+	if now-last < int64(refusalLogInterval) || !r.lastRefusalLog.CompareAndSwap(last, now) {
+		return
+	}
+	r.log.Info(msg+"; logged at most every "+refusalLogInterval.String()+", clusterip_policy_hold_releases_total counts each", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)), "user", policy.Echo(req.UserInfo.Username))
+}
+
 // release deletes the hold on ip if it is ours and names owner; anything
 // else at that address is left alone (an allocation of the owner being
-// re-created, someone else's IPAddress: the apiserver then decides).
-func (r *holdReleaser) release(ctx context.Context, ip netip.Addr, owner policy.Owner) error {
+// re-created, someone else's IPAddress: the apiserver then decides). A hold
+// of ours is deleted only within the address's budget (otherwise wait says
+// when the next release is due) and only if the owner's existence agrees
+// with op (contradictsCluster). Only a deleted hold spends the budget, so an
+// owner that finds no hold is never refused; and a review spends at most
+// one GET once the budget is spent, however many arrive. It returns the
+// result it counted.
+func (r *holdReleaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner) (result string, wait time.Duration, err error) {
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
 	a, err := r.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		r.metrics.releases.WithLabelValues("absent").Inc()
-		return nil
+		r.metrics.releases.WithLabelValues(releaseAbsent).Inc()
+		return releaseAbsent, 0, nil
 	}
 	if err != nil {
-		return err
+		return releaseFailed, 0, fmt.Errorf("get IPAddress %s: %w", ip, err)
 	}
 	if holds.Releasable(a.Labels, kubesource.HolderOf(a), owner) != nil {
-		r.metrics.releases.WithLabelValues("absent").Inc()
-		return nil
+		r.metrics.releases.WithLabelValues(releaseAbsent).Inc()
+		return releaseAbsent, 0, nil
+	}
+	if ok, wait := r.budget.Take(ip, r.now()); !ok {
+		r.metrics.releases.WithLabelValues(releaseRateLimited).Inc()
+		return releaseRateLimited, wait, nil
+	}
+	contradicts, err := r.contradictsCluster(cctx, op, owner)
+	if err != nil || contradicts {
+		r.budget.Refund(ip, r.now()) // nothing was freed
+		if err != nil {
+			return releaseFailed, 0, err
+		}
+		r.metrics.releases.WithLabelValues(releaseOwnerExists).Inc()
+		return releaseOwnerExists, 0, nil
 	}
 	err = r.client.NetworkingV1().IPAddresses().Delete(cctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &a.UID}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+		r.budget.Refund(ip, r.now())
+		return releaseFailed, 0, fmt.Errorf("delete IPAddress %s: %w", ip, err)
 	}
-	r.metrics.releases.WithLabelValues("released").Inc()
+	r.metrics.releases.WithLabelValues(releaseReleased).Inc()
 	r.log.Info("hold released for the owner's allocation", "ip", ip.String(), "owner", owner.String())
-	return nil
+	return releaseReleased, 0, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -34,23 +35,26 @@ func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
 func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 	ourHold := func() runtime.Object { return ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns") }
 	cases := []struct {
-		name     string
-		review   []byte
-		objects  []runtime.Object
-		failGet  bool
-		allowed  bool
-		code     int32
-		message  string
-		remains  bool // 10.96.0.10 still exists afterwards
-		calls    int  // API calls made by the release
-		released float64
+		name    string
+		review  []byte
+		objects []runtime.Object
+		failGet bool
+		// failOwner fails the GET of the owner Service.
+		failOwner   bool
+		ownerExists float64 // releases refused as owner-exists
+		allowed     bool
+		code        int32
+		message     string
+		remains     bool // 10.96.0.10 still exists afterwards
+		calls       int  // API calls made by the release
+		released    float64
 	}{
 		{name: "an owner asking for no IP is patched to its reservation and its hold is deleted",
 			review:  loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns")),
-			objects: []runtime.Object{ourHold()}, allowed: true, remains: false, calls: 2, released: 1},
+			objects: []runtime.Object{ourHold()}, allowed: true, remains: false, calls: 3, released: 1},
 		{name: "an owner asking for its reserved IP gets its hold deleted",
 			review:  loadReview(t, "mutate-003-create-wh-static.json", named("kube-system", "kube-dns"), withClusterIP("10.96.0.10")),
-			objects: []runtime.Object{ourHold()}, allowed: true, remains: false, calls: 2, released: 1},
+			objects: []runtime.Object{ourHold()}, allowed: true, remains: false, calls: 3, released: 1},
 		{name: "a dry run releases nothing",
 			review:  loadReview(t, "mutate-005-create-wh-dryrun.json", named("kube-system", "kube-dns")),
 			objects: []runtime.Object{ourHold()}, allowed: true, remains: true},
@@ -69,6 +73,17 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 			review:  loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns")),
 			objects: []runtime.Object{ourHold()}, failGet: true, allowed: false, code: http.StatusServiceUnavailable,
 			message: "could not release its hold on 10.96.0.10 for Service kube-system/kube-dns", remains: true, calls: 1},
+		{name: "a create of an owner that already exists (a duplicate, or a review no apiserver sent) releases nothing",
+			review:  loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns")),
+			objects: []runtime.Object{ourHold(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns"}}},
+			allowed: true, remains: true, calls: 2, ownerExists: 1},
+		{name: "an update of an owner that does not exist (a review no apiserver sent) releases nothing",
+			review:  bytes.Replace(loadReview(t, "mutate-003-create-wh-static.json", named("kube-system", "kube-dns"), withClusterIP("10.96.0.10")), []byte(`"operation":"CREATE"`), []byte(`"operation":"UPDATE"`), 1),
+			objects: []runtime.Object{ourHold()}, allowed: true, remains: true, calls: 2, ownerExists: 1},
+		{name: "a check of the owner that fails refuses the request with 503",
+			review:  loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns")),
+			objects: []runtime.Object{ourHold()}, failOwner: true, allowed: false, code: http.StatusServiceUnavailable,
+			message: "could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: get Service kube-system/kube-dns: connection refused", remains: true, calls: 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,8 +94,13 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 					return true, nil, errors.New("connection refused")
 				})
 			}
+			if tc.failOwner {
+				client.PrependReactor("get", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, errors.New("connection refused")
+				})
+			}
 			hm := newHoldMetrics(prometheus.NewRegistry())
-			r.releaser = &holdReleaser{client: client, policies: r.policies, log: newLogger(&strings.Builder{}), metrics: hm}
+			r.releaser = newHoldReleaser(client, r.policies, newLogger(&strings.Builder{}), hm)
 			resp := post(t, mutatingHandler{r.reviewer}, tc.review)
 			calls := len(client.Actions())
 			if resp.Allowed != tc.allowed {
@@ -103,6 +123,9 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 			}
 			if got := testutil.ToFloat64(hm.releases.WithLabelValues("released")); got != tc.released {
 				t.Errorf("releases{released} = %v, want %v", got, tc.released)
+			}
+			if got := testutil.ToFloat64(hm.releases.WithLabelValues("owner-exists")); got != tc.ownerExists {
+				t.Errorf("releases{owner-exists} = %v, want %v", got, tc.ownerExists)
 			}
 		})
 	}
@@ -214,6 +237,63 @@ func TestAHoldIsNamedByTheCanonicalAddressAndLabelledWithItsFamily(t *testing.T)
 		}
 		if r := a.Spec.ParentRef; r == nil || r.Group != "" || r.Resource != "services" || r.Namespace != "kube-system" || r.Name != "kube-dns" {
 			t.Errorf("%s: parentRef %+v, want services kube-system/kube-dns", tc.ip, a.Spec.ParentRef)
+		}
+	}
+}
+
+// Forged creates of an absent owner, each followed by the leader's new
+// hold: the address is freed for the budget's burst, then refused with 503
+// until a release is due again, however many reviews arrive.
+func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
+	r := newTestReviewer(t, testPolicy, true)
+	client := fake.NewClientset()
+	hm := newHoldMetrics(prometheus.NewRegistry())
+	rel := newHoldReleaser(client, r.policies, newLogger(&strings.Builder{}), hm)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rel.now = func() time.Time { return now }
+	r.releaser = rel
+	review := loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns"))
+	rehold := func() {
+		t.Helper()
+		if _, err := client.NetworkingV1().IPAddresses().Create(context.Background(), ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	freed := 0
+	for i := 0; i < 50; i++ {
+		rehold() // the leader, a grace after each release
+		client.ClearActions()
+		resp := post(t, mutatingHandler{r.reviewer}, review)
+		switch {
+		case resp.Allowed:
+			freed++
+		case len(client.Actions()) != 1:
+			t.Fatalf("review %d, refused, made %d API calls, want 1 (the GET of the hold): %v", i+1, len(client.Actions()), client.Actions())
+		case resp.Result.Code != http.StatusServiceUnavailable || !strings.Contains(resp.Result.Message, "clusterip-policy holds 10.96.0.10 for Service kube-system/kube-dns and released it 3 times recently without that Service appearing; it releases it again in "+(releaseRefill-time.Duration(i)*100*time.Millisecond+time.Second-1).Truncate(time.Second).String()+": retry then"),
+			!strings.Contains(resp.Result.Message, "Who can release a hold"):
+			t.Fatalf("review %d: %d %q", i+1, resp.Result.Code, resp.Result.Message)
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if freed != releaseBurst {
+		t.Fatalf("50 creates within 5s freed the hold %d times, want %d", freed, releaseBurst)
+	}
+	if got := testutil.ToFloat64(hm.releases.WithLabelValues("rate-limited")); got != 50-releaseBurst {
+		t.Errorf("releases{rate-limited} = %v, want %d", got, 50-releaseBurst)
+	}
+	now = now.Add(releaseRefill)
+	rehold()
+	if resp := post(t, mutatingHandler{r.reviewer}, review); !resp.Allowed {
+		t.Fatalf("a create one refill later: %+v", resp.Result)
+	}
+	if _, err := client.NetworkingV1().IPAddresses().Get(context.Background(), "10.96.0.10", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the hold was not released one refill later: %v", err)
+	}
+	// A create that finds no hold of ours spends nothing: an owner whose
+	// hold is not there yet is never refused for it.
+	for i := 0; i < 10; i++ {
+		if resp := post(t, mutatingHandler{r.reviewer}, review); !resp.Allowed {
+			t.Fatalf("create %d with no hold: %+v", i+1, resp.Result)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -9,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"clusterip-policy/pkg/allocview"
 )
 
 func policyObjectRequest(op admissionv1.Operation, kind, object string) admission.Request {
@@ -57,4 +60,48 @@ func TestPolicyObjectReview(t *testing.T) {
 			t.Fatalf("allowed %v, message of %d bytes", resp.Allowed, len(resp.Result.Message))
 		}
 	})
+}
+
+// The apply-time check against the cluster: allowedCIDRs that leave the
+// apiserver's default ServiceCIDR nothing are refused (every dynamic create
+// would fail), a part of it is accepted with a warning, and before the view
+// has synced the policy is accepted with a warning that says it was not
+// checked.
+func TestPolicyObjectReviewAgainstTheDefaultServiceCIDR(t *testing.T) {
+	synced := allocview.NewView()
+	synced.Update(func(tx *allocview.Tx) {
+		tx.SetServiceCIDR(allocview.ServiceCIDR{Name: "kubernetes", Ready: true, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}})
+		tx.MarkSynced(true)
+	})
+	narrowing := `{"spec":{"allowedCIDRs":["10.69.0.0/16"]}}`
+	tests := []struct {
+		name    string
+		view    *allocview.View
+		spec    string
+		allowed bool
+		message string
+		warning string
+	}{
+		{"refuses allowedCIDRs that leave out the default ServiceCIDR", synced, narrowing, false,
+			`ClusterIPPolicy default: spec: allowedCIDRs [10.69.0.0/16] leave no usable address of 10.96.0.0/16, the primary range of ServiceCIDR "kubernetes", the apiserver's default ServiceCIDR: every Service created without a clusterIP would be refused, and that ServiceCIDR cannot be removed (the apiserver makes it again from its --service-cluster-ip-range); add 10.96.0.0/16 (or the part of it Services may use) to allowedCIDRs`, ""},
+		{"accepts allowedCIDRs that cover it", synced, `{"spec":{"allowedCIDRs":["10.69.0.0/16","10.96.0.0/12"]}}`, true, "", ""},
+		{"warns about a part of it", synced, `{"spec":{"allowedCIDRs":["10.96.0.0/20"]}}`, true, "", "allowedCIDRs keep only [10.96.0.0/20] of 10.96.0.0/16"},
+		{"accepts, with a warning, before the view has synced", allocview.NewView(), narrowing, true, "", viewNotSyncedWarning},
+		{"without a view it checks the object alone", nil, narrowing, true, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := policyObjectHandler{view: tt.view}.Handle(context.Background(), policyObjectRequest(admissionv1.Update, "ClusterIPPolicy", tt.spec))
+			msg := ""
+			if resp.Result != nil {
+				msg = resp.Result.Message
+			}
+			if resp.Allowed != tt.allowed || msg != tt.message {
+				t.Fatalf("allowed %v message %q; want %v %q", resp.Allowed, msg, tt.allowed, tt.message)
+			}
+			if tt.warning == "" && len(resp.Warnings) > 0 || tt.warning != "" && (len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], tt.warning)) {
+				t.Fatalf("warnings %q; want one containing %q", resp.Warnings, tt.warning)
+			}
+		})
+	}
 }

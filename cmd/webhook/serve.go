@@ -252,7 +252,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	var leaderWorks []leaderWork
 	if o.holds.enabled {
 		hm := newHoldMetrics(defaultRegistry)
-		rev.releaser = &holdReleaser{client: client, policies: policies, log: log.WithName("holds"), metrics: hm}
+		rev.releaser = newHoldReleaser(client, policies, log.WithName("holds"), hm)
 		keeper := &holdKeeper{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
 			skip: []string{o.holds.leaseNamespace}, grace: o.holds.grace, log: log.WithName("holds"), metrics: hm}
 		leaderWorks = append(leaderWorks, keeper.lead)
@@ -285,7 +285,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
 	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
 	server.Register(manifests.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
-	server.Register(manifests.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{}))
+	server.Register(manifests.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{view: view}))
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{

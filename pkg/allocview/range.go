@@ -9,6 +9,8 @@ import (
 	"math/big"
 	"net/netip"
 	"strings"
+
+	netutils "k8s.io/utils/net"
 )
 
 // BandKind says where an address sits inside a range.
@@ -216,6 +218,17 @@ func (r Range) Name() string {
 	return r.String()
 }
 
+// IsDefaultServiceCIDR reports whether the range is a CIDR of the
+// apiserver's default ServiceCIDR object, which it recreates from its
+// --service-cluster-ip-range whenever it is missing.
+func (r Range) IsDefaultServiceCIDR() bool {
+	return r.Source == ServiceCIDRSource(DefaultServiceCIDRName)
+}
+
+// ServiceCIDRSource is the Source of a range read from the ServiceCIDR
+// object named name.
+func ServiceCIDRSource(name string) string { return fmt.Sprintf("ServiceCIDR %q", name) }
+
 // Family is an IP family as Kubernetes spells it.
 type Family string
 
@@ -240,6 +253,9 @@ func FamilyOf(a netip.Addr) Family {
 func ParseIP(s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
+		if sloppy, ok := ParseIPAsAPIServer(s); ok && sloppy.Is4() {
+			return netip.Addr{}, fmt.Errorf("%q has leading zeros, which some software reads as octal and an apiserver without StrictIPCIDRValidation as %s; write it as %s", s, sloppy, sloppy)
+		}
 		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
 	}
 	if a.Zone() != "" {
@@ -249,6 +265,28 @@ func ParseIP(s string) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write it as %s", s, a.Unmap())
 	}
 	return a, nil
+}
+
+// ParseIPAsAPIServer returns the address an apiserver whose
+// StrictIPCIDRValidation feature gate is off stores and allocates for a
+// Service IP that ParseIP refuses: that apiserver validates and parses
+// clusterIP with netutils.ParseIPSloppy (k8s.io/apimachinery
+// IsValidIPForLegacyField, k8s.io/kubernetes service storage alloc.go), so
+// "010.096.000.010" is 10.96.0.10 (leading zeros read as decimal) and
+// "::ffff:10.96.0.10" is the IPv4 address 10.96.0.10. The gate is on by
+// default since Kubernetes 1.36, and then the apiserver refuses both
+// spellings itself. ok is false for a string no apiserver accepts, and for
+// a zone (which neither parser takes).
+func ParseIPAsAPIServer(s string) (netip.Addr, bool) {
+	ip := netutils.ParseIPSloppy(s)
+	if ip == nil {
+		return netip.Addr{}, false
+	}
+	if v4 := ip.To4(); v4 != nil {
+		return netip.AddrFrom4([4]byte(v4)), true
+	}
+	a, ok := netip.AddrFromSlice(ip)
+	return a, ok
 }
 
 // ParsePrefix parses a CIDR and insists that it is masked, as the apiserver

@@ -100,6 +100,34 @@ func TestNewRangeRefusesUnmaskedPrefixes(t *testing.T) {
 	}
 }
 
+// What an apiserver without StrictIPCIDRValidation stores for spellings
+// ParseIP refuses (netutils.ParseIPSloppy, as its Service validation and
+// allocation use).
+func TestParseIPAsAPIServer(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"010.096.000.010", "10.96.0.10"},
+		{"::ffff:10.96.0.10", "10.96.0.10"},
+		{"::FFFF:010.096.000.010", "10.96.0.10"},
+		{"10.96.0.10", "10.96.0.10"},
+		{"fd00:10:96:0::0a", "fd00:10:96::a"},
+		{"0010.96.0.10", "10.96.0.10"},
+		{"10.96.0.300", ""},
+		{"fe80::1%eth0", ""},
+		{"", ""},
+	} {
+		got, ok := ParseIPAsAPIServer(tc.in)
+		if tc.want == "" {
+			if ok {
+				t.Errorf("%q: %s, want refused", tc.in, got)
+			}
+			continue
+		}
+		if !ok || got.String() != tc.want || (got.Is4() != (FamilyOf(got) == IPv4)) {
+			t.Errorf("%q: %v %v, want %s", tc.in, got, ok, tc.want)
+		}
+	}
+}
+
 func TestParseIP(t *testing.T) {
 	tests := []struct {
 		in      string
@@ -110,7 +138,7 @@ func TestParseIP(t *testing.T) {
 		{in: "fd00:10:96:0::20", want: "fd00:10:96::20"},
 		{in: "FD00:10:96::A", want: "fd00:10:96::a"},
 		{in: "10.96.0.300", wantErr: `"10.96.0.300" is not an IP address`},
-		{in: "010.096.000.010", wantErr: `"010.096.000.010" is not an IP address`},
+		{in: "010.096.000.010", wantErr: `"010.096.000.010" has leading zeros, which some software reads as octal and an apiserver without StrictIPCIDRValidation as 10.96.0.10; write it as 10.96.0.10`},
 		{in: "", wantErr: `"" is not an IP address`},
 		{in: "fe80::1%eth0", wantErr: `"fe80::1%eth0" has an IPv6 zone; Service IPs have none`},
 		{in: "::ffff:10.96.0.1", wantErr: `"::ffff:10.96.0.1" is an IPv4-mapped IPv6 address; write it as 10.96.0.1`},

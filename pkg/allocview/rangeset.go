@@ -61,7 +61,7 @@ func ActiveServiceCIDRs(cidrs []ServiceCIDR, allowed []netip.Prefix) RangeSet {
 			rs.Configured = c.CIDRs
 		}
 		for _, p := range c.CIDRs {
-			r, err := NewRange(fmt.Sprintf("ServiceCIDR %q", c.Name), p)
+			r, err := NewRange(ServiceCIDRSource(c.Name), p)
 			if err != nil {
 				// The apiserver validates ServiceCIDRs; an unparsable one
 				// cannot be allocated from either.

@@ -18,8 +18,10 @@ import (
 
 // A hold is an IPAddress named by the reserved IP, with spec.parentRef
 // naming the owner Service and this label. The apiserver's repair loop
-// deletes only IPAddresses labelled managed-by ipallocator.k8s.io
-// (repairip.go, syncIPAddress), so it leaves holds alone.
+// deletes orphans only among IPAddresses labelled managed-by
+// ipallocator.k8s.io (repairip.go, syncIPAddress), so a hold is no orphan
+// to it; its Service pass (syncService) replaces a hold at an address an
+// existing Service has as its ClusterIP with that Service's IPAddress.
 const (
 	ManagedByLabel = "ipaddress.kubernetes.io/managed-by"
 	ManagedBy      = "clusterip-policy.io"

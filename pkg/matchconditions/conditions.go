@@ -223,8 +223,12 @@ func mutating(owners []string, capped, prefilter bool) string {
 // clusterIPs one address per family in that order, the first equal to
 // clusterIP; and each address in the allow-list of its family (see
 // inAllowList). A dry run shows a range's network address as a
-// placeholder, which is never in the allow-list of its own range, so dry
-// runs are sent, and allowed by the webhook.
+// placeholder, which is never in the allow-list of its own range, so such
+// dry runs are sent (and allowed by the webhook), unless it is the network
+// address of a range nested in a wider one (10.97.0.0 of 10.97.0.0/16
+// inside 10.96.0.0/12): that is a usable address of the wider range's
+// dynamic band, so it may be listed and the dry run skipped, which the
+// webhook would have allowed anyway.
 //
 // What a dynamic create costs the apiserver is the number of CEL steps it
 // evaluates, each with its cost tracking, so every field is read as few

@@ -134,7 +134,7 @@ func Audit(env Env, services []*corev1.Service) AuditReport {
 		r.Checked++
 		audited = append(audited, svc)
 		for _, raw := range requestedIPs(svc) {
-			if ip, err := allocview.ParseIP(raw); err == nil {
+			if ip, ok := allocview.ParseIPAsAPIServer(raw); ok {
 				holders[ip] = Owner{svc.Namespace, svc.Name}
 			}
 		}
@@ -180,7 +180,11 @@ func (a auditor) service(svc *corev1.Service) {
 		if err != nil {
 			a.add(svc, RuleInvalidIP, field, raw, strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)),
 				fmt.Sprintf("delete %s and create it again without clusterIP (a ClusterIP cannot be changed in place)", self))
-			continue
+			// A spelling an apiserver without StrictIPCIDRValidation
+			// stored holds the address it parsed: judge that one too.
+			if ip, _ = allocview.ParseIPAsAPIServer(raw); !ip.IsValid() {
+				continue
+			}
 		}
 		held[allocview.FamilyOf(ip)] = ip
 		a.address(svc, self, field, raw, ip)
@@ -250,8 +254,8 @@ func (a auditor) reservations(svc *corev1.Service, self Owner, held map[allocvie
 			continue // a family the Service does not use: the reservation waits (admission warns about it)
 		}
 		i := slices.IndexFunc(requestedIPs(svc), func(s string) bool {
-			ip, err := allocview.ParseIP(s)
-			return err == nil && ip == has
+			ip, ok := allocview.ParseIPAsAPIServer(s)
+			return ok && ip == has
 		})
 		problem := fmt.Sprintf("%s holds %s, but %s is reserved for it%s", self, has, res.IP, noteOf(res))
 		var fix string

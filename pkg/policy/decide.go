@@ -318,7 +318,9 @@ func (c *checker) checkRequested(field, raw string) {
 	ip, err := allocview.ParseIP(raw)
 	if err != nil {
 		c.violate(RuleInvalidIP, field, raw, "%s; use an address from %s, or leave clusterIP empty to get one allocated", strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)), c.rs.Describe())
-		return
+		if ip = c.allowedInvalid(raw); !ip.IsValid() {
+			return
+		}
 	}
 	pl := c.rs.Place(ip)
 	if c.reportAllowedAnyway(field, raw, ip, pl) || c.reportOutside(field, raw, ip, pl) {
@@ -343,6 +345,22 @@ func (c *checker) checkRequested(field, raw string) {
 		// Allowed, but the reservation then guards an address nobody uses.
 		c.d.Warnings = append(c.d.Warnings, fmt.Sprintf("%s: %s is reserved for Service %s, which asks for %s instead; the reserved address stays unused", field, own.IP, c.selfName(), Echo(raw)))
 	}
+}
+
+// allowedInvalid returns the address the apiserver will store for raw, an
+// address ParseIP refused, when the request may go on despite invalid-ip
+// (the policy only warns about it or audits it): an apiserver without
+// StrictIPCIDRValidation accepts "010.096.000.010" and "::ffff:10.96.0.10"
+// as 10.96.0.10, so the other rules (reserved-for-other above all) must
+// judge that address, or a reserved one passes under another spelling. It
+// returns the zero Addr when invalid-ip denies, or when no apiserver
+// accepts raw.
+func (c *checker) allowedInvalid(raw string) netip.Addr {
+	if c.env.Policy.ActionFor(RuleInvalidIP) == ActionDeny {
+		return netip.Addr{}
+	}
+	ip, _ := allocview.ParseIPAsAPIServer(raw)
+	return ip
 }
 
 // reportAllocated records an already-allocated violation for an IP that
@@ -418,7 +436,9 @@ func (c *checker) checkFinal(field, raw string, dryRun bool) {
 	ip, err := allocview.ParseIP(raw)
 	if err != nil {
 		c.violate(RuleInvalidIP, field, raw, "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("%q ", raw)))
-		return
+		if ip = c.allowedInvalid(raw); !ip.IsValid() {
+			return
+		}
 	}
 	if dryRun && c.rs.IsNetworkAddress(ip) {
 		return // the placeholder a dry-run create shows instead of allocating

@@ -559,3 +559,16 @@ func TestMutateReportsAReservationOutsideTheRangesToItsOwner(t *testing.T) {
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(other)}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
 	assertRule(t, d, RuleOutsideServiceCIDRs, `reserved ClusterIP "10.96.0.10" of this Service (cluster DNS) is outside every active Service CIDR (10.100.0.0/16 (ServiceCIDR "kubernetes")), so it cannot be assigned: an administrator can fix the reservation or the ServiceCIDRs; meanwhile give this Service a free address of the static band 10.100.0.1-10.100.1.0 as its clusterIP`)
 }
+
+// A policy that leaves out the apiserver's default ServiceCIDR: the advice
+// never says to delete it (the apiserver recreates it at once), only to
+// widen allowedCIDRs.
+func TestValidateAdviceNeverDeletesTheDefaultServiceCIDR(t *testing.T) {
+	p := mustPolicy(t, "allowedCIDRs: [10.69.0.0/16]\n")
+	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16"), serviceCIDR("extra", true, "10.69.0.0/16")}
+	d := Validate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.77.3"))})
+	assertRule(t, d, RuleOutsideServiceCIDRs, `allocated ClusterIP "10.96.77.3" comes from 10.96.0.0/16 (ServiceCIDR "kubernetes"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random), or name a free address in the static band 10.69.0.1-10.69.1.0; an administrator must add 10.96.0.0/16 to allowedCIDRs (ServiceCIDR "kubernetes" is the apiserver's default ServiceCIDR, made again from its --service-cluster-ip-range if deleted)`)
+	if strings.Contains(d.Violations[0].Message, `delete ServiceCIDR "kubernetes"`) {
+		t.Fatalf("advises deleting the default ServiceCIDR: %s", d.Violations[0].Message)
+	}
+}

@@ -28,7 +28,7 @@ func (c *checker) reportAllocatedOutside(field, raw string, ip netip.Addr, pl al
 		from = fmt.Sprintf("comes from %s, which is %s", ex.Range, ex.Reason)
 		again += " (the apiserver picks among its ServiceCIDRs at random)"
 		if ex.Reason == allocview.ReasonNotAllowed {
-			admin = fmt.Sprintf("; an administrator can delete %s or add it to allowedCIDRs", ex.Range.Name())
+			admin = notAllowedAdvice(ex.Range)
 		}
 	} else if pl.Kind == allocview.Unusable {
 		from = fmt.Sprintf("is a network or broadcast address of %s, which is never assigned", pl.Range.String())
@@ -112,4 +112,15 @@ func (c *checker) reportAllowedAnyway(field, raw string, ip netip.Addr, pl alloc
 	msg := fmt.Sprintf("ClusterIP %q %s; allowed only because the policy sets %s to %s", raw, what, rule, a)
 	c.d.Violations = append(c.d.Violations, Violation{Rule: rule, Action: a, Field: field, IP: raw, Message: msg})
 	return true
+}
+
+// notAllowedAdvice tells an administrator how to end denials from a
+// ServiceCIDR outside allowedCIDRs. Deleting the apiserver's default
+// ServiceCIDR is never offered: the apiserver creates it again from its
+// --service-cluster-ip-range, so only allowedCIDRs can change.
+func notAllowedAdvice(r allocview.Range) string {
+	if r.IsDefaultServiceCIDR() {
+		return fmt.Sprintf("; an administrator must add %s to allowedCIDRs (%s is the apiserver's default ServiceCIDR, made again from its --service-cluster-ip-range if deleted)", r.Prefix, r.Name())
+	}
+	return fmt.Sprintf("; an administrator can delete %s or add it to allowedCIDRs", r.Name())
 }

@@ -172,6 +172,34 @@ func TestPolicyObject(t *testing.T) {
 		waitStatus(t, "True 2 2 generation 2 is in force")
 	})
 
+	t.Run("kubectl apply refuses allowedCIDRs that leave the default ServiceCIDR nothing, and warns about a part of it", func(t *testing.T) {
+		// The loader alone accepts this policy; on this cluster (default
+		// ServiceCIDR 10.96.0.0/16) it would make every dynamic create fail.
+		narrowing := "apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata:\n  name: default\nspec:\n  allowedCIDRs: [10.69.0.0/16]\n"
+		out, err := kubectl(t, narrowing, "apply", "-f", "-")
+		if err == nil {
+			t.Fatalf("kubectl apply accepted allowedCIDRs [10.69.0.0/16] on a 10.96.0.0/16 cluster:\n%s", out)
+		}
+		t.Logf("kubectl apply: %v: %s", err, strings.TrimSpace(out))
+		for _, part := range []string{`admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`,
+			`allowedCIDRs [10.69.0.0/16] leave no usable address of 10.96.0.0/16, the primary range of ServiceCIDR "kubernetes"`,
+			"add 10.96.0.0/16 (or the part of it Services may use) to allowedCIDRs"} {
+			if !strings.Contains(out, part) {
+				t.Errorf("kubectl apply's refusal lacks %q", part)
+			}
+		}
+		partial := strings.Replace(narrowing, "[10.69.0.0/16]", "[10.96.0.0/20]", 1)
+		out, err = kubectl(t, partial, "apply", "--dry-run=server", "-f", "-")
+		if err != nil || !strings.Contains(out, "Warning: allowedCIDRs keep only [10.96.0.0/20] of 10.96.0.0/16") {
+			t.Errorf("kubectl apply --dry-run=server of a part of the range: %v\n%s\nwant it accepted with a warning", err, out)
+		}
+		waitStatus(t, "True 2 2 generation 2 is in force")
+		// And the dynamic creates the refusal protects still work.
+		if _, err := create(ctx, cs, service(ns, "dynamic-after-refusal")); err != nil {
+			t.Fatalf("a dynamic create after the refused policy: %v", err)
+		}
+	})
+
 	t.Run("status writes and updates that keep the spec are not sent to the check", func(t *testing.T) {
 		calls := func() float64 {
 			return metricValue(t, c.Webhooks[0], `controller_runtime_webhook_requests_total{code="200",webhook="`+manifests.ValidatePolicyObjectPath+`"}`)
