@@ -185,7 +185,7 @@ func TestChartWebhooksMatchTheBase(t *testing.T) {
 		t.Error("the chart's RBAC rules differ from manifests/base")
 	}
 	if len(chart.Policies) != 1 || len(base.Policies) != 1 || !sameJSON(chart.Policies[0].Spec, base.Policies[0].Spec) {
-		t.Errorf("the chart's default policy object differs from manifests/base/clusteripolicy.yaml")
+		t.Errorf("the chart's default policy object differs from manifests/base/clusterippolicy.yaml")
 	}
 	if len(chart.ConfigMaps) != 0 {
 		t.Errorf("with policySource crd the chart renders %d ConfigMaps; nothing would read them", len(chart.ConfigMaps))
@@ -359,11 +359,11 @@ func TestChartCarriesTheBaseCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart, err := os.ReadFile("../charts/clusterip-policy/crds/clusteripolicies.yaml")
+	chart, err := os.ReadFile("../charts/clusterip-policy/crds/clusterippolicies.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(base) != string(chart) {
-		t.Error("charts/clusterip-policy/crds/clusteripolicies.yaml differs from manifests/base/crd.yaml; copy the base's")
+		t.Error("charts/clusterip-policy/crds/clusterippolicies.yaml differs from manifests/base/crd.yaml; both are generated: run make generate")
 	}
 }

@@ -122,6 +122,10 @@ type conditionKeeper struct {
 	o           matchConditionOptions
 	log         logr.Logger
 	metrics     *conditionMetrics
+	// inForce, if set, is told the policy digest each time the written
+	// conditions are reported in force (the ClusterIPPolicy status,
+	// policystatus.go, says which generation they encode).
+	inForce func(policyDigest string)
 }
 
 // wanted returns the conditions for the policy and view in force, and
@@ -213,6 +217,9 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 			reported = true
 			k.metrics.synced.Set(1)
 			k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", pol.Digest, "conditionsDigest", want.Digest)
+			if k.inForce != nil {
+				k.inForce(pol.Digest)
+			}
 		}
 		select {
 		case <-ctx.Done():

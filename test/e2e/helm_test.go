@@ -105,7 +105,7 @@ func TestHelmChart(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := 0
-		for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/clusteripolicies.clusterip-policy.io", "clusteripolicies.clusterip-policy.io/default",
+		for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/clusterippolicies.clusterip-policy.io", "clusterippolicies.clusterip-policy.io/default",
 			"serviceaccount/clusterip-policy-webhook", "secret/clusterip-policy-webhook-tls",
 			"service/clusterip-policy-webhook", "deployment.apps/clusterip-policy-webhook", "poddisruptionbudget.policy/clusterip-policy-webhook",
 			"role.rbac.authorization.k8s.io/clusterip-policy-webhook-holds", "rolebinding.rbac.authorization.k8s.io/clusterip-policy-webhook-holds",
@@ -128,7 +128,7 @@ func TestHelmChart(t *testing.T) {
 
 	t.Run("the webhook with the chart's RBAC and the chart's policy object gets ready", func(t *testing.T) {
 		// The policy file given with --set-file became the object's spec.
-		reservations, _, err := c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.spec.reservations[*].service}")
+		reservations, _, err := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.spec.reservations[*].service}")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestHelmChart(t *testing.T) {
 
 		// The chart's policy-object check (re-pointed above with the rest)
 		// refuses a bad edit; the object in force shows Ready.
-		status, _, _ := c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.generationInForce}`)
+		status, _, _ := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.generationInForce}`)
 		if status != "True 1" {
 			t.Errorf("ClusterIPPolicy default: Ready and generation in force %q, want True 1", status)
 		}
@@ -207,7 +207,7 @@ func TestHelmChart(t *testing.T) {
 			}
 		}
 		out, errOut, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--force-conflicts", "-f", "-")
-		if err == nil || !strings.Contains(errOut, `admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
+		if err == nil || !strings.Contains(errOut, `admission webhook "validate-clusterippolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
 			t.Errorf("kubectl apply of a duplicate owner through the chart's check: %v\n%s%s", err, out, errOut)
 		} else {
 			t.Logf("kubectl apply of a duplicate owner: %s", strings.TrimSpace(errOut))
@@ -250,7 +250,7 @@ func TestHelmChart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			policy, _, err = c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.spec.reservations[*].ip}")
+			policy, _, err = c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.spec.reservations[*].ip}")
 			if err != nil {
 				t.Fatal(err)
 			}
