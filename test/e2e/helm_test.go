@@ -235,10 +235,29 @@ func TestHelmChart(t *testing.T) {
 	// upgrade must keep it (read back with lookup), or the caBundle would
 	// change under pods still serving the old certificate.
 	t.Run("a generated certificate survives helm upgrade, which changes the policy", func(t *testing.T) {
-		if out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
+		// With no DNS address in values and no DNS Service to read it
+		// from, the chart refuses rather than reserve a guess.
+		out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy")
+		if err == nil || !strings.Contains(err.Error()+out, "dns.clusterIP is required") {
+			t.Fatalf("helm install with no DNS address and no kube-system/kube-dns: %v\n%s; want the refusal naming dns.clusterIP", err, out)
+		}
+		t.Logf("e2e: helm: install without a DNS address refused: %s", strings.TrimSpace(lastLines(err.Error(), 1)))
+		// With the DNS Service in place, install reads its address and says so.
+		if _, _, err := c.Kubectl(ctx, "", "create", "service", "clusterip", "kube-dns", "-n", "kube-system", "--tcp=53", "--clusterip=10.96.0.10"); err != nil {
 			t.Fatal(err)
-		} else {
-			t.Logf("helm install (generated certificate): %s", strings.Fields(out)[1])
+		}
+		t.Cleanup(func() { _, _, _ = c.Kubectl(ctx, "", "delete", "service", "kube-dns", "-n", "kube-system", "--ignore-not-found") })
+		if out, err = runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("helm install (generated certificate, DNS address read from the cluster): %s", strings.Fields(out)[1])
+		for _, want := range []string{"The policy reserves 10.96.0.10 for kube-system/kube-dns (read from that Service in the cluster at install", "Enforcement is warn", "--set enforcement=deny"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("helm install's notes lack %q:\n%s", want, out)
+			}
+		}
+		if mode, _, _ := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.spec.enforcement.default}"); mode != "warn" {
+			t.Errorf("a first install's enforcement is %q, want warn", mode)
 		}
 		t.Cleanup(func() { _, _ = runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy") })
 		state := func() (secret, bundle, policy string) {

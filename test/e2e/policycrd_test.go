@@ -131,13 +131,13 @@ func TestPolicyObject(t *testing.T) {
 			t.Errorf("kubectl get clusterip-policy (the category): %q, %v", got, err)
 		}
 		// kubectl explain documents every field from the Go types' comments.
-		out, err := kubectl(t, "", "explain", "clusterippolicy.spec.reservations")
+		explain, err := kubectl(t, "", "explain", "clusterippolicy.spec.reservations")
 		if err != nil {
-			t.Fatalf("kubectl explain clusterippolicy.spec.reservations: %v\n%s", err, out)
+			t.Fatalf("kubectl explain clusterippolicy.spec.reservations: %v\n%s", err, explain)
 		}
-		t.Logf("kubectl explain clusterippolicy.spec.reservations:\n%s", out)
+		t.Logf("kubectl explain clusterippolicy.spec.reservations:\n%s", explain)
 		for _, want := range []string{"reservations bind an address to the one Service", "ip\t<string> -required-", "service\t<string> -required-", "note\t<string>", "is the owner, as namespace/name"} {
-			if !strings.Contains(out, want) {
+			if !strings.Contains(explain, want) {
 				t.Errorf("kubectl explain clusterippolicy.spec.reservations lacks %q", want)
 			}
 		}
