@@ -82,7 +82,7 @@ func TestPolicyObject(t *testing.T) {
 		cases := map[string]struct{ object, want string }{
 			"a second policy object":              {strings.Replace(policyObject(""), "name: default", "name: extra", 1), "the webhook reads exactly one ClusterIPPolicy, named default"},
 			"an address that is not one":          {policyObject("  - ip: 10.96.0.300\n    service: default/x\n"), "is not an IP address such as 10.96.0.10"},
-			"a CIDR that is not one":              {strings.Replace(policyObject(""), "[10.96.0.0/12]", "[10.96.0.0/33]", 1), "is not a CIDR such as 10.96.0.0/12"},
+			"a CIDR that is not one":              {strings.Replace(policyObject(""), "[10.96.0.0/12]", "[10.96.0.0/33]", 1), "is not a CIDR such as 10.96.0.0/16"},
 			"an unknown action":                   {strings.Replace(policyObject(""), "default: deny", "default: block", 1), `Unsupported value: "block"`},
 			"an owner that is not namespace/name": {policyObject("  - ip: 10.96.0.11\n    service: just-a-name\n"), "spec.reservations[1].service"},
 			// Without spec the built-in default would be put in force and every
