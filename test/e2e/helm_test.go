@@ -246,7 +246,9 @@ func TestHelmChart(t *testing.T) {
 		if _, _, err := c.Kubectl(ctx, "", "create", "service", "clusterip", "kube-dns", "-n", "kube-system", "--tcp=53", "--clusterip=10.96.0.10"); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _, _, _ = c.Kubectl(ctx, "", "delete", "service", "kube-dns", "-n", "kube-system", "--ignore-not-found") })
+		t.Cleanup(func() {
+			_, _, _ = c.Kubectl(ctx, "", "delete", "service", "kube-dns", "-n", "kube-system", "--ignore-not-found")
+		})
 		if out, err = runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
 			t.Fatal(err)
 		}
@@ -290,6 +292,80 @@ func TestHelmChart(t *testing.T) {
 		if policy2 != "10.96.0.53" {
 			t.Errorf("helm upgrade did not change the policy object: reservations %q, want 10.96.0.53", policy2)
 		}
+	})
+
+	// Non-default values reach the cluster; the CRD is upgraded the way
+	// docs/deploying.md says (helm never upgrades crds/); the documented
+	// uninstall leaves nothing of the project behind.
+	t.Run("non-default values, a CRD upgrade and an uninstall that leaves nothing", func(t *testing.T) {
+		if out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy",
+			"--set", "dns.clusterIP=10.96.0.10", "--set", "enforcement=deny", "--set", "imagePullSecrets[0].name=registry-cred",
+			"--set", "extraArgs={--max-view-staleness=1m}", "--set", "priorityClassName=system-node-critical",
+			"--set", "webhook.timeoutSeconds=3"); err != nil {
+			t.Fatal(err)
+		} else if !strings.Contains(out, "The policy reserves 10.96.0.10 for kube-system/kube-dns (dns.clusterIP)") || strings.Contains(out, "Enforcement is") {
+			t.Errorf("notes with dns.clusterIP and enforcement=deny:\n%s", out)
+		}
+		dep, _, err := c.Kubectl(ctx, "", "get", "deployment", "clusterip-policy-webhook", "-n", "clusterip-policy", "-o",
+			"jsonpath={.spec.template.spec.priorityClassName} {.spec.template.spec.imagePullSecrets[0].name} {.spec.template.spec.containers[0].args}")
+		if err != nil || !strings.HasPrefix(dep, "system-node-critical registry-cred ") || !strings.Contains(dep, "--max-view-staleness=1m") {
+			t.Errorf("the Deployment the apiserver stored: %q, %v", dep, err)
+		}
+		if to, _, _ := c.Kubectl(ctx, "", "get", "validatingwebhookconfiguration", "clusterip-policy", "-o", "jsonpath={.webhooks[*].timeoutSeconds}"); to != "3 3 3" {
+			t.Errorf("timeoutSeconds %q, want 3 on each validating webhook", to)
+		}
+
+		// The CRD upgrade: a new printer column, applied as documented.
+		crd, err := os.ReadFile(filepath.Join(root, "charts", "clusterip-policy", "crds", "clusterippolicies.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed := strings.Replace(string(crd), "    - jsonPath: .metadata.creationTimestamp\n", "    - jsonPath: .status.policyDigest\n      name: Digest\n      type: string\n    - jsonPath: .metadata.creationTimestamp\n", 1)
+		if changed == string(crd) {
+			t.Fatal("the CRD has no creationTimestamp column to insert before")
+		}
+		if out, errOut, err := c.Kubectl(ctx, changed, "apply", "--server-side", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply --server-side the changed CRD: %v\n%s%s", err, out, errOut)
+		}
+		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values"); err != nil {
+			t.Fatal(err)
+		}
+		cols, _, _ := c.Kubectl(ctx, "", "get", "crd", "clusterippolicies.clusterip-policy.io", "-o", "jsonpath={.spec.versions[0].additionalPrinterColumns[*].name}")
+		if !strings.Contains(cols, "Digest") {
+			t.Errorf("after the CRD upgrade the columns are %q, want Digest among them", cols)
+		}
+		if spec, _, err := c.Kubectl(ctx, "", "get", "cipp", "default", "-o", "jsonpath={.spec.reservations[*].ip}"); err != nil || spec != "10.96.0.10" {
+			t.Errorf("the policy object after the CRD upgrade: %q, %v", spec, err)
+		}
+
+		// Uninstall, as docs/deploying.md "Uninstalling the chart" says.
+		if _, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait"); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"delete", "crd", "clusterippolicies.clusterip-policy.io"},
+			{"-n", "clusterip-policy", "delete", "lease", "clusterip-policy-holds", "--ignore-not-found"},
+			{"delete", "ipaddresses", "-l", "ipaddress.kubernetes.io/managed-by=clusterip-policy.io"},
+		} {
+			if out, errOut, err := c.Kubectl(ctx, "", args...); err != nil {
+				t.Fatalf("kubectl %v: %v\n%s%s", args, err, out, errOut)
+			}
+		}
+		left := map[string][]string{
+			"crd":                         {"get", "crd", "-o", "name"},
+			"webhook configurations":      {"get", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "-o", "name"},
+			"cluster roles and bindings":  {"get", "clusterrole,clusterrolebinding", "-l", "app.kubernetes.io/part-of=clusterip-policy", "-o", "name"},
+			"objects in the namespace":    {"get", "deployment,service,serviceaccount,role,rolebinding,secret,configmap,poddisruptionbudget,lease", "-n", "clusterip-policy", "-l", "app.kubernetes.io/part-of=clusterip-policy", "-o", "name"},
+			"the Lease":                   {"get", "lease", "-n", "clusterip-policy", "--field-selector", "metadata.name=clusterip-policy-holds", "-o", "name"},
+			"holds (IPAddresses of ours)": {"get", "ipaddresses", "-l", "ipaddress.kubernetes.io/managed-by=clusterip-policy.io", "-o", "name"},
+		}
+		for what, args := range left {
+			out, errOut, err := c.Kubectl(ctx, "", args...)
+			if err != nil || strings.Contains(out, "clusterip") || (what != "crd" && what != "webhook configurations" && strings.TrimSpace(out) != "") {
+				t.Errorf("after the documented uninstall, %s: %q %s %v", what, out, errOut, err)
+			}
+		}
+		t.Logf("e2e: helm: non-default values stored, CRD upgraded (columns %s), uninstall left nothing", cols)
 	})
 }
 
