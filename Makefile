@@ -33,10 +33,12 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "not gofmt-clean:"; echo "$$out"; exit 1; fi
 
-# The ClusterIPPolicy CRD is generated from pkg/apis/clusterippolicy/v1alpha1;
-# manifests/crd_generated_test.go fails when the committed copies differ.
-generate: tools ## regenerate the ClusterIPPolicy CRD (base and chart) from its Go types
+# The ClusterIPPolicy CRD is generated from pkg/apis/clusterippolicy/v1alpha1,
+# the chart's README.md from its values.yaml; manifests/crd_generated_test.go
+# and manifests/chart_readme_test.go fail when the committed files differ.
+generate: tools ## regenerate the ClusterIPPolicy CRD (base and chart) and the chart's README.md
 	hack/generate-crd.sh
+	hack/generate-chart-readme.sh
 
 tools: ## build etcd, kube-apiserver, kubectl and helm into .local/bin (cached)
 	hack/build-tools.sh

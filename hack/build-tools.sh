@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the binaries the end-to-end tests and the demo run: etcd, kube-apiserver,
-# kubectl, helm and controller-gen from their Go modules at the versions pinned in tools/*/go.mod.
+# kubectl, helm, controller-gen and helm-docs from their Go modules at the versions pinned in tools/*/go.mod.
 # A binary is rebuilt only when its pinned version (recorded in a stamp file
 # beside it) differs, so a warm run costs a second; a cold kube-apiserver build
 # takes about 11 minutes on 2 cores, a cold helm build about 2.5 minutes.
@@ -13,6 +13,7 @@ k8s_version=$(cd "$root/tools/kube" && go list -m -f '{{.Version}}' k8s.io/kuber
 etcd_version=$(cd "$root/tools/etcd" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 helm_version=$(cd "$root/tools/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
 controller_gen_version=$(cd "$root/tools/controller-gen" && go list -m -f '{{.Version}}' sigs.k8s.io/controller-tools)
+helm_docs_version=$(cd "$root/tools/helm-docs" && go list -m -f '{{.Version}}' github.com/norwoodj/helm-docs)
 minor=${k8s_version#v1.}; minor=${minor%%.*}
 
 # build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS]
@@ -43,3 +44,5 @@ build helm "$helm_version" "$root/tools/helm" helm.sh/helm/v3/cmd/helm "-X helm.
 # controller-gen generates the ClusterIPPolicy CRD (hack/generate-crd.sh); its
 # version is stamped into the CRD's annotation from the module's build info.
 build controller-gen "$controller_gen_version" "$root/tools/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
+# helm-docs writes the chart's README.md from values.yaml (hack/generate-chart-readme.sh).
+build helm-docs "$helm_docs_version" "$root/tools/helm-docs" github.com/norwoodj/helm-docs/cmd/helm-docs
