@@ -41,10 +41,11 @@ func helmBinary(t *testing.T) string {
 	return bin
 }
 
-// chartRequiredArgs are the values the chart cannot default: the DNS
-// address (helm template cannot read it from a cluster). Tests that need it
-// absent unset it with --set dns.clusterIP= (later arguments win).
-var chartRequiredArgs = []string{"--set", "dns.clusterIP=10.96.0.10"}
+// chartRequiredArgs are what the chart cannot default: the DNS address
+// (helm template cannot read it from a cluster) and the Kubernetes version
+// (helm template assumes v1.20.0, which Chart.yaml's kubeVersion refuses).
+// Tests that need either different give it again (later arguments win).
+var chartRequiredArgs = []string{"--set", "dns.clusterIP=10.96.0.10", "--kube-version", "1.37.2"}
 
 // helmTemplate renders the chart into the namespace the base uses, with
 // extra helm arguments (--set ...), and returns helm's output or its error
@@ -68,7 +69,7 @@ func helmTemplate(t *testing.T, args ...string) ([]byte, error) {
 type renderedChart struct {
 	objects *objects
 	secrets []*corev1.Secret
-	other   []map[string]any // cert-manager Issuers and Certificates
+	other   []map[string]any // cert-manager Issuers and Certificates, the monitoring objects
 	all     []map[string]any
 }
 
@@ -94,7 +95,7 @@ func renderChart(t *testing.T, args ...string) renderedChart {
 			if err := add(&r.secrets, doc); err != nil {
 				t.Fatalf("document %d (Secret): %v", i+1, err)
 			}
-		case m["apiVersion"] == "cert-manager.io/v1":
+		case m["apiVersion"] == "cert-manager.io/v1", m["apiVersion"] == "monitoring.coreos.com/v1":
 			r.other = append(r.other, m)
 		default:
 			if err := r.objects.decode(doc); err != nil {
@@ -300,6 +301,8 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "webhook.excludedNamespaces={Bad_NS}"}, "'Bad_NS' does not match pattern"},
 		{[]string{"--set", "webhook.excludedNamespaces={ci,default}"}, "webhook.excludedNamespaces: default must stay covered"},
 		{[]string{"--set", "webhook.auditInterval=5x"}, "at '/webhook/auditInterval': '5x' does not match pattern"},
+		{[]string{"--kube-version", "1.34.0"}, "chart requires kubeVersion: >=1.37.0-0 which is incompatible with Kubernetes v1.34.0"},
+		{[]string{"--set", "global.imageRegistry=x", "--set", "globl.x=1"}, "additional properties 'globl' not allowed"},
 		{[]string{"--set", "dns.clusterIP="}, "dns.clusterIP is required: the chart reserves the cluster DNS address for kube-system/kube-dns and will not guess it"},
 		{[]string{"--set", "dns.clusterIP=10.96.0.300x"}, `dns.clusterIP: "10.96.0.300x" is not an IP address`},
 		{[]string{"--set", "dns.service=kube-dns"}, "at '/dns/service': 'kube-dns' does not match pattern"},
@@ -436,6 +439,7 @@ func TestChartConventionalValues(t *testing.T) {
 		t.Errorf("%d topologySpreadConstraints by default, want the base's 2", n)
 	}
 	noDNS := renderChart(t, "--set", "dns.clusterIP=", "--set", "dns.reserve=false").objects
+	spec.Reservations = nil
 	if err := json.Unmarshal(noDNS.Policies[0].Spec, &spec); err != nil {
 		t.Fatal(err)
 	}
@@ -502,5 +506,26 @@ func TestChartCarriesTheBaseCRD(t *testing.T) {
 	}
 	if string(base) != string(chart) {
 		t.Error("charts/clusterip-policy/crds/clusterippolicies.yaml differs from manifests/base/crd.yaml; both are generated: run make generate")
+	}
+}
+
+// helm lint passes with the default values and with every new value set
+// (--strict: a template warning fails too).
+func TestChartLints(t *testing.T) {
+	for _, args := range [][]string{
+		nil,
+		{"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true",
+			"--set", "image.registry=ghcr.io", "--set", "image.digest=sha256:" + strings.Repeat("0f", 32), "--set", "imagePullSecrets[0].name=pull",
+			"--set", "tolerations[0].operator=Exists", "--set", "podLabels.team=net", "--set", "podAnnotations.team=net",
+			"--set", "extraArgs={--max-view-staleness=1m}", "--set", "extraEnv[0].name=X", "--set", "webhook.timeoutSeconds=2",
+			"--set", "enforcement=deny", "--set", "global.imageRegistry=mirror.example"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd := exec.CommandContext(ctx, helmBinary(t), append(append([]string{"lint", "--strict", chartDir, "--namespace", ownNamespace}, chartRequiredArgs...), args...)...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Errorf("helm lint %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 }
