@@ -3,8 +3,8 @@ package manifests
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"os"
