@@ -324,8 +324,8 @@ func TestHelmChart(t *testing.T) {
 		if changed == string(crd) {
 			t.Fatal("the CRD has no creationTimestamp column to insert before")
 		}
-		if out, errOut, err := c.Kubectl(ctx, changed, "apply", "--server-side", "-f", "-"); err != nil {
-			t.Fatalf("kubectl apply --server-side the changed CRD: %v\n%s%s", err, out, errOut)
+		if out, errOut, err := c.Kubectl(ctx, changed, "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply --server-side --force-conflicts the changed CRD: %v\n%s%s", err, out, errOut)
 		}
 		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values"); err != nil {
 			t.Fatal(err)
