@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke
+.PHONY: generate help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ build: ## build bin/webhook with version information
 
 review: build ## review the shipped example Services against the example policy, offline
 	@# exit 1 means "some Service is denied", which the examples show on purpose
-	$(BIN_DIR)/webhook review --policy examples/clusteripolicy.yaml -o text examples/services/; test $$? -le 1
+	$(BIN_DIR)/webhook review --policy examples/clusterippolicy.yaml -o text examples/services/; test $$? -le 1
 
 test: vet fmt-check unit e2e chaos bench-smoke ## everything CI runs: vet, gofmt, unit tests, end-to-end tests, fault scenarios, benchmark smoke
 
@@ -32,6 +32,13 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "not gofmt-clean:"; echo "$$out"; exit 1; fi
+
+# The ClusterIPPolicy CRD is generated from pkg/apis/clusterippolicy/v1alpha1,
+# the chart's README.md from its values.yaml; manifests/crd_generated_test.go
+# and manifests/chart_readme_test.go fail when the committed files differ.
+generate: tools ## regenerate the ClusterIPPolicy CRD (base and chart) and the chart's README.md
+	hack/generate-crd.sh
+	hack/generate-chart-readme.sh
 
 tools: ## build etcd, kube-apiserver, kubectl and helm into .local/bin (cached)
 	hack/build-tools.sh

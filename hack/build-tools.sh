@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the binaries the end-to-end tests and the demo run: etcd, kube-apiserver,
-# kubectl and helm from their Go modules at the versions pinned in tools/*/go.mod.
+# kubectl, helm, controller-gen and helm-docs from their Go modules at the versions pinned in tools/*/go.mod.
 # A binary is rebuilt only when its pinned version (recorded in a stamp file
 # beside it) differs, so a warm run costs a second; a cold kube-apiserver build
 # takes about 11 minutes on 2 cores, a cold helm build about 2.5 minutes.
@@ -12,6 +12,8 @@ mkdir -p "$bin"
 k8s_version=$(cd "$root/tools/kube" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd_version=$(cd "$root/tools/etcd" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 helm_version=$(cd "$root/tools/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
+controller_gen_version=$(cd "$root/tools/controller-gen" && go list -m -f '{{.Version}}' sigs.k8s.io/controller-tools)
+helm_docs_version=$(cd "$root/tools/helm-docs" && go list -m -f '{{.Version}}' github.com/norwoodj/helm-docs)
 minor=${k8s_version#v1.}; minor=${minor%%.*}
 
 # build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS]
@@ -39,3 +41,8 @@ build kube-apiserver "$k8s_version" "$root/tools/kube" k8s.io/kubernetes/cmd/kub
 build kubectl "$k8s_version" "$root/tools/kube" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 # helm prints its version from internal/version; stamp the release the same way.
 build helm "$helm_version" "$root/tools/helm" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$helm_version"
+# controller-gen generates the ClusterIPPolicy CRD (hack/generate-crd.sh); its
+# version is stamped into the CRD's annotation from the module's build info.
+build controller-gen "$controller_gen_version" "$root/tools/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
+# helm-docs writes the chart's README.md from values.yaml (hack/generate-chart-readme.sh).
+build helm-docs "$helm_docs_version" "$root/tools/helm-docs" github.com/norwoodj/helm-docs/cmd/helm-docs

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"os"
@@ -40,6 +41,12 @@ func helmBinary(t *testing.T) string {
 	return bin
 }
 
+// chartRequiredArgs are what the chart cannot default: the DNS address
+// (helm template cannot read it from a cluster) and the Kubernetes version
+// (helm template assumes v1.20.0, which Chart.yaml's kubeVersion refuses).
+// Tests that need either different give it again (later arguments win).
+var chartRequiredArgs = []string{"--set", "dns.clusterIP=10.96.0.10", "--kube-version", "1.37.2"}
+
 // helmTemplate renders the chart into the namespace the base uses, with
 // extra helm arguments (--set ...), and returns helm's output or its error
 // with stderr.
@@ -47,7 +54,7 @@ func helmTemplate(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, helmBinary(t), append([]string{"template", "clusterip-policy", chartDir, "--namespace", ownNamespace}, args...)...)
+	cmd := exec.CommandContext(ctx, helmBinary(t), append(append([]string{"template", "clusterip-policy", chartDir, "--namespace", ownNamespace}, chartRequiredArgs...), args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -62,7 +69,7 @@ func helmTemplate(t *testing.T, args ...string) ([]byte, error) {
 type renderedChart struct {
 	objects *objects
 	secrets []*corev1.Secret
-	other   []map[string]any // cert-manager Issuers and Certificates
+	other   []map[string]any // cert-manager Issuers and Certificates, the monitoring objects
 	all     []map[string]any
 }
 
@@ -88,7 +95,7 @@ func renderChart(t *testing.T, args ...string) renderedChart {
 			if err := add(&r.secrets, doc); err != nil {
 				t.Fatalf("document %d (Secret): %v", i+1, err)
 			}
-		case m["apiVersion"] == "cert-manager.io/v1":
+		case m["apiVersion"] == "cert-manager.io/v1", m["apiVersion"] == "monitoring.coreos.com/v1":
 			r.other = append(r.other, m)
 		default:
 			if err := r.objects.decode(doc); err != nil {
@@ -177,15 +184,25 @@ func TestChartWebhooksMatchTheBase(t *testing.T) {
 			t.Errorf("MutatingWebhookConfiguration %s lacks %s=webhook-configuration", c.Name, installLabel)
 		}
 	}
-	// The Deployment's pod template is the base's but for the labels helm adds.
+	// The Deployment's pod template is the base's but for the labels helm
+	// adds and two defaults only the chart has: the priority class (the base
+	// leaves it to an overlay, as a ResourceQuota configuration may restrict
+	// system-cluster-critical to kube-system) and the Linux node selector.
+	pod := &chart.Deployments[0].Spec.Template.Spec
+	if pod.PriorityClassName != "system-cluster-critical" || !reflect.DeepEqual(pod.NodeSelector, map[string]string{"kubernetes.io/os": "linux"}) {
+		t.Errorf("the chart's default priorityClassName %q and nodeSelector %v, want system-cluster-critical and kubernetes.io/os=linux", pod.PriorityClassName, pod.NodeSelector)
+	}
+	pod.PriorityClassName, pod.NodeSelector = "", nil
 	if !reflect.DeepEqual(chart.Deployments[0].Spec, base.Deployments[0].Spec) {
 		t.Errorf("the chart's Deployment spec differs from manifests/base:\nchart: %+v\nbase:  %+v", chart.Deployments[0].Spec, base.Deployments[0].Spec)
 	}
 	if !reflect.DeepEqual(chart.ClusterRoles[0].Rules, base.ClusterRoles[0].Rules) || !reflect.DeepEqual(chart.Roles[0].Rules, base.Roles[0].Rules) {
 		t.Error("the chart's RBAC rules differ from manifests/base")
 	}
-	if len(chart.Policies) != 1 || len(base.Policies) != 1 || !sameJSON(chart.Policies[0].Spec, base.Policies[0].Spec) {
-		t.Errorf("the chart's default policy object differs from manifests/base/clusteripolicy.yaml")
+	// The example policy given whole is the base's object.
+	withExample := renderChart(t, "--set-file", "policy=../examples/clusterippolicy.yaml").objects
+	if len(withExample.Policies) != 1 || len(base.Policies) != 1 || !sameJSON(withExample.Policies[0].Spec, base.Policies[0].Spec) {
+		t.Errorf("the chart's policy object from examples/clusterippolicy.yaml differs from manifests/base/clusterippolicy.yaml")
 	}
 	if len(chart.ConfigMaps) != 0 {
 		t.Errorf("with policySource crd the chart renders %d ConfigMaps; nothing would read them", len(chart.ConfigMaps))
@@ -284,7 +301,22 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "webhook.excludedNamespaces={Bad_NS}"}, "'Bad_NS' does not match pattern"},
 		{[]string{"--set", "webhook.excludedNamespaces={ci,default}"}, "webhook.excludedNamespaces: default must stay covered"},
 		{[]string{"--set", "webhook.auditInterval=5x"}, "at '/webhook/auditInterval': '5x' does not match pattern"},
-		{[]string{"--set", "policy="}, "at '/policy': minLength: got 0, want 1"},
+		{[]string{"--kube-version", "1.34.0"}, "chart requires kubeVersion: >=1.37.0-0 which is incompatible with Kubernetes v1.34.0"},
+		{[]string{"--set", "global.imageRegistry=x", "--set", "globl.x=1"}, "additional properties 'globl' not allowed"},
+		{[]string{"--set", "dns.clusterIP="}, "dns.clusterIP is required: the chart reserves the cluster DNS address for kube-system/kube-dns and will not guess it"},
+		{[]string{"--set", "dns.clusterIP=10.96.0.300x"}, `dns.clusterIP: "10.96.0.300x" is not an IP address`},
+		{[]string{"--set", "dns.service=kube-dns"}, "at '/dns/service': 'kube-dns' does not match pattern"},
+		{[]string{"--set", "enforcement=block"}, "at '/enforcement': value must be one of 'deny', 'warn', 'audit'"},
+		{[]string{"--set", "image.digest=sha256:abc"}, "at '/image/digest': 'sha256:abc' does not match pattern"},
+		{[]string{"--set", "image.digest=sha256:abc", "--skip-schema-validation"}, `image.digest: "sha256:abc" is not a digest`},
+		{[]string{"--set", "webhook.timeoutSeconds=30"}, "at '/webhook/timeoutSeconds': maximum: got 30, want 10"},
+		{[]string{"--set", "webhook.timeoutSeconds=30", "--skip-schema-validation"}, "webhook.timeoutSeconds: 30 is outside 1-10"},
+		{[]string{"--set", "securityContext.runAsUser=0"}, "runAsUser 0 is root"},
+		{[]string{"--set", "podSecurityContext.runAsNonRoot=false"}, "runAsNonRoot false would let the webhook run as root"},
+		{[]string{"--set", "securityContext.privileged=true"}, "securityContext.privileged: true"},
+		{[]string{"--set", "securityContext.allowPrivilegeEscalation=true"}, "securityContext.allowPrivilegeEscalation: true"},
+		{[]string{"--set", "extraArgs={serve}"}, "at '/extraArgs/0': 'serve' does not match pattern"},
+		{[]string{"--set", "imagePullSecrets[0].nam=x"}, "at '/imagePullSecrets/0': missing property 'name'"},
 		{[]string{"--set", "image.tag="}, "at '/image/tag': minLength: got 0, want 1"},
 		{[]string{"--set", "certificate.source=vault"}, "at '/certificate/source': value must be one of 'selfSigned', 'certManager'"},
 		{[]string{"--set", "certificate.source=vault", "--skip-schema-validation"}, `certificate.source: "vault" is neither selfSigned nor certManager`},
@@ -304,6 +336,115 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 				t.Fatalf("helm template %s: got %v, want an error with %q", strings.Join(c.args, " "), err, c.want)
 			}
 		})
+	}
+}
+
+// The values other charts have (the anchors' names) reach the objects, and
+// the result is still safe.
+func TestChartConventionalValues(t *testing.T) {
+	r := renderChart(t,
+		"--set", "global.imageRegistry=mirror.example", "--set", "global.imagePullSecrets[0].name=global-pull",
+		"--set", "image.digest=sha256:"+strings.Repeat("ab", 32),
+		"--set", "imagePullSecrets[0].name=my-pull",
+		"--set", "priorityClassName=webhooks",
+		"--set", "nodeSelector.pool=system",
+		"--set", "tolerations[0].key=dedicated", "--set", "tolerations[0].operator=Exists",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+		"--set", "topologySpreadConstraints[0].maxSkew=2", "--set", "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+		"--set", "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+		"--set", "podAnnotations.team=net", "--set", "podLabels.team=net", "--set", "podLabels.app\\.kubernetes\\.io/name=hijack",
+		"--set", "extraArgs={--max-view-staleness=1m}", "--set", "extraEnv[0].name=GODEBUG", "--set", "extraEnv[0].value=x509sha1=0",
+		"--set", "webhook.timeoutSeconds=3", "--set", "webhook.configurationAnnotations.team=net",
+		"--set", "dns.clusterIP=10.43.0.10", "--set", "enforcement=deny")
+	o := r.objects
+	d := o.Deployments[0]
+	pod := d.Spec.Template.Spec
+	ctr := pod.Containers[0]
+	if want := "mirror.example/clusterip-policy@sha256:" + strings.Repeat("ab", 32); ctr.Image != want {
+		t.Errorf("image %s, want %s (global registry, digest over tag)", ctr.Image, want)
+	}
+	if len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "my-pull" {
+		t.Errorf("imagePullSecrets %v, want the chart's own my-pull over the global one", pod.ImagePullSecrets)
+	}
+	if pod.PriorityClassName != "webhooks" || pod.NodeSelector["pool"] != "system" || pod.NodeSelector["kubernetes.io/os"] != "linux" {
+		t.Errorf("priorityClassName %q, nodeSelector %v", pod.PriorityClassName, pod.NodeSelector)
+	}
+	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" || pod.Affinity == nil || pod.Affinity.NodeAffinity == nil {
+		t.Errorf("tolerations %v, affinity %v", pod.Tolerations, pod.Affinity)
+	}
+	if len(pod.TopologySpreadConstraints) != 1 || pod.TopologySpreadConstraints[0].MaxSkew != 2 {
+		t.Errorf("topologySpreadConstraints %v, want the one given instead of the base's two", pod.TopologySpreadConstraints)
+	}
+	if l := d.Spec.Template.Labels; l["team"] != "net" || l["app.kubernetes.io/name"] != "clusterip-policy-webhook" || d.Spec.Template.Annotations["team"] != "net" {
+		t.Errorf("pod labels %v (the selector's label must win over podLabels), annotations %v", l, d.Spec.Template.Annotations)
+	}
+	if v, ok := flagValue(&ctr, "max-view-staleness"); !ok || v != "1m" {
+		t.Errorf("extraArgs did not reach the container: %v", ctr.Args)
+	}
+	var env bool
+	for _, e := range ctr.Env {
+		env = env || (e.Name == "GODEBUG" && e.Value == "x509sha1=0")
+	}
+	if !env {
+		t.Errorf("extraEnv did not reach the container: %v", ctr.Env)
+	}
+	for _, w := range o.webhooks() {
+		if w.timeoutSeconds == nil || *w.timeoutSeconds != 3 {
+			t.Errorf("%s: timeoutSeconds %v, want 3", w.where, w.timeoutSeconds)
+		}
+	}
+	for _, c := range o.Mutating {
+		if c.Annotations["team"] != "net" || c.Annotations["admissions.enforcer/disabled"] != "true" {
+			t.Errorf("MutatingWebhookConfiguration annotations %v", c.Annotations)
+		}
+	}
+	for _, c := range o.Validating {
+		if c.Annotations["team"] != "net" || c.Annotations["admissions.enforcer/disabled"] != "true" {
+			t.Errorf("ValidatingWebhookConfiguration annotations %v", c.Annotations)
+		}
+	}
+	if len(o.Policies) != 1 {
+		t.Fatalf("%d policy objects", len(o.Policies))
+	}
+	var spec struct {
+		ServiceCIDRs []string `json:"serviceCIDRs"`
+		Reservations []struct {
+			IP, Service string
+		} `json:"reservations"`
+		Enforcement struct{ Default string } `json:"enforcement"`
+	}
+	if err := json.Unmarshal(o.Policies[0].Spec, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.ServiceCIDRs) != 0 || len(spec.Reservations) != 1 || spec.Reservations[0].IP != "10.43.0.10" || spec.Reservations[0].Service != "kube-system/kube-dns" || spec.Enforcement.Default != "deny" {
+		t.Errorf("the policy written from values: %+v, want only 10.43.0.10 for kube-system/kube-dns, deny, and no serviceCIDRs", spec)
+	}
+	for _, check := range []check{replicasAtLeastTwo, webhookNamespaces, noRoot, policyParses} {
+		for _, p := range check(o) {
+			t.Error(p)
+		}
+	}
+
+	// Without values: warn on a first install, the DNS address as given,
+	// the base's spread, and a global registry alone prefixes the image.
+	def := renderChart(t).objects
+	if err := json.Unmarshal(def.Policies[0].Spec, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Enforcement.Default != "warn" || len(spec.Reservations) != 1 || spec.Reservations[0].IP != "10.96.0.10" {
+		t.Errorf("the default policy: %+v, want warn and the DNS address given", spec)
+	}
+	if n := len(def.Deployments[0].Spec.Template.Spec.TopologySpreadConstraints); n != 2 {
+		t.Errorf("%d topologySpreadConstraints by default, want the base's 2", n)
+	}
+	noDNS := renderChart(t, "--set", "dns.clusterIP=", "--set", "dns.reserve=false").objects
+	spec.Reservations = nil
+	if err := json.Unmarshal(noDNS.Policies[0].Spec, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Reservations) != 0 {
+		t.Errorf("dns.reserve=false still reserves %+v", spec.Reservations)
 	}
 }
 
@@ -359,11 +500,32 @@ func TestChartCarriesTheBaseCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart, err := os.ReadFile("../charts/clusterip-policy/crds/clusteripolicies.yaml")
+	chart, err := os.ReadFile("../charts/clusterip-policy/crds/clusterippolicies.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(base) != string(chart) {
-		t.Error("charts/clusterip-policy/crds/clusteripolicies.yaml differs from manifests/base/crd.yaml; copy the base's")
+		t.Error("charts/clusterip-policy/crds/clusterippolicies.yaml differs from manifests/base/crd.yaml; both are generated: run make generate")
+	}
+}
+
+// helm lint passes with the default values and with every new value set
+// (--strict: a template warning fails too).
+func TestChartLints(t *testing.T) {
+	for _, args := range [][]string{
+		nil,
+		{"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true",
+			"--set", "image.registry=ghcr.io", "--set", "image.digest=sha256:" + strings.Repeat("0f", 32), "--set", "imagePullSecrets[0].name=pull",
+			"--set", "tolerations[0].operator=Exists", "--set", "podLabels.team=net", "--set", "podAnnotations.team=net",
+			"--set", "extraArgs={--max-view-staleness=1m}", "--set", "extraEnv[0].name=X", "--set", "webhook.timeoutSeconds=2",
+			"--set", "enforcement=deny", "--set", "global.imageRegistry=mirror.example"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd := exec.CommandContext(ctx, helmBinary(t), append(append([]string{"lint", "--strict", chartDir, "--namespace", ownNamespace}, chartRequiredArgs...), args...)...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Errorf("helm lint %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 }

@@ -293,7 +293,7 @@ func problemf(format string, args ...any) string { return fmt.Sprintf(format, ar
 // drift apart.
 func TestTheShippedPolicyIsTheExamplePolicy(t *testing.T) {
 	o := loadBase(t)
-	data, err := os.ReadFile(filepath.Join("..", "examples", "clusteripolicy.yaml"))
+	data, err := os.ReadFile(filepath.Join("..", "examples", "clusterippolicy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestTheShippedPolicyIsTheExamplePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(o.Policies) != 1 || !sameJSON(o.Policies[0].Spec, example.Spec) {
-		t.Errorf("the base's ClusterIPPolicy differs from examples/clusteripolicy.yaml; copy the example's spec into manifests/base/clusteripolicy.yaml")
+		t.Errorf("the base's ClusterIPPolicy differs from examples/clusterippolicy.yaml; copy the example's spec into manifests/base/clusterippolicy.yaml")
 	}
 	example2, err := os.ReadFile(filepath.Join("..", "examples", "policy.yaml"))
 	if err != nil {

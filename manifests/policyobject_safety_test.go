@@ -11,7 +11,7 @@ import (
 
 // policyObjectWebhook reviews ClusterIPPolicy objects at kubectl apply
 // (ValidatePolicyObjectPath) with the webhook's policy loader.
-const policyObjectWebhook = "validate-clusteripolicies.clusterip-policy.io"
+const policyObjectWebhook = "validate-clusterippolicies.clusterip-policy.io"
 
 // clusterScoped says whether a webhook reviews cluster-scoped objects, for
 // which a namespaceSelector never applies and default/kubernetes is no
@@ -22,7 +22,7 @@ func clusterScoped(w webhook) bool {
 
 // policyObjectRules holds the policy-object webhook's scope exact: one
 // rule, CREATE and UPDATE of clusterip-policy.io/v1alpha1
-// clusteripolicies, cluster-scoped; not the status subresource (the
+// clusterippolicies, cluster-scoped; not the status subresource (the
 // webhook's own status writes must never wait for it), not DELETE.
 func policyObjectRules(w webhook) []string {
 	want := admv1.RuleWithOperations{

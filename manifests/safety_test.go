@@ -357,8 +357,8 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "networking.k8s.io", "ipaddresses", []string{"get", "list", "watch", "create", "delete"}, "the view of allocated addresses; create and delete: reservation holds (--hold-reservations), only IPAddresses labelled managed-by clusterip-policy.io", nil},
 	{"ClusterRole", "", "services", []string{"get", "list"}, "get: the holds' leader re-holds a reserved address only while its owner Service does not exist; list: the leader's periodic audit (--audit-interval) reads the existing Services", nil},
 	{"ClusterRole", "events.k8s.io", "events", []string{"create"}, "the periodic audit's Warning Event on each offending Service; it never updates or deletes one (it deduplicates itself)", nil},
-	{"ClusterRole", "clusterip-policy.io", "clusteripolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)", nil},
-	{"ClusterRole", "clusterip-policy.io", "clusteripolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec", nil},
+	{"ClusterRole", "clusterip-policy.io", "clusterippolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)", nil},
+	{"ClusterRole", "clusterip-policy.io", "clusterippolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec", nil},
 	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
 	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
@@ -385,7 +385,7 @@ func rbacExact(o *objects) []string {
 					i = slices.IndexFunc(rbacGrants, func(x rbacGrant) bool { return x.kind == kind && x.group == g && x.resource == res })
 				}
 				if i < 0 {
-					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), events (events.k8s.io, create), clusteripolicies (get, list, watch) and their status (update), and, in a Role, its Lease", where, res, g))
+					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), events (events.k8s.io, create), clusterippolicies (get, list, watch) and their status (update), and, in a Role, its Lease", where, res, g))
 					continue
 				}
 				for _, v := range rule.Verbs {
@@ -926,8 +926,8 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			}, "no webhook " + policyObjectWebhook},
 		{"rejects a policy-object webhook that also matches the status subresource", webhookRules,
 			func(o *objects) {
-				pwh(o).Rules[0].Resources = []string{"clusteripolicies", "clusteripolicies/status"}
-			}, "must match exactly CREATE and UPDATE of clusterip-policy.io/v1alpha1 clusteripolicies"},
+				pwh(o).Rules[0].Resources = []string{"clusterippolicies", "clusterippolicies/status"}
+			}, "must match exactly CREATE and UPDATE of clusterip-policy.io/v1alpha1 clusterippolicies"},
 		{"rejects a policy-object webhook that matches deletes", webhookRules,
 			func(o *objects) { pwh(o).Rules[0].Operations = append(pwh(o).Rules[0].Operations, admv1.Delete) }, "must match exactly"},
 		{"rejects a policy-object webhook that fails closed", policyObjectFailOpen,

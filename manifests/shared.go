@@ -20,7 +20,7 @@ const (
 	ValidateServiceCIDRPath = "/validate-v1-servicecidr"
 	// ValidatePolicyObjectPath reviews clusterip-policy.io ClusterIPPolicy
 	// objects with the policy loader (cmd/webhook/policyobjectreview.go).
-	ValidatePolicyObjectPath = "/validate-v1alpha1-clusteripolicy"
+	ValidatePolicyObjectPath = "/validate-v1alpha1-clusterippolicy"
 )
 
 // SplitYAML returns the non-empty documents of a multi-document YAML

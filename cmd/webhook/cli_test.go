@@ -193,7 +193,7 @@ func TestVersion(t *testing.T) {
 // The example policy object reviews exactly as the example policy file.
 func TestReviewOfThePolicyObjectExample(t *testing.T) {
 	code, fromFile, _ := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
-	code2, fromObject, stderr := runCLI("", "review", "--policy", "../../examples/clusteripolicy.yaml", "-o", "json", "../../examples/services/")
+	code2, fromObject, stderr := runCLI("", "review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "../../examples/services/")
 	if code2 != code || fromObject != fromFile {
 		t.Fatalf("the object (exit %d, stderr %s):\n%s\nthe file (exit %d):\n%s", code2, stderr, fromObject, code, fromFile)
 	}
@@ -220,7 +220,7 @@ func TestReviewNotesTheOldFileFormat(t *testing.T) {
 	if n := strings.Count(stderr, "\n"); n != 1 {
 		t.Errorf("the note takes %d lines, want 1:\n%s", n, stderr)
 	}
-	code2, fromObject, stderr2 := runCLI("", "review", "--policy", "../../examples/clusteripolicy.yaml", "-o", "json", "../../examples/services/")
+	code2, fromObject, stderr2 := runCLI("", "review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "../../examples/services/")
 	if code2 != code || fromObject != fromFile {
 		t.Errorf("the object reviews differently (exit %d):\n%s\nthe file (exit %d):\n%s", code2, fromObject, code, fromFile)
 	}
@@ -259,7 +259,7 @@ func TestAuditNotesTheOldFileFormat(t *testing.T) {
 	if code != exitBadData || !strings.Contains(stderr, `audit: note: "../../examples/policy.yaml" is a policy file (apiVersion clusterip-policy/v1alpha1)`) || !strings.Contains(stderr, "no-kubeconfig") {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 for the kubeconfig, after the note", code, stderr)
 	}
-	_, _, stderr = runCLI("", "audit", "--policy", "../../examples/clusteripolicy.yaml", "--kubeconfig", missing)
+	_, _, stderr = runCLI("", "audit", "--policy", "../../examples/clusterippolicy.yaml", "--kubeconfig", missing)
 	if strings.Contains(stderr, "note:") {
 		t.Errorf("the object manifest got a note: %s", stderr)
 	}

@@ -141,6 +141,10 @@ type conditionKeeper struct {
 	log         logr.Logger
 	metrics     *conditionMetrics
 	mutators    *mutatorWatch
+	// inForce, if set, is told the policy digest each time the written
+	// conditions are reported in force (the ClusterIPPolicy status,
+	// policystatus.go, says which generation they encode).
+	inForce func(policyDigest string)
 }
 
 // wantedConditions is what the leader writes at one moment.
@@ -281,6 +285,9 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 			reported = true
 			k.metrics.synced.Set(1)
 			k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest)
+			if k.inForce != nil {
+				k.inForce(want.policyDigest)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -128,6 +128,9 @@ type periodicAudit struct {
 	log         logr.Logger
 	metrics     *periodicAuditMetrics
 	now         func() time.Time
+	// report, if set, is told each pass's outcome (the ClusterIPPolicy
+	// status: how many existing Services break the policy).
+	report func(at time.Time, policyDigest string, r policy.AuditReport)
 	// emitted is when each finding last got an Event, pruned after
 	// auditEventWindow: at most maxAuditEventsPerPass entries per pass
 	// within the window. A new leader starts empty; the Events' names keep
@@ -191,6 +194,9 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 	now := a.now()
 	a.metrics.lastSuccess.Set(float64(now.Unix()))
 	a.metrics.passes.WithLabelValues("success").Inc()
+	if a.report != nil {
+		a.report(now, pol.policy.Digest, report)
+	}
 
 	uids := make(map[policy.Owner]types.UID, len(services))
 	for _, s := range services {

@@ -231,6 +231,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	view := allocview.NewView()
 	m := newMetrics(defaultRegistry, view)
 	var crd *crdPolicy
+	var status *policyStatus // the ClusterIPPolicy status; nil with --policy-source=file
 	var policies *policyStore
 	if o.policySource == policySourceCRD {
 		dyn, err := dynamic.NewForConfig(cfg)
@@ -238,7 +239,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
 		policies = newPolicyStore(policy.ObjectResource+"/"+policy.ObjectName, log.WithName("policy"), m)
-		crd = &crdPolicy{client: dyn, store: policies, log: log.WithName("policy")}
+		status = newPolicyStatus(dyn, log.WithName("policy-status"))
+		crd = &crdPolicy{client: dyn, store: policies, status: status, log: log.WithName("policy")}
 	} else {
 		policies = newPolicyStore(o.policyPath, log.WithName("policy"), m)
 		if err := policies.reload(); err != nil {
@@ -257,8 +259,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 			skip: []string{o.holds.leaseNamespace}, grace: o.holds.grace, log: log.WithName("holds"), metrics: hm}
 		leaderWorks = append(leaderWorks, keeper.lead)
 	}
+	var pa *periodicAudit
 	if o.audit.interval > 0 {
-		pa := &periodicAudit{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
+		pa = &periodicAudit{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
 			skip: []string{o.holds.leaseNamespace}, interval: o.audit.interval, instance: o.holds.identity,
 			log: log.WithName("periodic-audit"), metrics: newPeriodicAuditMetrics(defaultRegistry), now: time.Now}
 		leaderWorks = append(leaderWorks, pa.lead)
@@ -266,6 +269,17 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	ck := &conditionKeeper{client: client, ready: ready, staticCIDRs: staticCIDRs, o: o.conditions,
 		log: log.WithName("match-conditions"), metrics: newConditionMetrics(defaultRegistry),
 		mutators: &mutatorWatch{client: client, ourConfig: o.conditions.mutating, log: log.WithName("match-conditions")}}
+	// The ClusterIPPolicy status has one writer, the leader
+	// (policystatus.go): in CRD mode this replica campaigns even when no
+	// other leader work is on.
+	if status != nil {
+		status.auditOn, status.conditionsOn = o.audit.interval > 0, o.conditions.manage
+		ck.inForce = status.conditionsInForce
+		if pa != nil {
+			pa.report = status.auditDone
+		}
+		leaderWorks = append(leaderWorks, status.lead)
+	}
 	if o.conditions.manage {
 		ck.metrics.managed.Set(1)
 		leaderWorks = append(leaderWorks, ck.lead)

@@ -13,7 +13,7 @@ import (
 const (
 	ObjectGroup    = "clusterip-policy.io"
 	ObjectVersion  = "v1alpha1"
-	ObjectResource = "clusteripolicies"
+	ObjectResource = "clusterippolicies"
 	// ObjectName is the one policy object the webhook reads; the CRD's
 	// schema refuses any other name, so there is never a question of how
 	// several would combine.

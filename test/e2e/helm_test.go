@@ -105,7 +105,7 @@ func TestHelmChart(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := 0
-		for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/clusteripolicies.clusterip-policy.io", "clusteripolicies.clusterip-policy.io/default",
+		for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/clusterippolicies.clusterip-policy.io", "clusterippolicies.clusterip-policy.io/default",
 			"serviceaccount/clusterip-policy-webhook", "secret/clusterip-policy-webhook-tls",
 			"service/clusterip-policy-webhook", "deployment.apps/clusterip-policy-webhook", "poddisruptionbudget.policy/clusterip-policy-webhook",
 			"role.rbac.authorization.k8s.io/clusterip-policy-webhook-holds", "rolebinding.rbac.authorization.k8s.io/clusterip-policy-webhook-holds",
@@ -128,7 +128,7 @@ func TestHelmChart(t *testing.T) {
 
 	t.Run("the webhook with the chart's RBAC and the chart's policy object gets ready", func(t *testing.T) {
 		// The policy file given with --set-file became the object's spec.
-		reservations, _, err := c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.spec.reservations[*].service}")
+		reservations, _, err := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.spec.reservations[*].service}")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestHelmChart(t *testing.T) {
 
 		// The chart's policy-object check (re-pointed above with the rest)
 		// refuses a bad edit; the object in force shows Ready.
-		status, _, _ := c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.generationInForce}`)
+		status, _, _ := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.generationInForce}`)
 		if status != "True 1" {
 			t.Errorf("ClusterIPPolicy default: Ready and generation in force %q, want True 1", status)
 		}
@@ -207,7 +207,7 @@ func TestHelmChart(t *testing.T) {
 			}
 		}
 		out, errOut, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--force-conflicts", "-f", "-")
-		if err == nil || !strings.Contains(errOut, `admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
+		if err == nil || !strings.Contains(errOut, `admission webhook "validate-clusterippolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
 			t.Errorf("kubectl apply of a duplicate owner through the chart's check: %v\n%s%s", err, out, errOut)
 		} else {
 			t.Logf("kubectl apply of a duplicate owner: %s", strings.TrimSpace(errOut))
@@ -235,10 +235,31 @@ func TestHelmChart(t *testing.T) {
 	// upgrade must keep it (read back with lookup), or the caBundle would
 	// change under pods still serving the old certificate.
 	t.Run("a generated certificate survives helm upgrade, which changes the policy", func(t *testing.T) {
-		if out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
+		// With no DNS address in values and no DNS Service to read it
+		// from, the chart refuses rather than reserve a guess.
+		out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy")
+		if err == nil || !strings.Contains(err.Error()+out, "dns.clusterIP is required") {
+			t.Fatalf("helm install with no DNS address and no kube-system/kube-dns: %v\n%s; want the refusal naming dns.clusterIP", err, out)
+		}
+		t.Logf("e2e: helm: install without a DNS address refused: %s", strings.TrimSpace(lastLines(err.Error(), 1)))
+		// With the DNS Service in place, install reads its address and says so.
+		if _, _, err := c.Kubectl(ctx, "", "create", "service", "clusterip", "kube-dns", "-n", "kube-system", "--tcp=53", "--clusterip=10.96.0.10"); err != nil {
 			t.Fatal(err)
-		} else {
-			t.Logf("helm install (generated certificate): %s", strings.Fields(out)[1])
+		}
+		t.Cleanup(func() {
+			_, _, _ = c.Kubectl(ctx, "", "delete", "service", "kube-dns", "-n", "kube-system", "--ignore-not-found")
+		})
+		if out, err = runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("helm install (generated certificate, DNS address read from the cluster): %s", strings.Fields(out)[1])
+		for _, want := range []string{"The policy reserves 10.96.0.10 for kube-system/kube-dns (read from that Service in the cluster at install", "Enforcement is warn", "--set enforcement=deny"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("helm install's notes lack %q:\n%s", want, out)
+			}
+		}
+		if mode, _, _ := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.spec.enforcement.default}"); mode != "warn" {
+			t.Errorf("a first install's enforcement is %q, want warn", mode)
 		}
 		t.Cleanup(func() { _, _ = runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy") })
 		state := func() (secret, bundle, policy string) {
@@ -250,7 +271,7 @@ func TestHelmChart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			policy, _, err = c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.spec.reservations[*].ip}")
+			policy, _, err = c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.spec.reservations[*].ip}")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,6 +292,80 @@ func TestHelmChart(t *testing.T) {
 		if policy2 != "10.96.0.53" {
 			t.Errorf("helm upgrade did not change the policy object: reservations %q, want 10.96.0.53", policy2)
 		}
+	})
+
+	// Non-default values reach the cluster; the CRD is upgraded the way
+	// docs/deploying.md says (helm never upgrades crds/); the documented
+	// uninstall leaves nothing of the project behind.
+	t.Run("non-default values, a CRD upgrade and an uninstall that leaves nothing", func(t *testing.T) {
+		if out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy",
+			"--set", "dns.clusterIP=10.96.0.10", "--set", "enforcement=deny", "--set", "imagePullSecrets[0].name=registry-cred",
+			"--set", "extraArgs={--max-view-staleness=1m}", "--set", "priorityClassName=system-node-critical",
+			"--set", "webhook.timeoutSeconds=3"); err != nil {
+			t.Fatal(err)
+		} else if !strings.Contains(out, "The policy reserves 10.96.0.10 for kube-system/kube-dns (dns.clusterIP)") || strings.Contains(out, "Enforcement is") {
+			t.Errorf("notes with dns.clusterIP and enforcement=deny:\n%s", out)
+		}
+		dep, _, err := c.Kubectl(ctx, "", "get", "deployment", "clusterip-policy-webhook", "-n", "clusterip-policy", "-o",
+			"jsonpath={.spec.template.spec.priorityClassName} {.spec.template.spec.imagePullSecrets[0].name} {.spec.template.spec.containers[0].args}")
+		if err != nil || !strings.HasPrefix(dep, "system-node-critical registry-cred ") || !strings.Contains(dep, "--max-view-staleness=1m") {
+			t.Errorf("the Deployment the apiserver stored: %q, %v", dep, err)
+		}
+		if to, _, _ := c.Kubectl(ctx, "", "get", "validatingwebhookconfiguration", "clusterip-policy", "-o", "jsonpath={.webhooks[*].timeoutSeconds}"); to != "3 3 3" {
+			t.Errorf("timeoutSeconds %q, want 3 on each validating webhook", to)
+		}
+
+		// The CRD upgrade: a new printer column, applied as documented.
+		crd, err := os.ReadFile(filepath.Join(root, "charts", "clusterip-policy", "crds", "clusterippolicies.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed := strings.Replace(string(crd), "    - jsonPath: .metadata.creationTimestamp\n", "    - jsonPath: .status.policyDigest\n      name: Digest\n      type: string\n    - jsonPath: .metadata.creationTimestamp\n", 1)
+		if changed == string(crd) {
+			t.Fatal("the CRD has no creationTimestamp column to insert before")
+		}
+		if out, errOut, err := c.Kubectl(ctx, changed, "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply --server-side --force-conflicts the changed CRD: %v\n%s%s", err, out, errOut)
+		}
+		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values"); err != nil {
+			t.Fatal(err)
+		}
+		cols, _, _ := c.Kubectl(ctx, "", "get", "crd", "clusterippolicies.clusterip-policy.io", "-o", "jsonpath={.spec.versions[0].additionalPrinterColumns[*].name}")
+		if !strings.Contains(cols, "Digest") {
+			t.Errorf("after the CRD upgrade the columns are %q, want Digest among them", cols)
+		}
+		if spec, _, err := c.Kubectl(ctx, "", "get", "cipp", "default", "-o", "jsonpath={.spec.reservations[*].ip}"); err != nil || spec != "10.96.0.10" {
+			t.Errorf("the policy object after the CRD upgrade: %q, %v", spec, err)
+		}
+
+		// Uninstall, as docs/deploying.md "Uninstalling the chart" says.
+		if _, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait"); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"delete", "crd", "clusterippolicies.clusterip-policy.io"},
+			{"-n", "clusterip-policy", "delete", "lease", "clusterip-policy-holds", "--ignore-not-found"},
+			{"delete", "ipaddresses", "-l", "ipaddress.kubernetes.io/managed-by=clusterip-policy.io"},
+		} {
+			if out, errOut, err := c.Kubectl(ctx, "", args...); err != nil {
+				t.Fatalf("kubectl %v: %v\n%s%s", args, err, out, errOut)
+			}
+		}
+		left := map[string][]string{
+			"crd":                         {"get", "crd", "-o", "name"},
+			"webhook configurations":      {"get", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "-o", "name"},
+			"cluster roles and bindings":  {"get", "clusterrole,clusterrolebinding", "-l", "app.kubernetes.io/part-of=clusterip-policy", "-o", "name"},
+			"objects in the namespace":    {"get", "deployment,service,serviceaccount,role,rolebinding,secret,configmap,poddisruptionbudget,lease", "-n", "clusterip-policy", "-l", "app.kubernetes.io/part-of=clusterip-policy", "-o", "name"},
+			"the Lease":                   {"get", "lease", "-n", "clusterip-policy", "--field-selector", "metadata.name=clusterip-policy-holds", "-o", "name"},
+			"holds (IPAddresses of ours)": {"get", "ipaddresses", "-l", "ipaddress.kubernetes.io/managed-by=clusterip-policy.io", "-o", "name"},
+		}
+		for what, args := range left {
+			out, errOut, err := c.Kubectl(ctx, "", args...)
+			if err != nil || strings.Contains(out, "clusterip") || (what != "crd" && what != "webhook configurations" && strings.TrimSpace(out) != "") {
+				t.Errorf("after the documented uninstall, %s: %q %s %v", what, out, errOut, err)
+			}
+		}
+		t.Logf("e2e: helm: non-default values stored, CRD upgraded (columns %s), uninstall left nothing", cols)
 	})
 }
 

@@ -203,7 +203,7 @@ func TestDeploymentManifests(t *testing.T) {
 		if err == nil {
 			return // a kubectl that waits for the CRD: nothing to warn about
 		}
-		if !strings.Contains(errOut, "ClusterIPPolicy") || !strings.Contains(out, "customresourcedefinition.apiextensions.k8s.io/clusteripolicies.clusterip-policy.io serverside-applied") {
+		if !strings.Contains(errOut, "ClusterIPPolicy") || !strings.Contains(out, "customresourcedefinition.apiextensions.k8s.io/clusterippolicies.clusterip-policy.io serverside-applied") {
 			t.Errorf("the one-step apply failed otherwise than on the ClusterIPPolicy alone")
 		}
 	})
@@ -213,7 +213,7 @@ func TestDeploymentManifests(t *testing.T) {
 		if out, errOut, err := c.Kubectl(ctx, "", "apply", "--server-side", "-f", filepath.Join(overlay, "..", "..", "base", "crd.yaml")); err != nil {
 			t.Fatalf("%v\n%s%s", err, out, errOut)
 		}
-		if out, errOut, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "crd/clusteripolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
+		if out, errOut, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
 			t.Fatalf("%v\n%s%s", err, out, errOut)
 		}
 		out, errOut, err := c.Kubectl(ctx, "", "apply", "--server-side", "-k", overlay)
@@ -223,8 +223,8 @@ func TestDeploymentManifests(t *testing.T) {
 		}
 		t.Logf("kubectl apply:\n%s", out)
 		for _, o := range objs {
-			// By kind in lower case, as a user types it (clusterippolicy
-			// works through the CRD's short name).
+			// By kind in lower case, as a user types it (for the
+			// ClusterIPPolicy that is the CRD's singular, clusterippolicy).
 			res, _, err := c.Kubectl(ctx, "", "get", strings.ToLower(o.GetKind())+"/"+o.GetName(), "-n", o.GetNamespace(), "-o", "name")
 			if err != nil {
 				t.Errorf("%s %s/%s not found after apply: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
@@ -324,7 +324,7 @@ func TestDeploymentManifests(t *testing.T) {
 	t.Run("the applied policy object is in force, and the applied policy-object check refuses a bad edit", func(t *testing.T) {
 		var status string
 		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			status, _, _ = c.Kubectl(ctx, "", "get", "clusteripolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.metadata.generation} {.status.generationInForce}`)
+			status, _, _ = c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.metadata.generation} {.status.generationInForce}`)
 			if status == "True 1 1" || time.Now().After(deadline) {
 				break
 			}
@@ -364,7 +364,7 @@ spec:
 			t.Fatalf("kubectl apply accepted a duplicate owner through the overlay's check:\n%s", out)
 		}
 		t.Logf("kubectl apply of a duplicate owner: %s", strings.TrimSpace(errOut))
-		if !strings.Contains(errOut, `admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
+		if !strings.Contains(errOut, `admission webhook "validate-clusterippolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
 			t.Errorf("the refusal does not name the check and both entries: %s", errOut)
 		}
 	})
@@ -386,8 +386,8 @@ spec:
 			"events.events.k8s.io [] []": {resource: "events.events.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"},
 			// The policy object (--policy-source=crd), and only its status
 			// to write.
-			"clusteripolicies.clusterip-policy.io [] []":        {resource: "clusteripolicies.clusterip-policy.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
-			"clusteripolicies.clusterip-policy.io/status [] []": {resource: "clusteripolicies.clusterip-policy.io/status", nonResource: "[]", names: "[]", verbs: "[update]"},
+			"clusterippolicies.clusterip-policy.io [] []":        {resource: "clusterippolicies.clusterip-policy.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
+			"clusterippolicies.clusterip-policy.io/status [] []": {resource: "clusterippolicies.clusterip-policy.io/status", nonResource: "[]", names: "[]", verbs: "[update]"},
 			// --manage-match-conditions: its one condition in the two
 			// configurations named clusterip-policy, nothing else.
 			"mutatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]":   {resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update]"},

@@ -16,7 +16,7 @@ import (
 	"clusterip-policy/test/e2e/framework"
 )
 
-const policyObjectWebhook = "validate-clusteripolicies.clusterip-policy.io"
+const policyObjectWebhook = "validate-clusterippolicies.clusterip-policy.io"
 
 // policyObject is a ClusterIPPolicy named default with the shared policy's
 // fields plus the given reservation lines.
@@ -53,7 +53,7 @@ func TestPolicyObject(t *testing.T) {
 	// and Ready message, as `kubectl get` shows them.
 	readyOf := func(t *testing.T) string {
 		t.Helper()
-		out, _ := kubectl(t, "", "get", "clusteripolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.observedGeneration} {.status.generationInForce} {.status.conditions[?(@.type=="Ready")].message}`)
+		out, _ := kubectl(t, "", "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.observedGeneration} {.status.generationInForce} {.status.conditions[?(@.type=="Ready")].message}`)
 		return out
 	}
 	waitStatus := func(t *testing.T, prefix string) string {
@@ -74,7 +74,7 @@ func TestPolicyObject(t *testing.T) {
 	if out, err := kubectl(t, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
 		t.Fatalf("apply the CRD: %v\n%s", err, out)
 	}
-	if out, err := kubectl(t, "", "wait", "--for=condition=Established", "crd/clusteripolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
+	if out, err := kubectl(t, "", "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
 		t.Fatalf("the CRD is not established: %v\n%s", err, out)
 	}
 
@@ -82,7 +82,7 @@ func TestPolicyObject(t *testing.T) {
 		cases := map[string]struct{ object, want string }{
 			"a second policy object":              {strings.Replace(policyObject(""), "name: default", "name: extra", 1), "the webhook reads exactly one ClusterIPPolicy, named default"},
 			"an address that is not one":          {policyObject("  - ip: 10.96.0.300\n    service: default/x\n"), "is not an IP address such as 10.96.0.10"},
-			"a CIDR that is not one":              {strings.Replace(policyObject(""), "[10.96.0.0/12]", "[10.96.0.0/33]", 1), "is not a CIDR such as 10.96.0.0/12"},
+			"a CIDR that is not one":              {strings.Replace(policyObject(""), "[10.96.0.0/12]", "[10.96.0.0/33]", 1), "is not a CIDR such as 10.96.0.0/16"},
 			"an unknown action":                   {strings.Replace(policyObject(""), "default: deny", "default: block", 1), `Unsupported value: "block"`},
 			"an owner that is not namespace/name": {policyObject("  - ip: 10.96.0.11\n    service: just-a-name\n"), "spec.reservations[1].service"},
 			// Without spec the built-in default would be put in force and every
@@ -112,15 +112,33 @@ func TestPolicyObject(t *testing.T) {
 		waitStatus(t, "True 1 1 generation 1 is in force")
 		_, err := create(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
-		out, _ := kubectl(t, "", "get", "clusteripolicy", "default")
-		t.Logf("kubectl get clusteripolicy default:\n%s", out)
+		out, _ := kubectl(t, "", "get", "clusterippolicy", "default")
+		t.Logf("kubectl get clusterippolicy default:\n%s", out)
 		if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[0] != "default" || f[1] != "True" || f[2] != "1" || f[3] != "1" || f[4] != "Loaded" {
 			t.Errorf("kubectl get columns %q, want default True 1 1 Loaded", f)
 		}
 		// Every spelling a user may type names the same object.
-		for _, name := range []string{"clusteripolicies", "clusteripolicy", "clusterippolicy", "clusteripolicies.clusterip-policy.io"} {
+		// Every spelling a user may type names the same object: the
+		// plural, the singular (the kind in lower case), the short name and
+		// the fully qualified resource.
+		for _, name := range []string{"clusterippolicies", "clusterippolicy", "cipp", "clusterippolicies.clusterip-policy.io"} {
 			if got, err := kubectl(t, "", "get", name, "default", "-o", "name"); err != nil || strings.TrimSpace(got) != "clusterippolicy.clusterip-policy.io/default" {
 				t.Errorf("kubectl get %s default: %q, %v", name, got, err)
+			}
+		}
+		// The category lists it with the project's other resources.
+		if got, err := kubectl(t, "", "get", "clusterip-policy", "-o", "name"); err != nil || strings.TrimSpace(got) != "clusterippolicy.clusterip-policy.io/default" {
+			t.Errorf("kubectl get clusterip-policy (the category): %q, %v", got, err)
+		}
+		// kubectl explain documents every field from the Go types' comments.
+		explain, err := kubectl(t, "", "explain", "clusterippolicy.spec.reservations")
+		if err != nil {
+			t.Fatalf("kubectl explain clusterippolicy.spec.reservations: %v\n%s", err, explain)
+		}
+		t.Logf("kubectl explain clusterippolicy.spec.reservations:\n%s", explain)
+		for _, want := range []string{"reservations bind an address to the one Service", "ip\t<string> -required-", "service\t<string> -required-", "note\t<string>", "is the owner, as namespace/name"} {
+			if !strings.Contains(explain, want) {
+				t.Errorf("kubectl explain clusterippolicy.spec.reservations lacks %q", want)
 			}
 		}
 	})
@@ -164,7 +182,7 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatalf("kubectl apply accepted a policy with a duplicate owner:\n%s", out)
 		}
 		t.Logf("kubectl apply: %v: %s", err, strings.TrimSpace(out))
-		for _, part := range []string{`admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`, "10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner"} {
+		for _, part := range []string{`admission webhook "validate-clusterippolicies.clusterip-policy.io" denied the request`, "10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner"} {
 			if !strings.Contains(out, part) {
 				t.Errorf("kubectl apply's refusal lacks %q", part)
 			}
@@ -207,12 +225,12 @@ func TestPolicyObject(t *testing.T) {
 		before := calls()
 		// A forged status (the webhook writes it back: a second status
 		// write), a label and an annotation: none changes the spec.
-		if out, err := kubectl(t, "", "patch", "clusteripolicy", "default", "--subresource=status", "--type=merge", "-p",
+		if out, err := kubectl(t, "", "patch", "clusterippolicy", "default", "--subresource=status", "--type=merge", "-p",
 			`{"status":{"generationInForce":98}}`); err != nil {
 			t.Fatalf("patch the status: %v\n%s", err, out)
 		}
 		waitStatus(t, "True 2 2 generation 2 is in force")
-		for _, args := range [][]string{{"label", "clusteripolicy", "default", "e2e=label-only"}, {"annotate", "clusteripolicy", "default", "e2e=annotation-only"}} {
+		for _, args := range [][]string{{"label", "clusterippolicy", "default", "e2e=label-only"}, {"annotate", "clusterippolicy", "default", "e2e=annotation-only"}} {
 			if out, err := kubectl(t, "", args...); err != nil {
 				t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 			}
@@ -276,8 +294,8 @@ func TestPolicyObject(t *testing.T) {
 				t.Errorf("Ready message %q lacks %q", got, part)
 			}
 		}
-		out, _ := kubectl(t, "", "get", "clusteripolicy", "default")
-		t.Logf("kubectl get clusteripolicy default:\n%s", out)
+		out, _ := kubectl(t, "", "get", "clusterippolicy", "default")
+		t.Logf("kubectl get clusterippolicy default:\n%s", out)
 		if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[1] != "False" || f[2] != "3" || f[3] != "2" || f[4] != "Refused" {
 			t.Errorf("kubectl get columns %q, want default False 3 2 Refused", f)
 		}
@@ -299,7 +317,7 @@ func TestPolicyObject(t *testing.T) {
 	})
 
 	t.Run("deleting the object keeps the last good policy; a webhook that starts without one is not ready until it exists", func(t *testing.T) {
-		if out, err := kubectl(t, "", "delete", "clusteripolicy", "default"); err != nil {
+		if out, err := kubectl(t, "", "delete", "clusterippolicy", "default"); err != nil {
 			t.Fatalf("delete: %v\n%s", err, out)
 		}
 		time.Sleep(500 * time.Millisecond) // let the watch deliver the delete
@@ -325,7 +343,7 @@ func TestPolicyObject(t *testing.T) {
 	})
 
 	t.Run("a status written by someone else is put right", func(t *testing.T) {
-		if out, err := kubectl(t, "", "patch", "clusteripolicy", "default", "--subresource=status", "--type=merge", "-p",
+		if out, err := kubectl(t, "", "patch", "clusterippolicy", "default", "--subresource=status", "--type=merge", "-p",
 			`{"status":{"generationInForce":99,"conditions":[{"type":"Ready","status":"True","reason":"Loaded","message":"forged","lastTransitionTime":"2020-01-01T00:00:00Z"}]}}`); err != nil {
 			t.Fatalf("patch the status: %v\n%s", err, out)
 		}
@@ -347,7 +365,7 @@ func TestPolicyObject(t *testing.T) {
 		// Were the replicas to disagree, each would rewrite the status on
 		// the other's update, without end.
 		rv := func() string {
-			out, _ := kubectl(t, "", "get", "clusteripolicy", "default", "-o", "jsonpath={.metadata.resourceVersion}")
+			out, _ := kubectl(t, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.metadata.resourceVersion}")
 			return out
 		}
 		before := rv()

@@ -111,9 +111,9 @@ func TestPolicyObjectOverlayBuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		"kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../manifests/base\npatches:\n- path: clusteripolicy.yaml\n",
+		"kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../manifests/base\npatches:\n- path: clusterippolicy.yaml\n",
 		// No serviceCIDRs and no enforcement: those stay the base's.
-		"clusteripolicy.yaml": "apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata:\n  name: default\nspec:\n  reservations:\n  - ip: 10.96.0.53\n    service: kube-system/coredns\n",
+		"clusterippolicy.yaml": "apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata:\n  name: default\nspec:\n  reservations:\n  - ip: 10.96.0.53\n    service: kube-system/coredns\n",
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {

@@ -133,7 +133,7 @@ func TestPatchesTheCABundleOfEveryWebhookOfTheBase(t *testing.T) {
 	got := patchBundles(t, e.patch)
 	want := []string{
 		"MutatingWebhookConfiguration/mutate-services.clusterip-policy.io",
-		"ValidatingWebhookConfiguration/validate-clusteripolicies.clusterip-policy.io",
+		"ValidatingWebhookConfiguration/validate-clusterippolicies.clusterip-policy.io",
 		"ValidatingWebhookConfiguration/validate-servicecidrs.clusterip-policy.io",
 		"ValidatingWebhookConfiguration/validate-services.clusterip-policy.io",
 	}

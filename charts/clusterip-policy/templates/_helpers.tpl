@@ -54,6 +54,9 @@ two), spec (the fields). Anything else is refused here with the value named;
 the webhook's loader checks the fields themselves.
 */}}
 {{- define "clusterip-policy.policyParsed" -}}
+{{- if not .Values.policy -}}
+{{- include "clusterip-policy.policyFromValues" . -}}
+{{- else -}}
 {{- $p := .Values.policy | fromYaml -}}
 {{- if hasKey $p "Error" -}}
 {{- fail (printf "policy: not a YAML mapping (%s); give the ClusterIPPolicy object or the policy file, as `webhook review --policy` reads it" $p.Error) -}}
@@ -71,6 +74,50 @@ the webhook's loader checks the fields themselves.
 {{- fail (printf "policy: apiVersion %q is neither the ClusterIPPolicy object's clusterip-policy.io/v1alpha1 nor the policy file's clusterip-policy/v1alpha1" $v) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The policy written from the values dns and enforcement when policy is empty,
+as policyParsed returns it: no serviceCIDRs (the cluster's ServiceCIDR
+objects say where Services go), the DNS address reserved when dns.reserve,
+and enforcement.default from enforcement.
+*/}}
+{{- define "clusterip-policy.policyFromValues" -}}
+{{- $spec := dict "reserveKubernetesService" true "enforcement" (dict "default" .Values.enforcement) -}}
+{{- if .Values.dns.reserve -}}
+{{- $ip := include "clusterip-policy.dnsClusterIP" . | fromJson -}}
+{{- $_ := set $spec "reservations" (list (dict "ip" $ip.ip "service" .Values.dns.service "note" (ternary "cluster DNS (address read from the cluster at install)" "cluster DNS" $ip.fromCluster))) -}}
+{{- end -}}
+{{- dict "apiVersion" "clusterip-policy.io/v1alpha1" "spec" $spec | toJson -}}
+{{- end -}}
+
+{{/*
+The DNS address to reserve, as a dict: ip, fromCluster. dns.clusterIP when
+given; else the ClusterIP of the Service dns.service, read from the cluster
+(helm install and upgrade can; helm template cannot, and is told to give it).
+Never a guess: an address nobody stated would be reserved for nothing.
+*/}}
+{{- define "clusterip-policy.dnsClusterIP" -}}
+{{- $ip := toString .Values.dns.clusterIP -}}
+{{- if $ip -}}
+{{- if not (regexMatch "^([0-9]{1,3}\\.){3}[0-9]{1,3}$|^[0-9a-fA-F:]*:[0-9a-fA-F:.]*$" $ip) -}}
+{{- fail (printf "dns.clusterIP: %q is not an IP address; give the ClusterIP of %s (kubectl -n %s get service %s -o jsonpath='{.spec.clusterIP}')" $ip .Values.dns.service (splitList "/" .Values.dns.service | first) (splitList "/" .Values.dns.service | last)) -}}
+{{- end -}}
+{{- dict "ip" $ip "fromCluster" false | toJson -}}
+{{- else -}}
+{{- $parts := splitList "/" (toString .Values.dns.service) -}}
+{{- if ne (len $parts) 2 -}}
+{{- fail (printf "dns.service: %q is not namespace/name, such as kube-system/kube-dns" .Values.dns.service) -}}
+{{- end -}}
+{{- $svc := lookup "v1" "Service" (index $parts 0) (index $parts 1) -}}
+{{- $found := "" -}}
+{{- if $svc -}}{{- $found = toString (dig "spec" "clusterIP" "" $svc) -}}{{- end -}}
+{{- if or (not $found) (eq $found "None") -}}
+{{- fail (printf "dns.clusterIP is required: the chart reserves the cluster DNS address for %s and will not guess it (10.96.0.10 is only kubeadm's default). Give it with --set dns.clusterIP=ADDRESS (kubectl -n %s get service %s -o jsonpath='{.spec.clusterIP}'), or --set dns.reserve=false to reserve none. helm template and --dry-run cannot read it from the cluster" .Values.dns.service (index $parts 0) (index $parts 1)) -}}
+{{- end -}}
+{{- dict "ip" $found "fromCluster" true | toJson -}}
+{{- end -}}
+{{- end -}}
 
 {{/*
 The policy as a file, for the ConfigMap: a file value verbatim (comments
@@ -85,4 +132,53 @@ apiVersion: clusterip-policy/v1alpha1
 kind: ClusterIPPolicy
 {{ toYaml $p.spec }}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The image reference: [registry/]repository, then @digest when given, else
+:tag. registry falls back to global.imageRegistry.
+*/}}
+{{- define "clusterip-policy.image" -}}
+{{- $i := .Values.image -}}
+{{- $reg := $i.registry | default (dig "imageRegistry" "" (.Values.global | default dict)) -}}
+{{- $repo := ternary (printf "%s/%s" $reg $i.repository) $i.repository (ne $reg "") -}}
+{{- if $i.digest -}}
+{{- if not (regexMatch "^sha256:[a-f0-9]{64}$" $i.digest) -}}
+{{- fail (printf "image.digest: %q is not a digest such as sha256:<64 hex digits>" $i.digest) -}}
+{{- end -}}
+{{- printf "%s@%s" $repo $i.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (toString $i.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Refuses pod and container security settings that would take the webhook out
+of the restricted Pod Security profile the base keeps: it guards every
+Service create and needs no privilege.
+*/}}
+{{- define "clusterip-policy.checkSecurity" -}}
+{{- $pod := .Values.podSecurityContext | default dict -}}
+{{- $c := .Values.securityContext | default dict -}}
+{{- if or (eq (toString (dig "runAsNonRoot" true $pod)) "false") (eq (toString (dig "runAsNonRoot" true $c)) "false") -}}
+{{- fail "podSecurityContext/securityContext: runAsNonRoot false would let the webhook run as root; it needs no privilege (keep the restricted profile)" -}}
+{{- end -}}
+{{- if or (eq (toString (dig "runAsUser" 1 $pod)) "0") (eq (toString (dig "runAsUser" 1 $c)) "0") -}}
+{{- fail "podSecurityContext/securityContext: runAsUser 0 is root; the image runs as 65532" -}}
+{{- end -}}
+{{- if eq (toString (dig "privileged" false $c)) "true" -}}
+{{- fail "securityContext.privileged: true; the webhook needs no privilege" -}}
+{{- end -}}
+{{- if eq (toString (dig "allowPrivilegeEscalation" false $c)) "true" -}}
+{{- fail "securityContext.allowPrivilegeEscalation: true; the restricted profile forbids it and the webhook needs none" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* webhook.timeoutSeconds, 1-10 (the apiserver's own bounds for v1). */}}
+{{- define "clusterip-policy.timeoutSeconds" -}}
+{{- $t := int (.Values.webhook.timeoutSeconds | default 5) -}}
+{{- if or (lt $t 1) (gt $t 10) -}}
+{{- fail (printf "webhook.timeoutSeconds: %v is outside 1-10, the apiserver's bounds; the base uses 5" .Values.webhook.timeoutSeconds) -}}
+{{- end -}}
+{{- $t -}}
 {{- end -}}
