@@ -199,7 +199,7 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatalf("kubectl apply accepted allowedCIDRs [10.69.0.0/16] on a 10.96.0.0/16 cluster:\n%s", out)
 		}
 		t.Logf("kubectl apply: %v: %s", err, strings.TrimSpace(out))
-		for _, part := range []string{`admission webhook "validate-clusteripolicies.clusterip-policy.io" denied the request`,
+		for _, part := range []string{`admission webhook "validate-clusterippolicies.clusterip-policy.io" denied the request`,
 			`allowedCIDRs [10.69.0.0/16] leave no usable address of 10.96.0.0/16, the primary range of ServiceCIDR "kubernetes"`,
 			"add 10.96.0.0/16 (or the part of it Services may use) to allowedCIDRs"} {
 			if !strings.Contains(out, part) {
