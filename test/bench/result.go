@@ -59,12 +59,15 @@ type Result struct {
 
 	// Apiserver counters: calls per webhook name, and the mean of
 	// apiserver_admission_webhook_admission_duration_seconds.
-	MutateCalls    float64 `json:"mutateCalls"`
-	ValidateCalls  float64 `json:"validateCalls"`
-	OtherCalls     float64 `json:"otherWebhookCalls"`
-	CallsPerCreate Num     `json:"webhookCallsPerCreate"`
-	MutateMeanms   Num     `json:"mutateAdmissionMeanms"`
-	ValidateMeanms Num     `json:"validateAdmissionMeanms"`
+	MutateCalls   float64 `json:"mutateCalls"`
+	ValidateCalls float64 `json:"validateCalls"`
+	OtherCalls    float64 `json:"otherWebhookCalls"`
+	// OtherMutatorCalls are the calls of the other mutating webhook of
+	// ConfigOursOtherMutator.
+	OtherMutatorCalls float64 `json:"otherMutatorCalls,omitempty"`
+	CallsPerCreate    Num     `json:"webhookCallsPerCreate"`
+	MutateMeanms      Num     `json:"mutateAdmissionMeanms"`
+	ValidateMeanms    Num     `json:"validateAdmissionMeanms"`
 	// The ValidatingAdmissionPolicy plugin's mean time per create
 	// (apiserver_admission_controller_admission_duration_seconds), in
 	// every configuration: with no policy it matches nothing.
@@ -132,7 +135,8 @@ func NewResult(round, existing int, w Workload, config string, plan []Request, o
 
 	r.MutateCalls = d.Requests[webhookNames[0]]
 	r.ValidateCalls = d.Requests[webhookNames[1]]
-	r.OtherCalls = d.AllWebhookRequests - r.MutateCalls - r.ValidateCalls
+	r.OtherMutatorCalls = d.Requests[otherMutatorWebhook]
+	r.OtherCalls = d.AllWebhookRequests - r.MutateCalls - r.ValidateCalls - r.OtherMutatorCalls
 	calls := r.MutateCalls + r.ValidateCalls
 	r.CallsPerCreate = Num(perUnit(calls, float64(len(plan))))
 	r.MutateMeanms = Num(perUnit(d.DurationSum[webhookNames[0]]*1000, d.DurationCount[webhookNames[0]]))
@@ -146,15 +150,15 @@ func NewResult(round, existing int, w Workload, config string, plan []Request, o
 	switch config {
 	case ConfigNop:
 		r.WebhookCPUms, r.IdleWebhookCPUms = Num(cpuMS(procNop)), Num(cpuMS(procOurs))
-	case ConfigOurs:
+	case ConfigOurs, ConfigOursOtherMutator:
 		r.WebhookCPUms, r.IdleWebhookCPUms = Num(cpuMS(procOurs)), Num(cpuMS(procNop))
 	default:
 		r.IdleWebhookCPUms = Num(cpuMS(procNop) + cpuMS(procOurs))
 	}
-	if config == ConfigNop || config == ConfigOurs {
+	if config == ConfigNop || config == ConfigOurs || config == ConfigOursOtherMutator {
 		r.WebhookCPUPerCall = Num(perUnit(float64(r.WebhookCPUms), calls))
 	}
-	if config == ConfigOurs {
+	if config == ConfigOurs || config == ConfigOursOtherMutator {
 		for _, q := range plan {
 			if q.Owner >= 0 && o.OwnerIPs[q.Owner] != ownerIPs[q.Owner] {
 				r.OwnersMisplaced = append(r.OwnersMisplaced, fmt.Sprintf("%s/%s got %q, reserved %s", benchNamespace, q.Name, o.OwnerIPs[q.Owner], ownerIPs[q.Owner]))
@@ -199,6 +203,13 @@ func (r Result) Check() []string {
 		}
 		if len(r.OwnersMisplaced) > 0 {
 			p = append(p, fmt.Sprintf("ours: reservation owners without their address: %v", r.OwnersMisplaced))
+		}
+	case ConfigOursOtherMutator:
+		if r.MutateCalls < n || r.OtherMutatorCalls < n {
+			p = append(p, fmt.Sprintf("ours-other-mutator: %.0f calls of our mutating webhook and %.0f of the other for %d creates; with another mutating webhook for Services every create must reach both", r.MutateCalls, r.OtherMutatorCalls, r.Creates))
+		}
+		if len(r.OwnersMisplaced) > 0 {
+			p = append(p, fmt.Sprintf("ours-other-mutator: reservation owners without their address: %v", r.OwnersMisplaced))
 		}
 	case ConfigVAP:
 		if !r.VAPInForce {

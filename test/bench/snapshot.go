@@ -64,7 +64,7 @@ func ParseCounters(text string) (Counters, error) {
 		return v
 	}
 	c.AllWebhookRequests = sum(metricWebhookRequests)
-	for _, n := range webhookNames {
+	for _, n := range append(webhookNames[:len(webhookNames):len(webhookNames)], otherMutatorWebhook) {
 		label := `name="` + n + `"`
 		c.Requests[n] = sum(metricWebhookRequests, label)
 		c.DurationSum[n] = sum(metricWebhookDuration+"_sum", label)
@@ -126,7 +126,7 @@ func (s Snapshot) Sub(before Snapshot) Delta {
 		MatchCondSum:       s.Counters.MatchCondSum - before.Counters.MatchCondSum,
 		CPU:                map[string]time.Duration{},
 	}
-	for _, n := range webhookNames {
+	for _, n := range append(webhookNames[:len(webhookNames):len(webhookNames)], otherMutatorWebhook) {
 		d.Requests[n] = s.Counters.Requests[n] - before.Counters.Requests[n]
 		d.DurationSum[n] = s.Counters.DurationSum[n] - before.Counters.DurationSum[n]
 		d.DurationCount[n] = s.Counters.DurationCount[n] - before.Counters.DurationCount[n]

@@ -41,6 +41,10 @@ func (b *Bench) Switch(ctx context.Context, config string) error {
 		err = b.register(ctx, b.nopConfigs, false)
 	case ConfigOurs:
 		err = b.register(ctx, b.ours, true)
+	case ConfigOursOtherMutator:
+		if err = b.register(ctx, b.ours, true); err == nil {
+			err = b.registerOtherMutator(ctx)
+		}
 	case ConfigVAP:
 		err = b.applyVAP(ctx)
 	default:
@@ -65,6 +69,7 @@ func (b *Bench) teardown(ctx context.Context) error {
 			ar.ValidatingWebhookConfigurations().Delete(ctx, wc.Validating.Name, metav1.DeleteOptions{}))
 	}
 	errs = append(errs,
+		ar.MutatingWebhookConfigurations().Delete(ctx, otherMutatorName, metav1.DeleteOptions{}),
 		ar.ValidatingAdmissionPolicyBindings().Delete(ctx, vapName, metav1.DeleteOptions{}),
 		ar.ValidatingAdmissionPolicies().Delete(ctx, vapName, metav1.DeleteOptions{}))
 	for i, err := range errs {
@@ -281,4 +286,51 @@ func (b *Bench) vapDenies(ctx context.Context) (bool, string, error) {
 		return true, "", nil
 	}
 	return false, fmt.Sprintf("a dry-run create of %s got %v after %.0f policy denials, want a denial by %s", dnsIP, d.createErr, d.VAPDenials, vapName), nil
+}
+
+// otherMutatorName is the configuration of the other mutating webhook of
+// ConfigOursOtherMutator; it sorts after ours, so it runs after ours.
+const otherMutatorName = "zz-bench-other-mutator"
+
+// otherMutatorWebhook names its one webhook, so its calls are told apart
+// from ours in the apiserver's counters.
+const otherMutatorWebhook = "other-mutator.bench.example.com"
+
+// registerOtherMutator registers the nop webhook's mutating endpoint for
+// Service creates under another name, after ours, and waits until our
+// leader has switched our mutating condition to sending every create and
+// the configurations have stopped changing.
+func (b *Bench) registerOtherMutator(ctx context.Context) error {
+	other := b.nopConfigs.Mutating.DeepCopy()
+	other.Name, other.ResourceVersion = otherMutatorName, ""
+	other.Webhooks = other.Webhooks[:1]
+	other.Webhooks[0].Name = otherMutatorWebhook
+	other.Webhooks[0].MatchConditions = nil
+	ar := b.cs.AdmissionregistrationV1()
+	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", otherMutatorName, err)
+	}
+	if err := waitFor(ctx, "ours sending every create to its mutating webhook", func() (bool, string, error) {
+		m, err := ar.MutatingWebhookConfigurations().Get(ctx, b.ours.Mutating.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		for _, w := range m.Webhooks {
+			for _, c := range w.MatchConditions {
+				if w.Name == framework.MutatingWebhookName && c.Name == managedCondition && c.Expression == "true" {
+					return true, "", nil
+				}
+			}
+		}
+		return false, "registered: " + b.registered(ctx), nil
+	}); err != nil {
+		return err
+	}
+	// The apiservers load the changed configuration from their informers.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(2 * time.Second):
+	}
+	return nil
 }
