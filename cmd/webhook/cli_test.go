@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 func runCLI(stdin string, args ...string) (int, string, string) {
@@ -262,5 +264,35 @@ func TestAuditNotesTheOldFileFormat(t *testing.T) {
 	_, _, stderr = runCLI("", "audit", "--policy", "../../examples/clusterippolicy.yaml", "--kubeconfig", missing)
 	if strings.Contains(stderr, "note:") {
 		t.Errorf("the object manifest got a note: %s", stderr)
+	}
+}
+
+func TestHelpAloneListsTheCommands(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		var out, errOut bytes.Buffer
+		if code := run(args, strings.NewReader(""), &out, &errOut); code != exitOK {
+			t.Fatalf("%v: exit %d, stderr %s", args, code, errOut.String())
+		}
+		for _, c := range []string{"serve", "review", "audit", "bands", "version"} {
+			if !strings.Contains(out.String(), "clusterip-policy "+c) && !strings.Contains(out.String(), "clusterip-policy ["+c+"]") {
+				t.Fatalf("%v printed no line for %s:\n%s", args, c, out.String())
+			}
+		}
+	}
+}
+
+// pflag shows the first `quoted` word of a flag's help as its type, so a
+// help text may quote nothing: --audit-interval once showed "webhook audit"
+// where "duration" belongs.
+func TestFlagHelpShowsTheFlagsOwnType(t *testing.T) {
+	var so serveOptions
+	fs := serveFlags(&so)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if strings.Contains(f.Usage, "`") {
+			t.Errorf("--%s: its help quotes a word with backticks, which pflag would show as the flag's type: %q", f.Name, f.Usage)
+		}
+	})
+	if typ, _ := pflag.UnquoteUsage(fs.Lookup("audit-interval")); typ != "duration" {
+		t.Errorf("--audit-interval shows the type %q, want duration", typ)
 	}
 }

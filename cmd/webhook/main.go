@@ -23,13 +23,14 @@ func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
 const usage = `clusterip-policy keeps Kubernetes Service ClusterIPs where policy says.
 
 Usage:
-  webhook [serve] [flags]        run the admission webhook (the default)
-  webhook review [flags] FILE... evaluate Service manifests offline, as if created
-  webhook audit [flags]          report existing Services that break the policy (read-only)
-  webhook bands [-o json] CIDR...  print each range's static and dynamic band
-  webhook version                print version information
+  clusterip-policy [serve] [flags]        run the admission webhook (the default)
+  clusterip-policy review [flags] FILE... evaluate Service manifests offline, as if created
+  clusterip-policy audit [flags]          report existing Services that break the policy (read-only)
+  clusterip-policy bands [-o json] CIDR...  print each range's static and dynamic band
+  clusterip-policy version                print version information
+  clusterip-policy help                   print this list
 
-Run 'webhook COMMAND --help' for a command's flags.
+Run 'clusterip-policy COMMAND --help' for a command's flags.
 `
 
 // Exit codes. review uses exitDenied when any Service is denied, audit
@@ -45,6 +46,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
+	}
+	// --help alone asks what the binary does: the commands, not the flags
+	// of the default command (`serve --help` prints those).
+	if cmd == "serve" && len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help") {
+		cmd = "help"
 	}
 	switch cmd {
 	case "serve":
