@@ -22,12 +22,12 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
     go build -trimpath -buildvcs=false \
       -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
-      -o /out/webhook ./cmd/webhook
+      -o /out/clusterip-policy ./cmd/webhook
 
 # distroless/static: CA certificates, tzdata and /etc/passwd with the nonroot
 # user (65532), no libc needed by a CGO_ENABLED=0 binary.
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/webhook /webhook
+COPY --from=build /out/clusterip-policy /clusterip-policy
 # Numeric, so the kubelet can check runAsNonRoot without reading /etc/passwd.
 USER 65532:65532
-ENTRYPOINT ["/webhook"]
+ENTRYPOINT ["/clusterip-policy"]

@@ -13,12 +13,12 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build bin/webhook with version information
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/webhook ./cmd/webhook
+build: ## build bin/clusterip-policy (from cmd/webhook) with version information
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/clusterip-policy ./cmd/webhook
 
 review: build ## review the shipped example Services against the example policy, offline
 	@# exit 1 means "some Service is denied", which the examples show on purpose
-	$(BIN_DIR)/webhook review --policy examples/clusteripolicy.yaml -o text examples/services/; test $$? -le 1
+	$(BIN_DIR)/clusterip-policy review --policy examples/clusteripolicy.yaml -o text examples/services/; test $$? -le 1
 
 test: vet fmt-check unit e2e chaos bench-smoke ## everything CI runs: vet, gofmt, unit tests, end-to-end tests, fault scenarios, benchmark smoke
 
@@ -64,7 +64,7 @@ bench: ## benchmarks of the decision functions and the view
 # each round. Knobs (make variables or environment): BENCH_ROUNDS (3),
 # BENCH_CREATES (300 per run), BENCH_EXISTING (0,5000), BENCH_CONFIGS
 # (none,nop,ours,vap), BENCH_WORKLOADS (dynamic:1,dynamic:8,mixed:8),
-# BENCH_ARGS (extra `webhook serve` flags of ours; default --manage-match-conditions,
+# BENCH_ARGS (extra `clusterip-policy serve` flags of ours; default --manage-match-conditions,
 # as manifests/base runs it). About 11 minutes on
 # 2 busy cores; the summary goes to .local/bench/summary.{md,json}, the whole
 # output to .local/bench/bench.log.

@@ -47,7 +47,7 @@ the base's choice) or file (the ConfigMap, manifests/components/policy-file).
 {{- end -}}
 
 {{/*
-The policy value, in either format `webhook review --policy` reads (the
+The policy value, in either format `clusterip-policy review --policy` reads (the
 object manifest, apiVersion clusterip-policy.io/v1alpha1, or the file,
 apiVersion clusterip-policy/v1alpha1), as a dict: apiVersion (which of the
 two), spec (the fields). Anything else is refused here with the value named;
@@ -56,7 +56,7 @@ the webhook's loader checks the fields themselves.
 {{- define "clusterip-policy.policyParsed" -}}
 {{- $p := .Values.policy | fromYaml -}}
 {{- if hasKey $p "Error" -}}
-{{- fail (printf "policy: not a YAML mapping (%s); give the ClusterIPPolicy object or the policy file, as `webhook review --policy` reads it" $p.Error) -}}
+{{- fail (printf "policy: not a YAML mapping (%s); give the ClusterIPPolicy object or the policy file, as `clusterip-policy review --policy` reads it" $p.Error) -}}
 {{- end -}}
 {{- $v := toString (get $p "apiVersion") -}}
 {{- if eq $v "clusterip-policy.io/v1alpha1" -}}
