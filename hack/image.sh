@@ -3,7 +3,7 @@
 #   _output/image/clusterip-policy/   OCI layout: one index, linux/amd64 + linux/arm64
 #   _output/image/clusterip-policy.oci.tar   the same layout as a tar
 #   _output/image/clusterip-policy.spdx.json the SBOM (SPDX 2.3, from the binaries' Go build information)
-#   _output/image/pause/              the pod sandbox image the local node uses
+#   _output/image/pause/              a pod sandbox image, so a local node pulls nothing from outside
 # and prints each index digest. The binaries are static (CGO_ENABLED=0),
 # -trimpath, stamped with VERSION and COMMIT; every time in the image is the
 # commit's time (SOURCE_DATE_EPOCH), so two builds of one commit give one

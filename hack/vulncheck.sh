@@ -34,7 +34,7 @@ if [[ ! -f $db/index/db.json ]]; then
 	rm -rf "$db.tmp"
 	"$tools/indexdb" -vulns "$src/data/osv" -out "$db.tmp"
 	mv "$db.tmp" "$db"
-	echo "vulncheck: database of $(ls "$db/ID" | wc -l) entries from $src"
+	echo "vulncheck: database of $(ls "$db/ID" | grep -c "\.json$") entries from $src"
 fi
 
 # shellcheck disable=SC2086 # VULNCHECK_ARGS is a list of flags
