@@ -24,6 +24,10 @@ if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
 		exit 2
 	}
 fi
+if [[ ! $SOURCE_DATE_EPOCH =~ ^[0-9]+$ ]]; then
+	echo "image: SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH is not seconds since 1970; unset it to use the commit's time (git log -1 --format=%ct)" >&2
+	exit 2
+fi
 export SOURCE_DATE_EPOCH
 
 mkdir -p "$OUT" "$BIN_OUT" _output/tools

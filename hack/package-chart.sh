@@ -39,7 +39,7 @@ for line in '^  repository: clusterip-policy$' '^  tag: dev$' '^  digest: ""$'; 
 	}
 done
 sed -i "s#^  repository: clusterip-policy\$#  repository: $repo#; s#^  tag: dev\$#  tag: $version#; s#^  digest: \"\"\$#  digest: $digest#" "$values"
-"$HELM" lint "$tmp/clusterip-policy" >/dev/null
+"$HELM" lint --namespace clusterip-policy "$tmp/clusterip-policy" >/dev/null
 mkdir -p "$out"
 "$HELM" package "$tmp/clusterip-policy" --version "$chart_version" --app-version "$version" -d "$out" >/dev/null
 pkg=$out/clusterip-policy-$chart_version.tgz
@@ -50,7 +50,7 @@ if [[ $got != "$want" ]]; then
 	echo "package-chart: the package says version/appVersion '$got', want '$want'" >&2
 	exit 1
 fi
-image=$("$HELM" template x "$pkg" | sed -n 's/^ *image: "\(.*\)"$/\1/p' | sort -u)
+image=$("$HELM" template x "$pkg" --namespace clusterip-policy | sed -n 's/^ *image: "\(.*\)"$/\1/p' | sort -u)
 if [[ $image != "$repo:$version@$digest" ]]; then
 	echo "package-chart: the package renders image '$image', want $repo:$version@$digest" >&2
 	exit 1

@@ -62,7 +62,8 @@ func TestInstallFromRegistry(t *testing.T) {
 			t.Logf("registry log:\n%s", reg.Tail(40))
 		}
 	})
-	run := func(name string, args ...string) string {
+	// run returns the command's stdout; its stderr is shown when it fails.
+	run := func(t *testing.T, name string, args ...string) string {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
@@ -70,10 +71,10 @@ func TestInstallFromRegistry(t *testing.T) {
 		cmd.Dir = root
 		// helm keeps its cache, config and registry logins under HOME: keep them here.
 		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
 		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out.String())
+			t.Fatalf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, out.String(), errOut.String())
 		}
 		return strings.TrimSpace(out.String())
 	}
@@ -82,8 +83,8 @@ func TestInstallFromRegistry(t *testing.T) {
 	var digest string
 	t.Run("the image is pushed and the registry serves it under its tag", func(t *testing.T) {
 		start := time.Now()
-		pushed := run(imagebuild, "push", "--layout", layoutDir, "--ref", repo+":"+tag)
-		built := run(imagebuild, "digest", "--layout", layoutDir)
+		pushed := run(t, imagebuild, "push", "--layout", layoutDir, "--ref", repo+":"+tag)
+		built := run(t, imagebuild, "digest", "--layout", layoutDir)
 		if pushed != repo+"@"+built {
 			t.Fatalf("push printed %q, want %s@%s", pushed, repo, built)
 		}
@@ -146,12 +147,11 @@ func TestInstallFromRegistry(t *testing.T) {
 
 	chartVersion := strings.TrimPrefix(tag, "v")
 	t.Run("the chart is packaged with the digest, pushed as OCI and installed from the registry", func(t *testing.T) {
-		pkg := run(filepath.Join(root, "hack", "package-chart.sh"), repo, tag, digest, filepath.Join(dir, "chart"))
-		out := run(helm, "push", pkg, "oci://"+reg.Addr()+"/charts", "--plain-http")
-		t.Logf("helm push:\n%s", out)
+		pkg := run(t, filepath.Join(root, "hack", "package-chart.sh"), repo, tag, digest, filepath.Join(dir, "chart"))
+		run(t, helm, "push", pkg, "oci://"+reg.Addr()+"/charts", "--plain-http")
 		c := own(t, framework.Options{NoRBAC: true, NoRegister: true})
 		start := time.Now()
-		out = run(helm, "install", "clusterip-policy", "oci://"+reg.Addr()+"/charts/clusterip-policy", "--version", chartVersion,
+		out := run(t, helm, "install", "clusterip-policy", "oci://"+reg.Addr()+"/charts/clusterip-policy", "--version", chartVersion,
 			"--plain-http", "--namespace", "clusterip-policy", "--create-namespace", "--kubeconfig", c.AdminKubeconfig)
 		t.Logf("e2e: registry: helm install oci://%s/charts/clusterip-policy --version %s took %s", reg.Addr(), chartVersion, time.Since(start).Round(time.Millisecond))
 		if !strings.Contains(out, "STATUS: deployed") {
@@ -166,12 +166,12 @@ func TestInstallFromRegistry(t *testing.T) {
 			t.Errorf("the installed Deployment runs %q, want %q (the digest the registry serves for the tag)", got, want)
 		}
 		// The chart's metadata as installed: helm records which chart version it installed.
-		status := run(helm, "list", "--namespace", "clusterip-policy", "--kubeconfig", c.AdminKubeconfig, "-o", "json")
+		status := run(t, helm, "list", "--namespace", "clusterip-policy", "--kubeconfig", c.AdminKubeconfig, "-o", "json")
 		if !strings.Contains(status, `"chart":"clusterip-policy-`+chartVersion+`"`) || !strings.Contains(status, `"app_version":"`+tag+`"`) {
 			t.Errorf("helm list: %s; want chart clusterip-policy-%s, app_version %s", status, chartVersion, tag)
 		}
 
-		run(helm, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--kubeconfig", c.AdminKubeconfig, "--wait", "--timeout", "60s")
+		run(t, helm, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--kubeconfig", c.AdminKubeconfig, "--wait", "--timeout", "60s")
 		adm := c.Client(0).AdmissionregistrationV1()
 		if _, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
 			t.Error("the MutatingWebhookConfiguration is still there after helm uninstall")

@@ -63,8 +63,10 @@ func StartRegistry(ctx context.Context, dir string, po ProcessOptions) (*Registr
 		return nil, err
 	}
 	storage := filepath.Join(dir, "registry")
-	if err := os.MkdirAll(storage, 0o755); err != nil {
-		return nil, err
+	for _, d := range []string{storage, filepath.Join(dir, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	cfg := filepath.Join(dir, "registry.yml")
 	if err := os.WriteFile(cfg, []byte(registryConfig(port, storage)), 0o644); err != nil {
