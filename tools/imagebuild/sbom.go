@@ -164,6 +164,9 @@ func sbom(o buildOptions, digest v1.Hash) ([]byte, error) {
 		doc.Relationships = append(doc.Relationships, spdxRelationship{imageID, "CONTAINS", binID})
 
 		std := goPackage("stdlib", bi.GoVersion, "")
+		// Scanners (grype, osv-scanner) match the standard library as
+		// pkg:golang/stdlib@1.26.8, without the "go".
+		std.ExternalRefs[0].Locator = "pkg:golang/stdlib@" + strings.TrimPrefix(bi.GoVersion, "go")
 		modules[std.SPDXID] = std
 		doc.Relationships = append(doc.Relationships, spdxRelationship{binID, "DEPENDS_ON", std.SPDXID})
 		for _, d := range bi.Deps {
