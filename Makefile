@@ -4,21 +4,26 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 BIN_DIR ?= bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The version scheme (docs/release.md): the VERSION file names the release
+# being prepared (semver; v0.x while the API is v1alpha1). A build of the
+# commit tagged with it is that version; any other commit is VERSION-dev.
+# COMMIT is the short hash, with -dirty when tracked files have changes.
+RELEASE_VERSION := $(shell cat VERSION)
+VERSION ?= $(shell if [ "$$(git describe --exact-match --tags 2>/dev/null)" = "$(RELEASE_VERSION)" ]; then echo $(RELEASE_VERSION); else echo $(RELEASE_VERSION)-dev; fi)
+COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: generate help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke
+.PHONY: generate help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke release vulncheck
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build bin/webhook with version information
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/webhook ./cmd/webhook
+build: ## build bin/clusterip-policy (from cmd/webhook) with version information
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/clusterip-policy ./cmd/webhook
 
 review: build ## review the shipped example Services against the example policy, offline
 	@# exit 1 means "some Service is denied", which the examples show on purpose
-	$(BIN_DIR)/webhook review --policy examples/clusterippolicy.yaml -o text examples/services/; test $$? -le 1
+	$(BIN_DIR)/clusterip-policy review --policy examples/clusterippolicy.yaml -o text examples/services/; test $$? -le 1
 
 test: vet fmt-check unit e2e chaos bench-smoke ## everything CI runs: vet, gofmt, unit tests, end-to-end tests, fault scenarios, benchmark smoke
 
@@ -46,7 +51,7 @@ tools: ## build etcd, kube-apiserver, kubectl and helm into .local/bin (cached)
 # The console shows each test and its e2e: figures; the whole verbose log is in
 # .local/e2e.log, and is printed in full when a test fails (it holds the
 # process logs the harness dumps for a failing test).
-e2e: tools build ## end-to-end tests against a real etcd + kube-apiserver
+e2e: tools build image ## end-to-end tests against a real etcd + kube-apiserver
 	@mkdir -p .local
 	$(GO) test -tags e2e -count=1 -timeout 40m -v -skip '^TestChaos' ./test/e2e/... > .local/e2e.log 2>&1; rc=$$?; \
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' .local/e2e.log; \
@@ -71,7 +76,7 @@ bench: ## benchmarks of the decision functions and the view
 # each round. Knobs (make variables or environment): BENCH_ROUNDS (3),
 # BENCH_CREATES (300 per run), BENCH_EXISTING (0,5000), BENCH_CONFIGS
 # (none,nop,ours,vap), BENCH_WORKLOADS (dynamic:1,dynamic:8,mixed:8),
-# BENCH_ARGS (extra `webhook serve` flags of ours; default --manage-match-conditions,
+# BENCH_ARGS (extra `clusterip-policy serve` flags of ours; default --manage-match-conditions,
 # as manifests/base runs it). About 11 minutes on
 # 2 busy cores; the summary goes to .local/bench/summary.{md,json}, the whole
 # output to .local/bench/bench.log.
@@ -101,5 +106,16 @@ demo: up ## start the local cluster and apply the example Services with kubectl
 certs: ## create a CA and serving certificate for the self-signed overlay (rotate: make certs CERTS_ARGS=--reuse-ca)
 	$(GO) run ./certs/cmd/gencerts $(CERTS_ARGS)
 
-image: ## build the container image (needs a Docker engine)
-	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t clusterip-policy:$(VERSION) .
+# No Docker engine needed: tools/imagebuild (go-containerregistry) writes an
+# OCI layout; two builds of one clean commit give one digest.
+image: ## build the linux/amd64+arm64 image, the pause image and the SBOM into _output/image/
+	VERSION=$(VERSION) COMMIT=$(COMMIT) hack/image.sh
+
+# IMAGE_REPO is where the image will be pushed; the packaged chart's values
+# name it with the tag and the digest (docs/release.md).
+IMAGE_REPO ?= clusterip-policy
+release: image tools ## image, chart package, CLI binaries, SBOM and SHA256SUMS into _output/release/
+	VERSION=$(VERSION) COMMIT=$(COMMIT) IMAGE_REPO=$(IMAGE_REPO) hack/release.sh
+
+vulncheck: ## known-vulnerability scan (govulncheck, database built from the golang.org/x/vulndb module)
+	hack/vulncheck.sh

@@ -7,7 +7,7 @@
 #   hack/cpu-compare.sh     # ROUNDS=5 DURATION=5s CONCURRENCY=8 by default
 #   WEBHOOK=/tmp/old-webhook hack/cpu-compare.sh   # another build of ours (before/after)
 #
-# It starts one more `webhook serve` (talking to the `make up` apiserver with
+# It starts one more `clusterip-policy serve` (talking to the `make up` apiserver with
 # the webhook's own kubeconfig, examples/policy.yaml, audit lines to a file)
 # and one nopwebhook, waits until ours is ready, then for each round and each
 # review runs test/load against ours and against nop in turn (the order
@@ -41,7 +41,7 @@ mkdir -p "$dir"
 WEBHOOK=${WEBHOOK:-}
 if [[ -z $WEBHOOK ]]; then
 	make -s build
-	WEBHOOK=bin/webhook
+	WEBHOOK=bin/clusterip-policy
 fi
 go build -o "$dir/nopwebhook" ./test/nopwebhook
 go build -o "$dir/load" ./test/load

@@ -38,7 +38,7 @@ fi
 if [[ ! -x .local/bin/kube-apiserver || ! -x .local/bin/etcd || ! -x .local/bin/kubectl ]]; then
 	hack/build-tools.sh
 fi
-if [[ ! -x bin/webhook ]]; then
+if [[ ! -x bin/clusterip-policy ]]; then
 	make build
 fi
 go build -o .local/bin/localcluster ./test/e2e/cmd/localcluster

@@ -361,8 +361,8 @@ func TestChartConventionalValues(t *testing.T) {
 	d := o.Deployments[0]
 	pod := d.Spec.Template.Spec
 	ctr := pod.Containers[0]
-	if want := "mirror.example/clusterip-policy@sha256:" + strings.Repeat("ab", 32); ctr.Image != want {
-		t.Errorf("image %s, want %s (global registry, digest over tag)", ctr.Image, want)
+	if want := "mirror.example/clusterip-policy:dev@sha256:" + strings.Repeat("ab", 32); ctr.Image != want {
+		t.Errorf("image %s, want %s (global registry, the digest pinning the tag)", ctr.Image, want)
 	}
 	if len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "my-pull" {
 		t.Errorf("imagePullSecrets %v, want the chart's own my-pull over the global one", pod.ImagePullSecrets)

@@ -7,7 +7,7 @@
 //   - nop:  test/nopwebhook (allows everything, same server and TLS as ours)
 //     registered with the webhook configurations of
 //     manifests/base/webhook-configurations.yaml, only clientConfig changed;
-//   - ours: bin/webhook with a policy, its view synced, registered the same
+//   - ours: bin/clusterip-policy with a policy, its view synced, registered the same
 //     way (extra `webhook serve` flags from Options.WebhookArgs);
 //   - vap:  a ValidatingAdmissionPolicy with a CEL check comparable to a
 //     minimal policy (vap.go says what it checks).

@@ -62,7 +62,7 @@ type auditOutput struct {
 	CannotJudge string         `json:"cannotJudge"`
 }
 
-// runAudit runs the real `bin/webhook audit` with args, with HOME in a
+// runAudit runs the real `bin/clusterip-policy audit` with args, with HOME in a
 // directory of its own (no ~/.kube/config) and extraEnv, and returns its
 // exit status, stdout and stderr.
 func runAudit(t *testing.T, c *framework.Cluster, extraEnv []string, args ...string) (int, string, string) {

@@ -47,7 +47,7 @@ the base's choice) or file (the ConfigMap, manifests/components/policy-file).
 {{- end -}}
 
 {{/*
-The policy value, in either format `webhook review --policy` reads (the
+The policy value, in either format `clusterip-policy review --policy` reads (the
 object manifest, apiVersion clusterip-policy.io/v1alpha1, or the file,
 apiVersion clusterip-policy/v1alpha1), as a dict: apiVersion (which of the
 two), spec (the fields). Anything else is refused here with the value named;
@@ -59,7 +59,7 @@ the webhook's loader checks the fields themselves.
 {{- else -}}
 {{- $p := .Values.policy | fromYaml -}}
 {{- if hasKey $p "Error" -}}
-{{- fail (printf "policy: not a YAML mapping (%s); give the ClusterIPPolicy object or the policy file, as `webhook review --policy` reads it" $p.Error) -}}
+{{- fail (printf "policy: not a YAML mapping (%s); give the ClusterIPPolicy object or the policy file, as `clusterip-policy review --policy` reads it" $p.Error) -}}
 {{- end -}}
 {{- $v := toString (get $p "apiVersion") -}}
 {{- if eq $v "clusterip-policy.io/v1alpha1" -}}
@@ -146,7 +146,12 @@ The image reference: [registry/]repository, then @digest when given, else
 {{- if not (regexMatch "^sha256:[a-f0-9]{64}$" $i.digest) -}}
 {{- fail (printf "image.digest: %q is not a digest such as sha256:<64 hex digits>" $i.digest) -}}
 {{- end -}}
+{{- /* The tag stays beside the digest for people reading it; the digest decides. */ -}}
+{{- if $i.tag -}}
+{{- printf "%s:%s@%s" $repo (toString $i.tag) $i.digest -}}
+{{- else -}}
 {{- printf "%s@%s" $repo $i.digest -}}
+{{- end -}}
 {{- else -}}
 {{- printf "%s:%s" $repo (toString $i.tag) -}}
 {{- end -}}

@@ -1,6 +1,6 @@
 // Package framework runs a throw-away control plane on loopback for the
 // end-to-end tests and for `make up`: etcd, one or more kube-apiservers and one
-// or more clusterip-policy webhook processes (the real `bin/webhook serve`),
+// or more clusterip-policy webhook processes (the real `bin/clusterip-policy serve`),
 // with every certificate made by the project's certs package.
 //
 // Everything listens on 127.0.0.1 on ports picked at run time, lives in one

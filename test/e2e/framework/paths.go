@@ -41,7 +41,7 @@ type Binaries struct {
 }
 
 // DefaultBinaries are the ones `make tools` and `make build` produce:
-// .local/bin/{etcd,kube-apiserver,kubectl} and bin/webhook. $E2E_BIN_DIR
+// .local/bin/{etcd,kube-apiserver,kubectl} and bin/clusterip-policy. $E2E_BIN_DIR
 // overrides the tool directory and $E2E_WEBHOOK the webhook binary.
 func DefaultBinaries(root string) Binaries {
 	dir := os.Getenv("E2E_BIN_DIR")
@@ -50,7 +50,7 @@ func DefaultBinaries(root string) Binaries {
 	}
 	webhook := os.Getenv("E2E_WEBHOOK")
 	if webhook == "" {
-		webhook = filepath.Join(root, "bin", "webhook")
+		webhook = filepath.Join(root, "bin", "clusterip-policy")
 	}
 	return Binaries{
 		Etcd:          filepath.Join(dir, "etcd"),
