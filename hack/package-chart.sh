@@ -39,7 +39,17 @@ for line in '^  repository: clusterip-policy$' '^  tag: dev$' '^  digest: ""$'; 
 	}
 done
 sed -i "s#^  repository: clusterip-policy\$#  repository: $repo#; s#^  tag: dev\$#  tag: $version#; s#^  digest: \"\"\$#  digest: $digest#" "$values"
-"$HELM" lint --namespace clusterip-policy "$tmp/clusterip-policy" >/dev/null
+# The checks render the chart without a cluster: helm then assumes
+# Kubernetes v1.20 (give the oldest the chart accepts) and cannot read the DNS
+# Service the chart otherwise looks up (give any address: only the image
+# line is read).
+kube=$(sed -n 's/^kubeVersion: ">=\([0-9.]*\)-0"$/\1/p' "$tmp/clusterip-policy/Chart.yaml")
+if [[ -z $kube ]]; then
+	echo "package-chart: Chart.yaml has no kubeVersion of the form \">=X.Y.Z-0\"" >&2
+	exit 1
+fi
+render=(--kube-version "$kube" --set dns.clusterIP=10.96.0.10)
+"$HELM" lint --namespace clusterip-policy "${render[@]}" "$tmp/clusterip-policy" >/dev/null
 mkdir -p "$out"
 "$HELM" package "$tmp/clusterip-policy" --version "$chart_version" --app-version "$version" -d "$out" >/dev/null
 pkg=$out/clusterip-policy-$chart_version.tgz
@@ -50,7 +60,7 @@ if [[ $got != "$want" ]]; then
 	echo "package-chart: the package says version/appVersion '$got', want '$want'" >&2
 	exit 1
 fi
-image=$("$HELM" template x "$pkg" --namespace clusterip-policy | sed -n 's/^ *image: "\(.*\)"$/\1/p' | sort -u)
+image=$("$HELM" template x "$pkg" --namespace clusterip-policy "${render[@]}" | sed -n 's/^ *image: "\(.*\)"$/\1/p' | sort -u)
 if [[ $image != "$repo:$version@$digest" ]]; then
 	echo "package-chart: the package renders image '$image', want $repo:$version@$digest" >&2
 	exit 1

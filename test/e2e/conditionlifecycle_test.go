@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -29,6 +30,25 @@ func restartWith(t *testing.T, c *framework.Cluster, i int, edit func([]string) 
 	}
 }
 
+// managedCluster starts a cluster of its own with one webhook replica
+// running --manage-match-conditions on the policy managedPolicy, and waits
+// until the leader has written the managed conditions; it returns the
+// policy's digest.
+func managedCluster(t *testing.T, serviceRange string) (*framework.Cluster, context.Context, string) {
+	t.Helper()
+	pol := managedPolicy()
+	c := own(t, framework.Options{
+		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: serviceRange}},
+		Policy:      pol,
+		Webhooks:    1,
+		WebhookArgs: []string{"--manage-match-conditions"},
+	})
+	ctx := testContext(t, 3*time.Minute)
+	digest := policyDigest(t, pol)
+	waitManaged(t, ctx, c, digest, 30*time.Second)
+	return c, ctx, digest
+}
+
 func without(flag string) func([]string) []string {
 	return func(args []string) []string {
 		return slices.DeleteFunc(args, func(a string) bool { return a == flag || strings.HasPrefix(a, flag+"=") })
@@ -40,16 +60,7 @@ func without(flag string) func([]string) []string {
 // replica restarted without --manage-match-conditions removes the managed
 // condition from both configurations.
 func TestManagementTurnedOffRemovesTheConditionWithNothingElseOn(t *testing.T) {
-	pol := managedPolicy()
-	c := own(t, framework.Options{
-		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/27"}},
-		Policy:      pol,
-		Webhooks:    1,
-		WebhookArgs: []string{"--manage-match-conditions"},
-	})
-	ctx := testContext(t, 3*time.Minute)
-	waitManaged(t, ctx, c, policyDigest(t, pol), 30*time.Second)
-
+	c, ctx, _ := managedCluster(t, "10.96.0.0/27")
 	restartWith(t, c, 0, without("--manage-match-conditions"))
 	start := time.Now()
 	for {
@@ -78,16 +89,7 @@ func TestManagementTurnedOffRemovesTheConditionWithNothingElseOn(t *testing.T) {
 // every create, so the policy in force elsewhere is not bypassed by stale
 // conditions; ready again, it writes the selective ones back.
 func TestAnUnreadyLeaderSendsEveryCreate(t *testing.T) {
-	pol := managedPolicy()
-	c := own(t, framework.Options{
-		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/27"}},
-		Policy:      pol,
-		Webhooks:    1,
-		WebhookArgs: []string{"--manage-match-conditions"},
-	})
-	ctx := testContext(t, 3*time.Minute)
-	digest := policyDigest(t, pol)
-	waitManaged(t, ctx, c, digest, 30*time.Second)
+	c, ctx, digest := managedCluster(t, "10.96.0.0/27")
 	selectiveM, selectiveV, _, err := managedConditions(ctx, c)
 	if err != nil || selectiveM == "true" {
 		t.Fatalf("before: mutating %.40q (%v)", selectiveM, err)

@@ -135,16 +135,8 @@ func labelledService(ns, name, ip string) *corev1.Service {
 // one's change: denied. With the other webhook gone, plain creates skip
 // ours again.
 func TestAnotherMutatingWebhookAfterOursCannotRouteAroundTheManagedConditions(t *testing.T) {
-	pol := managedPolicy()
-	c := own(t, framework.Options{
-		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16"}},
-		Policy:      pol,
-		Webhooks:    1,
-		WebhookArgs: []string{"--manage-match-conditions"},
-	})
+	c, ctx, _ := managedCluster(t, "10.96.0.0/16")
 	cs := c.Client(0)
-	ctx := testContext(t, 3*time.Minute)
-	waitManaged(t, ctx, c, policyDigest(t, pol), 30*time.Second)
 	waitMutatingCondition(t, ctx, c, false, 10*time.Second)
 	ns := namespace(t, c, "other-mutators")
 
@@ -214,16 +206,8 @@ func TestAnotherMutatingWebhookAfterOursCannotRouteAroundTheManagedConditions(t 
 // them after): the mutating condition sends every create, and a
 // dynamic-band address it sets is denied.
 func TestAMutatingAdmissionPolicyForServicesMakesEveryCreateReachOurs(t *testing.T) {
-	pol := managedPolicy()
-	c := own(t, framework.Options{
-		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16"}},
-		Policy:      pol,
-		Webhooks:    1,
-		WebhookArgs: []string{"--manage-match-conditions"},
-	})
+	c, ctx, _ := managedCluster(t, "10.96.0.0/16")
 	cs := c.Client(0)
-	ctx := testContext(t, 3*time.Minute)
-	waitManaged(t, ctx, c, policyDigest(t, pol), 30*time.Second)
 	waitMutatingCondition(t, ctx, c, false, 10*time.Second)
 	ns := namespace(t, c, "map")
 
