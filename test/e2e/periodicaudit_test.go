@@ -221,9 +221,22 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		t.Logf("e2e: periodic audit: replica %d reported the gauge %s after replica %d stopped", other+1, time.Since(stopped).Round(10*time.Millisecond), lead+1)
-		existing, err := c.WebhookMetric(ctx, other, "clusterip_policy_audit_events_total", `result="existing"`)
-		if err != nil {
-			t.Fatal(err)
+		// A pass sets the gauge before it looks at the Events: wait until
+		// the new leader has looked at all three offending Services.
+		var existing float64
+		for {
+			var err error
+			if existing, err = c.WebhookMetric(ctx, other, "clusterip_policy_audit_events_total", `result="existing"`); err != nil {
+				t.Fatal(err)
+			}
+			created, err := c.WebhookMetric(ctx, other, "clusterip_policy_audit_events_total", `result="created"`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if existing+created >= 3 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		got := policyEvents(t, ctx, cs)
 		if time.Now().Truncate(time.Hour).Equal(hour) {
