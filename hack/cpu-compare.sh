@@ -8,7 +8,7 @@
 #   WEBHOOK=/tmp/old-webhook hack/cpu-compare.sh   # another build of ours (before/after)
 #
 # It starts one more `clusterip-policy serve` (talking to the `make up` apiserver with
-# the webhook's own kubeconfig, examples/policy.yaml, audit lines to a file)
+# the webhook's own kubeconfig, examples/clusterippolicy.yaml, audit lines to a file)
 # and one nopwebhook, waits until ours is ready, then for each round and each
 # review runs test/load against ours and against nop in turn (the order
 # alternates between rounds), so that a noisy neighbour hits both alike. It
@@ -59,7 +59,7 @@ trap cleanup EXIT
 "$WEBHOOK" serve --kubeconfig="$cluster/webhook.kubeconfig" --cert-dir="$cluster/webhook-certs" \
 	--bind-address=127.0.0.1 --port="$ours_port" \
 	--health-probe-bind-address="127.0.0.1:$health_port" --metrics-bind-address="127.0.0.1:$metrics_port" \
-	--shutdown-delay=0s --policy=examples/policy.yaml 2>"$dir/webhook.log" &
+	--shutdown-delay=0s --policy=examples/clusterippolicy.yaml 2>"$dir/webhook.log" &
 ours_pid=$!
 pids+=("$ours_pid")
 "$dir/nopwebhook" --cert-dir="$cluster/webhook-certs" --bind-address=127.0.0.1 --port="$nop_port" 2>"$dir/nopwebhook.log" &

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `make down`: stops what `make up` started. Each process runs in a process
-# group of its own, recorded as "name pid binary" in .local/cluster/pids; the
+# group of its own, recorded as "name pid binary" in LOCAL_DIR/pids (default .local/cluster); the
 # group gets SIGTERM, then SIGKILL after 10 seconds. A pid that now belongs to
-# another program is left alone. The logs stay in .local/cluster/logs until the
+# another program is left alone. The logs stay in LOCAL_DIR/logs until the
 # next `make up`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-pids=$root/.local/cluster/pids
+dir=${LOCAL_DIR:-.local/cluster}
+[[ $dir == /* ]] || dir=$root/$dir
+pids=$dir/pids
 
 if [[ ! -f $pids ]]; then
 	echo "nothing to stop (no $pids)"
@@ -39,4 +41,4 @@ for line in "${lines[@]}"; do
 	fi
 done
 rm -f "$pids"
-echo "stopped; logs kept in .local/cluster/logs"
+echo "stopped; logs kept in ${dir#$root/}/logs"

@@ -199,10 +199,11 @@ func TestChartWebhooksMatchTheBase(t *testing.T) {
 	if !reflect.DeepEqual(chart.ClusterRoles[0].Rules, base.ClusterRoles[0].Rules) || !reflect.DeepEqual(chart.Roles[0].Rules, base.Roles[0].Rules) {
 		t.Error("the chart's RBAC rules differ from manifests/base")
 	}
-	// The example policy given whole is the base's object.
-	withExample := renderChart(t, "--set-file", "policy=../examples/clusterippolicy.yaml").objects
-	if len(withExample.Policies) != 1 || len(base.Policies) != 1 || !sameJSON(withExample.Policies[0].Spec, base.Policies[0].Spec) {
-		t.Errorf("the chart's policy object from examples/clusterippolicy.yaml differs from manifests/base/clusterippolicy.yaml")
+	// Told to reserve no DNS address, the chart writes the base's policy:
+	// nothing stated, warn.
+	noDNS := renderChart(t, "--set", "dns.reserve=false").objects
+	if len(noDNS.Policies) != 1 || len(base.Policies) != 1 || !sameJSON(noDNS.Policies[0].Spec, base.Policies[0].Spec) {
+		t.Errorf("the chart's policy object with dns.reserve=false differs from manifests/base/clusterippolicy.yaml")
 	}
 	if len(chart.ConfigMaps) != 0 {
 		t.Errorf("with policySource crd the chart renders %d ConfigMaps; nothing would read them", len(chart.ConfigMaps))
@@ -323,7 +324,8 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "certificate.selfSigned.caCert=x"}, "give all three of caCert, tlsCert and tlsKey"},
 		{[]string{"--set", "policySource=configmap"}, "at '/policySource': value must be one of 'crd', 'file'"},
 		{[]string{"--set", "policySource=configmap", "--skip-schema-validation"}, `policySource: "configmap" is neither crd`},
-		{[]string{"--set", "policy=apiVersion: v1"}, `policy: apiVersion "v1" is neither the ClusterIPPolicy object's clusterip-policy.io/v1alpha1 nor the policy file's clusterip-policy/v1alpha1`},
+		{[]string{"--set", "policy=apiVersion: v1"}, `policy: apiVersion "v1" is not the ClusterIPPolicy object's clusterip-policy.io/v1alpha1`},
+		{[]string{"--set", "policy=apiVersion: clusterip-policy/v1alpha1"}, `policy: apiVersion clusterip-policy/v1alpha1 is the retired policy file format; give the ClusterIPPolicy object instead`},
 		{[]string{"--set-string", "policy=- a list"}, "policy: not a YAML mapping"},
 		{[]string{"--set", "policy=apiVersion: clusterip-policy.io/v1alpha1\nmetadata: {name: extra}"}, `policy: metadata.name "extra": the webhook reads exactly one ClusterIPPolicy, named default`},
 		// --namespace is given once more; the last one counts.

@@ -637,7 +637,7 @@ func policyParses(o *objects) []string {
 			if !ok {
 				return []string{problemf("ConfigMap %s has no key %s", policyConfigMap, policyKey)}
 			}
-			if _, err := policy.Parse([]byte(data)); err != nil {
+			if _, err := policy.ParseDocument([]byte(data)); err != nil {
 				return []string{problemf("ConfigMap %s: %s does not load: %v", policyConfigMap, policyKey, err)}
 			}
 			return nil

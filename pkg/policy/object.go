@@ -52,27 +52,8 @@ func ParseObjectSpec(spec []byte) (*Policy, error) {
 	return Parse(doc)
 }
 
-// LoadFileOrObject reads a policy file, or a ClusterIPPolicy object
-// manifest (apiVersion clusterip-policy.io/v1alpha1), so `webhook review`
-// and `webhook audit` test the object offline exactly as the webhook will
-// load it. Errors name the file.
-func LoadFileOrObject(path string) (*Policy, error) {
-	data, err := readBounded(path, MaxPolicyBytes)
-	if err != nil {
-		return nil, fmt.Errorf("read policy: %w", err)
-	}
-	var head struct {
-		APIVersion string `json:"apiVersion"`
-	}
-	if yaml.Unmarshal(data, &head) != nil || head.APIVersion != ObjectGroup+"/"+ObjectVersion {
-		return LoadFile(path) // the file format, and its messages for anything else
-	}
-	p, err := parseObject(data)
-	if err != nil {
-		return nil, fmt.Errorf("policy object %s: %w", path, err)
-	}
-	return p, nil
-}
+// LoadFileOrObject is LoadFile, under the name the commands still call.
+func LoadFileOrObject(path string) (*Policy, error) { return LoadFile(path) }
 
 func parseObject(data []byte) (*Policy, error) {
 	if docs := bytes.Count(append([]byte("\n"), data...), []byte("\n---")); docs > 1 || (docs == 1 && !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("---"))) {

@@ -136,17 +136,45 @@ func Default() *Policy {
 	return p
 }
 
-// LoadFile reads and parses the policy at path; errors name the file.
+// LoadFile reads the policy at path: the ClusterIPPolicy object manifest
+// (apiVersion clusterip-policy.io/v1alpha1), loaded exactly as the webhook
+// loads the object from the apiserver, so `review`, `audit`, the ConfigMap
+// mode and the object mode read one document. A file in the retired policy
+// file format (apiVersion clusterip-policy/v1alpha1) still loads; the tools
+// print FileFormatNote for it. Errors name the file.
 func LoadFile(path string) (*Policy, error) {
 	data, err := readBounded(path, MaxPolicyBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read policy: %w", err)
 	}
-	p, err := Parse(data)
+	p, object, err := parseDocument(data)
+	if err != nil && object {
+		return nil, fmt.Errorf("policy object %s: %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", path, err)
 	}
 	return p, nil
+}
+
+// ParseDocument parses what LoadFile reads: the object manifest, or a
+// document in the retired file format.
+func ParseDocument(data []byte) (*Policy, error) {
+	p, _, err := parseDocument(data)
+	return p, err
+}
+
+// parseDocument also says whether data is the object manifest.
+func parseDocument(data []byte) (p *Policy, object bool, err error) {
+	var head struct {
+		APIVersion string `yaml:"apiVersion"`
+	}
+	if yaml.Unmarshal(data, &head) == nil && head.APIVersion == ObjectGroup+"/"+ObjectVersion {
+		p, err = parseObject(data)
+		return p, true, err
+	}
+	p, err = Parse(data)
+	return p, false, err
 }
 
 var yamlUnknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type \S+`)

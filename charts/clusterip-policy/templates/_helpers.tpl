@@ -47,11 +47,11 @@ the base's choice) or file (the ConfigMap, manifests/components/policy-file).
 {{- end -}}
 
 {{/*
-The policy value, in either format `clusterip-policy review --policy` reads (the
-object manifest, apiVersion clusterip-policy.io/v1alpha1, or the file,
-apiVersion clusterip-policy/v1alpha1), as a dict: apiVersion (which of the
-two), spec (the fields). Anything else is refused here with the value named;
-the webhook's loader checks the fields themselves.
+The policy value, the ClusterIPPolicy object manifest as `clusterip-policy
+review --policy` reads it (apiVersion clusterip-policy.io/v1alpha1, named
+default), as a dict: apiVersion, spec. Anything else is refused here with the
+value named (the retired file format with how to convert it); the webhook's
+loader checks the fields themselves.
 */}}
 {{- define "clusterip-policy.policyParsed" -}}
 {{- if not .Values.policy -}}
@@ -59,7 +59,7 @@ the webhook's loader checks the fields themselves.
 {{- else -}}
 {{- $p := .Values.policy | fromYaml -}}
 {{- if hasKey $p "Error" -}}
-{{- fail (printf "policy: not a YAML mapping (%s); give the ClusterIPPolicy object or the policy file, as `clusterip-policy review --policy` reads it" $p.Error) -}}
+{{- fail (printf "policy: not a YAML mapping (%s); give the ClusterIPPolicy object manifest, as `clusterip-policy review --policy` reads it" $p.Error) -}}
 {{- end -}}
 {{- $v := toString (get $p "apiVersion") -}}
 {{- if eq $v "clusterip-policy.io/v1alpha1" -}}
@@ -69,9 +69,9 @@ the webhook's loader checks the fields themselves.
 {{- end -}}
 {{- dict "apiVersion" $v "spec" (get $p "spec" | default dict) | toJson -}}
 {{- else if eq $v "clusterip-policy/v1alpha1" -}}
-{{- dict "apiVersion" $v "spec" (omit $p "apiVersion" "kind") | toJson -}}
+{{- fail "policy: apiVersion clusterip-policy/v1alpha1 is the retired policy file format; give the ClusterIPPolicy object instead: apiVersion clusterip-policy.io/v1alpha1, kind ClusterIPPolicy, metadata.name default, and the file's other fields indented under spec:" -}}
 {{- else -}}
-{{- fail (printf "policy: apiVersion %q is neither the ClusterIPPolicy object's clusterip-policy.io/v1alpha1 nor the policy file's clusterip-policy/v1alpha1" $v) -}}
+{{- fail (printf "policy: apiVersion %q is not the ClusterIPPolicy object's clusterip-policy.io/v1alpha1" $v) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -120,18 +120,17 @@ Never a guess: an address nobody stated would be reserved for nothing.
 {{- end -}}
 
 {{/*
-The policy as a file, for the ConfigMap: a file value verbatim (comments
-kept), an object's spec under the file's apiVersion and kind.
+The policy for the ConfigMap: the same ClusterIPPolicy object manifest the
+object source would apply, which the webhook's file loader reads.
 */}}
 {{- define "clusterip-policy.policyFile" -}}
 {{- $p := include "clusterip-policy.policyParsed" . | fromJson -}}
-{{- if eq $p.apiVersion "clusterip-policy/v1alpha1" -}}
-{{- .Values.policy -}}
-{{- else -}}
-apiVersion: clusterip-policy/v1alpha1
+apiVersion: clusterip-policy.io/v1alpha1
 kind: ClusterIPPolicy
-{{ toYaml $p.spec }}
-{{- end -}}
+metadata:
+  name: default
+spec:
+{{- toYaml $p.spec | nindent 2 }}
 {{- end -}}
 
 {{/*

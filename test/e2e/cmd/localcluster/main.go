@@ -1,9 +1,12 @@
 // Command localcluster runs the end-to-end harness's cluster for people:
 // `make up` starts etcd, a kube-apiserver and the webhook in the background
-// with it, `make demo` prints the webhook's decisions with it.
+// with it, `make demo` prints the webhook's decisions with it. The webhook
+// runs as manifests/base deploys it: the policy is the ClusterIPPolicy
+// object (the CRD from manifests/base, the object from --policy), with
+// reservation holds, the managed matchConditions and the periodic audit.
 //
 //	localcluster up --dir .local/cluster --kubeconfig .local/kubeconfig \
-//	    --service-cidr 10.96.0.0/16 --policy examples/policy.yaml
+//	    --service-cidr 10.96.0.0/16 --policy examples/clusterippolicy.yaml
 //	localcluster audit --log .local/cluster/logs/webhook.log
 //
 // `up` returns once the webhook is registered and every apiserver calls it,
@@ -57,7 +60,7 @@ func up(args []string, stdout io.Writer) error {
 	dir := fl.String("dir", ".local/cluster", "directory for etcd data, certificates, kubeconfigs and logs; emptied first")
 	kubeconfig := fl.String("kubeconfig", ".local/kubeconfig", "where to copy the admin kubeconfig")
 	serviceCIDR := fl.String("service-cidr", "10.96.0.0/16", "--service-cluster-ip-range of the kube-apiserver")
-	policy := fl.String("policy", "examples/policy.yaml", "policy file the webhook reads (and re-reads when it changes)")
+	policy := fl.String("policy", "examples/clusterippolicy.yaml", "the ClusterIPPolicy object manifest to apply (kubectl apply -f it again after an edit)")
 	clientAuth := fl.Bool("client-auth", false, "the apiserver presents a client certificate to the webhook, which requires it (--client-ca-file); files in DIR/webhook-client-auth")
 	if err := fl.Parse(args); err != nil {
 		return err
@@ -89,13 +92,24 @@ func up(args []string, stdout io.Writer) error {
 		Dir:        *dir,
 		Root:       root,
 		APIServers: []framework.APIServerOptions{{ServiceClusterIPRange: *serviceCIDR}},
-		PolicyFile: *policy,
-		Webhooks:   1,
+		Webhooks:   0, // started below, once the policy object exists
 		Detach:     true,
 		Logf:       logf,
+		// The serve flags of manifests/base/deployment.yaml that change what
+		// the webhook does (the others are its ports and paths).
+		WebhookArgs: []string{"--policy-source=crd", "--hold-reservations", "--audit-interval=5m", "--manage-match-conditions"},
 
 		WebhookClientAuth: *clientAuth,
 	})
+	if err == nil {
+		err = applyPolicy(ctx, c, *policy)
+	}
+	if err == nil {
+		err = c.StartWebhooks(ctx, 1)
+	}
+	if err == nil {
+		err = c.RegisterWebhooks(ctx)
+	}
 	if err != nil {
 		if c != nil {
 			fmt.Fprintf(stdout, "logs:%s\n", c.LogsSince(framework.LogMarks{}, 40))
@@ -128,7 +142,8 @@ func up(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, `
 ready in %s:
   kube-apiserver  %s  (--service-cluster-ip-range=%s)
-  webhook         https://%s  policy %s (re-read on change)
+  webhook         https://%s  policy: ClusterIPPolicy default, from %s
+                  (holds, managed matchConditions, periodic audit: as manifests/base)
   kubeconfig      %s
   audit log       %s
   all logs        %s
@@ -136,10 +151,32 @@ ready in %s:
 try:
   export KUBECONFIG=%s PATH=$PWD/.local/bin:$PATH
   kubectl create service clusterip web --tcp=80 --clusterip=10.96.200.5
+  kubectl get clusterippolicy default     # edit %s, then kubectl apply -f it
 stop with: make down
 `, time.Since(start).Round(time.Millisecond), c.APIServers[0].URL, *serviceCIDR, w.Addr(), rel(*policy),
-		rel(*kubeconfig), rel(w.LogPath), rel(filepath.Join(*dir, "logs")), w.MetricsAddr, w.HealthAddr, rel(*kubeconfig))
+		rel(*kubeconfig), rel(w.LogPath), rel(filepath.Join(*dir, "logs")), w.MetricsAddr, w.HealthAddr, rel(*kubeconfig), rel(*policy))
 	return nil
+}
+
+// applyPolicy installs the ClusterIPPolicy CRD from manifests/base and
+// applies the object at path, before the webhook starts: in object mode it
+// is not ready until it has loaded the object. A bad object is refused here
+// by the CRD's schema, with kubectl's message.
+func applyPolicy(ctx context.Context, c *framework.Cluster, path string) error {
+	kubectl := func(args ...string) error {
+		out, errOut, err := c.Kubectl(ctx, "", args...)
+		if err != nil {
+			return fmt.Errorf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+		}
+		return nil
+	}
+	if err := kubectl("apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
+		return err
+	}
+	if err := kubectl("wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=60s"); err != nil {
+		return err
+	}
+	return kubectl("apply", "-f", path)
 }
 
 // audit prints the webhook's audit lines as a table, without the harness's
