@@ -22,16 +22,19 @@ import (
 // helmPolicy is the policy the chart installs in TestHelmChart: the
 // example's ranges with a reservation of its own, so a denial naming it can
 // only come from the policy that went through the chart's values.
-const helmPolicy = `apiVersion: clusterip-policy/v1alpha1
+const helmPolicy = `apiVersion: clusterip-policy.io/v1alpha1
 kind: ClusterIPPolicy
-serviceCIDRs: [10.96.0.0/16]
-reserveKubernetesService: true
-reservations:
-- ip: 10.96.0.53
-  service: kube-system/helm-dns
-  note: installed by helm
-enforcement:
-  default: deny
+metadata:
+  name: default
+spec:
+  serviceCIDRs: [10.96.0.0/16]
+  reserveKubernetesService: true
+  reservations:
+  - ip: 10.96.0.53
+    service: kube-system/helm-dns
+    note: installed by helm
+  enforcement:
+    default: deny
 `
 
 // TestHelmChart installs charts/clusterip-policy with the helm built by
@@ -197,8 +200,7 @@ func TestHelmChart(t *testing.T) {
 		if status != "True 1" {
 			t.Errorf("ClusterIPPolicy default: Ready and generation in force %q, want True 1", status)
 		}
-		bad := strings.Replace(helmPolicy, "enforcement:", "- ip: 10.96.0.53\n  service: default/impostor\nenforcement:", 1)
-		bad = "apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata:\n  name: default\nspec:\n" + indent(strings.SplitN(bad, "\n", 3)[2], "  ")
+		bad := strings.Replace(helmPolicy, "  enforcement:", "  - ip: 10.96.0.53\n    service: default/impostor\n  enforcement:", 1)
 		// The last re-pointing may reach the apiserver after the Service
 		// webhooks answered: server-side dry runs until the check refuses.
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -377,15 +379,4 @@ func repoint(ctx context.Context, t *testing.T, c *framework.Cluster, kind strin
 	if _, _, err := c.Kubectl(ctx, "", "patch", kind, "clusterip-policy", "--type=json", "-p", patch); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// indent prefixes every non-empty line of s.
-func indent(s, prefix string) string {
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		if l != "" {
-			lines[i] = prefix + l
-		}
-	}
-	return strings.Join(lines, "\n")
 }

@@ -32,6 +32,19 @@ import (
 	"clusterip-policy/test/e2e/framework"
 )
 
+// myPolicyPatch is what a user's overlay adds to the base's policy before
+// deny: the DNS address reserved.
+const myPolicyPatch = `apiVersion: clusterip-policy.io/v1alpha1
+kind: ClusterIPPolicy
+metadata:
+  name: default
+spec:
+  reservations:
+  - {ip: 10.96.0.10, service: kube-system/kube-dns, note: cluster DNS}
+  enforcement:
+    default: deny
+`
+
 // selfSignedOverlay copies manifests/base and the self-signed overlay into a
 // temporary tree, runs gencerts there (as `make certs` does in the
 // repository) and returns the overlay directory and its rendered objects.
@@ -44,6 +57,18 @@ func selfSignedOverlay(t *testing.T, root string) (string, []*unstructured.Unstr
 		t.Fatal(err)
 	}
 	copyFile(t, filepath.Join(root, "manifests", "overlays", "self-signed", "kustomization.yaml"), filepath.Join(overlay, "kustomization.yaml"))
+	// The base states no address and warns; a user's overlay reserves the
+	// DNS address and denies, as the install docs show.
+	kz, err := os.ReadFile(filepath.Join(overlay, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), append(kz, []byte("- path: my-policy.yaml\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "my-policy.yaml"), []byte(myPolicyPatch), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	gencerts := exec.Command("go", "run", "./certs/cmd/gencerts",
 		"--out-dir="+filepath.Join(overlay, "tls"),
 		"--cabundle-patch="+filepath.Join(overlay, "cabundle-patch.yaml"),
