@@ -72,7 +72,7 @@ chaos: tools build ## fault scenarios under load behind haproxy; prints the figu
 bench: ## benchmarks of the decision functions and the view
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
-# The side-by-side end-to-end benchmark (test/bench, README "Benchmarks"):
+# The side-by-side end-to-end benchmark (test/bench, docs/development.md "Benchmarks"):
 # Service creates on one etcd + kube-apiserver with no admission, the
 # do-nothing webhook, ours and a ValidatingAdmissionPolicy, alternated in
 # each round. Knobs (make variables or environment): BENCH_ROUNDS (3),
