@@ -40,10 +40,12 @@ fmt-check:
 
 # The ClusterIPPolicy CRD is generated from pkg/apis/clusterippolicy/v1alpha1,
 # the chart's README.md from its values.yaml; manifests/crd_generated_test.go
-# and manifests/chart_readme_test.go fail when the committed files differ.
-generate: tools ## regenerate the ClusterIPPolicy CRD (base and chart) and the chart's README.md
+# and manifests/chart_readme_test.go fail when the committed files differ;
+# docs/cli.md comes from the commands' --help (docs/docs_test.go holds it).
+generate: tools build ## regenerate the ClusterIPPolicy CRD (base and chart), the chart's README.md and docs/cli.md
 	hack/generate-crd.sh
 	hack/generate-chart-readme.sh
+	hack/generate-cli-doc.sh
 
 tools: ## build etcd, kube-apiserver, kubectl and helm into .local/bin (cached)
 	hack/build-tools.sh
@@ -70,7 +72,7 @@ chaos: tools build ## fault scenarios under load behind haproxy; prints the figu
 bench: ## benchmarks of the decision functions and the view
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
-# The side-by-side end-to-end benchmark (test/bench, README "Benchmarks"):
+# The side-by-side end-to-end benchmark (test/bench, docs/development.md "Benchmarks"):
 # Service creates on one etcd + kube-apiserver with no admission, the
 # do-nothing webhook, ours and a ValidatingAdmissionPolicy, alternated in
 # each round. Knobs (make variables or environment): BENCH_ROUNDS (3),

@@ -751,7 +751,7 @@ func serviceRoutesToWebhook(o *objects) []string {
 
 // installLabel is the label a two-step install filters on: apply
 // everything but the webhook configurations, wait for ready pods, then apply
-// the rest (docs/deploying.md).
+// the rest (docs/install.md).
 const installLabel = "app.kubernetes.io/component"
 
 func (o *objects) metas() []metav1.ObjectMeta {

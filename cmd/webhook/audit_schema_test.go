@@ -12,8 +12,8 @@ import (
 )
 
 // The audit line's keys are public API and are defined once, by
-// auditLine.fields. Two other places name them: README.md's table
-// ("Reading the audit log") documents every key, and the e2e harness
+// auditLine.fields. Two other places name them: docs/observability.md's
+// table ("The decision log") documents every key, and the e2e harness
 // (framework.Decision) parses some of them. This test holds both to it.
 func TestAuditKeysAreTheDocumentedOnes(t *testing.T) {
 	var keys []string
@@ -21,13 +21,13 @@ func TestAuditKeysAreTheDocumentedOnes(t *testing.T) {
 		keys = append(keys, f.Key)
 	}
 
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile("../../docs/observability.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "## Reading the audit log")
+	_, section, ok := strings.Cut(string(page), "## The decision log\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Reading the audit log" section`)
+		t.Fatal(`docs/observability.md has no "## The decision log" section`)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var documented []string
@@ -41,7 +41,7 @@ func TestAuditKeysAreTheDocumentedOnes(t *testing.T) {
 		}
 	}
 	if !slices.Equal(documented, keys) {
-		t.Errorf("README.md documents the audit keys\n %v\nthe webhook writes\n %v\n(in that order)", documented, keys)
+		t.Errorf("docs/observability.md documents the audit keys\n %v\nthe webhook writes\n %v\n(in that order)", documented, keys)
 	}
 
 	ty := reflect.TypeFor[framework.Decision]()

@@ -43,13 +43,14 @@ const (
 )
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cmd := "serve"
+	cmd, named := "serve", false
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+		cmd, args, named = args[0], args[1:], true
 	}
 	// --help alone asks what the binary does: the commands, not the flags
-	// of the default command (`serve --help` prints those).
-	if cmd == "serve" && len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help") {
+	// of the default command (`serve --help` prints those, so the command
+	// must not have been named).
+	if cmd == "serve" && !named && len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help") {
 		cmd = "help"
 	}
 	switch cmd {

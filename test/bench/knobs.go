@@ -71,8 +71,8 @@ const (
 	maxClients  = 64
 )
 
-// DefaultKnobs took 10 min 52 s on a shared 2-core machine (README, "The
-// end-to-end benchmark").
+// DefaultKnobs took 10 min 52 s on a shared 2-core machine (BENCHMARKS.md,
+// "make bench-e2e with its defaults").
 func DefaultKnobs() Knobs {
 	return Knobs{
 		Rounds:    3,

@@ -202,7 +202,7 @@ func chooseCA(c *config, stdout io.Writer) (*certs.CA, []byte, error) {
 		fmt.Fprintf(stdout, "reusing CA %q (valid until %s)\n", ca.Cert.Subject.CommonName, ca.Cert.NotAfter.UTC().Format(time.DateOnly))
 		return ca, ca.CertPEM, nil
 	case haveCA && !c.newCA:
-		return nil, nil, fmt.Errorf("%s already holds a CA: pass --reuse-ca to sign a new serving certificate with it (rotation), or --new-ca to replace it (see docs/deploying.md before you do)", c.outDir)
+		return nil, nil, fmt.Errorf("%s already holds a CA: pass --reuse-ca to sign a new serving certificate with it (rotation), or --new-ca to replace it (see docs/operations.md#certificates-and-rotation before you do)", c.outDir)
 	}
 	ca, err := certs.NewCA(fmt.Sprintf("clusterip-policy-ca@%d", time.Now().Unix()), c.caValidity)
 	if err != nil {

@@ -1,0 +1,514 @@
+package docs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The tests run in docs/; paths below are from the repository's root.
+const root = ".."
+
+// cliPackage is where `make build` builds bin/clusterip-policy from.
+const cliPackage = "./cmd/webhook"
+
+// docFiles are the pages these tests hold honest: the README and docs/.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append([]string{filepath.Join(root, "README.md")}, files...)
+	sort.Strings(files[1:])
+	return files
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// rel names a file as the repository does, for messages.
+func rel(path string) string {
+	r, err := filepath.Rel(root, path)
+	if err != nil {
+		return path
+	}
+	return filepath.ToSlash(r)
+}
+
+// brokenLinks returns each relative link of the page at path whose file, or
+// whose #anchor in a Markdown file, does not exist. Links to other sites
+// are not followed.
+func brokenLinks(path, text string) []string {
+	var out []string
+	anchorsOf := map[string]map[string]bool{}
+	for _, l := range Links(text) {
+		target := l.Target
+		if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+			continue
+		}
+		file, anchor, _ := strings.Cut(target, "#")
+		dest := path
+		if file != "" {
+			dest = filepath.Join(filepath.Dir(path), filepath.FromSlash(file))
+			if _, err := os.Stat(dest); err != nil {
+				out = append(out, fmt.Sprintf("%s:%d: %s: no such file %s", rel(path), l.Line, target, rel(dest)))
+				continue
+			}
+		}
+		if anchor == "" {
+			continue
+		}
+		if !strings.HasSuffix(dest, ".md") {
+			out = append(out, fmt.Sprintf("%s:%d: %s: an anchor into a file that is not Markdown", rel(path), l.Line, target))
+			continue
+		}
+		a, ok := anchorsOf[dest]
+		if !ok && dest == path {
+			a, ok = Anchors(text), true
+			anchorsOf[dest] = a
+		}
+		if !ok {
+			b, err := os.ReadFile(dest)
+			if err != nil {
+				out = append(out, fmt.Sprintf("%s:%d: %s: %v", rel(path), l.Line, target, err))
+				continue
+			}
+			a = Anchors(string(b))
+			anchorsOf[dest] = a
+		}
+		if !a[anchor] {
+			out = append(out, fmt.Sprintf("%s:%d: %s: %s has no heading with the anchor #%s", rel(path), l.Line, target, rel(dest), anchor))
+		}
+	}
+	return out
+}
+
+func TestRelativeLinksResolve(t *testing.T) {
+	for _, f := range docFiles(t) {
+		for _, p := range brokenLinks(f, read(t, f)) {
+			t.Error(p)
+		}
+	}
+}
+
+// The link check must see a broken file, a broken anchor and a good pair.
+func TestRelativeLinksReportsWhatIsBroken(t *testing.T) {
+	page := filepath.Join(root, "docs", "page.md")
+	text := "# Page\n\n## A heading (`x`)\n\n[ok](#a-heading-x) [ok](policy.md#the-object) [gone](nothing.md) [bad](policy.md#no-such-heading) [self](#no-such)\n`[code](nothing.md)`\n```sh\n[block](nothing.md)\n```\n"
+	got := brokenLinks(page, text)
+	want := []string{
+		"docs/page.md:5: nothing.md: no such file docs/nothing.md",
+		"docs/page.md:5: policy.md#no-such-heading: docs/policy.md has no heading with the anchor #no-such-heading",
+		"docs/page.md:5: #no-such: docs/page.md has no heading with the anchor #no-such",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestAnchorsFollowGitHub(t *testing.T) {
+	for text, want := range map[string]string{
+		"The apiserver's audit annotations":                              "the-apiservers-audit-annotations",
+		"A local cluster (`make demo`)":                                  "a-local-cluster-make-demo",
+		"Memory at 100,000 allocated addresses":                          "memory-at-100000-allocated-addresses",
+		"Break-glass: the webhook is down":                               "break-glass-the-webhook-is-down",
+		"`clusterip-policy review`":                                      "clusterip-policy-review",
+		"Only the apiservers may call the webhook (client certificates)": "only-the-apiservers-may-call-the-webhook-client-certificates",
+		"See [policy.md](policy.md)":                                     "see-policymd",
+	} {
+		if got := Anchor(text); got != want {
+			t.Errorf("Anchor(%q) = %q, want %q", text, got, want)
+		}
+	}
+	a := Anchors("# T\n## Same\n```\n## not a heading\n```\n## Same\n")
+	for _, want := range []string{"t", "same", "same-1"} {
+		if !a[want] {
+			t.Errorf("Anchors lacks %q: %v", want, a)
+		}
+	}
+	if a["not-a-heading"] {
+		t.Error("a line in a code block was taken for a heading")
+	}
+}
+
+// how says how a command shown in a shell block is kept honest: run by a
+// test (test names a Go test function; evidence is text the file defining
+// it must contain, so the mapping breaks when the test stops doing it), or
+// named in a file CI runs (file, evidence), or not run, with the reason.
+type how struct {
+	test, file, evidence string
+	notRun               string
+}
+
+const (
+	noKubelet     = "needs the webhook's pods running: the e2e harness has no kubelet, so the tests run the binary as the Deployment does instead"
+	realCluster   = "changes a real cluster that runs the webhook; "
+	needsRegistry = "needs a registry the cluster pulls from; TestInstallFromRegistry pushes with _output/tools/imagebuild, not skopeo"
+	certManager   = "needs cert-manager in the cluster; the overlay is only built (manifests/overlays_test.go)"
+)
+
+// documented maps every command line of a sh, bash or console block in the
+// README and docs/*.md (as Commands normalizes it) to how it is kept honest.
+// Console commands that start with "clusterip-policy " are not listed: they
+// run in TestConsoleExamplesMatchTheBinary, output compared.
+var documented = map[string]how{
+	// README
+	"make demo": {test: "TestMakeUpDemoDown", evidence: `"demo.sh"`},
+	"make test": {file: ".ci/run", evidence: "\nmake test\n"},
+	"skopeo copy --all oci-archive:_output/release/clusterip-policy-v0.1.0.oci.tar docker://registry.example.com/clusterip-policy:v0.1.0": {notRun: needsRegistry},
+	"skopeo copy --all oci-archive:clusterip-policy-v0.1.0.oci.tar docker://registry.example.com/clusterip-policy:v0.1.0":                 {notRun: needsRegistry},
+	"helm push _output/release/clusterip-policy-0.1.0.tgz oci://registry.example.com/charts":                                              {test: "TestInstallFromRegistry", evidence: `"push"`},
+	"helm push clusterip-policy-0.1.0.tgz oci://registry.example.com/charts":                                                              {test: "TestInstallFromRegistry", evidence: `"push"`},
+	"kubectl create namespace clusterip-policy":                                                                                           {notRun: "the e2e tests let helm create it (--create-namespace) or apply the base's Namespace"},
+	"kubectl label namespace clusterip-policy pod-security.kubernetes.io/enforce=restricted":                                              {notRun: "Pod Security admits pods, and the e2e harness runs none; the base's Namespace carries the label (manifests/safety_test.go)"},
+	"helm install clusterip-policy oci://registry.example.com/charts/clusterip-policy --version 0.1.0 -n clusterip-policy --set dns.clusterIP=$(kubectl -n kube-system get service kube-dns -o jsonpath='{.spec.clusterIP}')": {test: "TestInstallFromRegistry", evidence: `oci://`},
+	"helm install clusterip-policy oci://registry.example.com/charts/clusterip-policy --version 0.1.0 -n clusterip-policy --create-namespace --set-file policy=clusterippolicy.yaml":                                          {test: "TestInstallFromRegistry", evidence: `oci://`},
+	"kubectl -n clusterip-policy rollout status deploy/clusterip-policy-webhook --timeout=3m":                                                                                                                                 {notRun: noKubelet},
+	"kubectl -n clusterip-policy rollout status deploy/clusterip-policy-webhook":                                                                                                                                              {notRun: noKubelet},
+	"kubectl create service clusterip clusterip-policy-smoke --tcp=80 --dry-run=server":                                                                                                                                       {notRun: realCluster + "the e2e tests make the same server-side dry runs through the webhook (test/e2e/dryrun_test.go)"},
+
+	// docs/install.md
+	"make certs": {test: "TestDeploymentManifests", evidence: "gencerts"},
+	"kubectl apply --server-side -f manifests/base/crd.yaml":                                                                            {test: "TestDeploymentManifests", evidence: `"crd.yaml"`},
+	"kubectl wait --for=condition=Established crd/clusterippolicies.clusterip-policy.io --timeout=1m":                                   {test: "TestDeploymentManifests", evidence: `"--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io"`},
+	"kubectl apply --server-side -k manifests/overlays/self-signed -l 'app.kubernetes.io/component!=webhook-configuration'":             {notRun: noKubelet + "; TestDeploymentManifests applies the overlay whole"},
+	"kubectl apply --server-side -k manifests/overlays/self-signed":                                                                     {test: "TestDeploymentManifests", evidence: `"apply", "--server-side", "-k", overlay`},
+	"kubectl -n clusterip-policy wait certificate/clusterip-policy-webhook --for=condition=Ready --timeout=2m":                          {notRun: certManager},
+	"kubectl apply --server-side -k manifests/overlays/cert-manager -l 'app.kubernetes.io/component!=webhook-configuration'":            {notRun: certManager},
+	"kubectl apply --server-side -k manifests/overlays/cert-manager":                                                                    {notRun: certManager},
+	"kubectl diff --server-side -k my-cluster":                                                                                          {notRun: realCluster + "my-cluster is the reader's overlay"},
+	"kubectl apply --server-side -k my-cluster":                                                                                         {notRun: realCluster + "my-cluster is the reader's overlay; TestPolicyObjectOverlayBuilds builds one"},
+	"helm upgrade clusterip-policy oci://registry.example.com/charts/clusterip-policy --version NEW -n clusterip-policy --reuse-values": {test: "TestHelmChart", evidence: `"upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values"`},
+	"kubectl apply --server-side --force-conflicts -f charts/clusterip-policy/crds/clusterippolicies.yaml":                              {test: "TestHelmChart", evidence: `"apply", "--server-side", "--force-conflicts", "-f", "-"`},
+	"kubectl delete mutatingwebhookconfiguration,validatingwebhookconfiguration clusterip-policy":                                       {notRun: realCluster + "break-glass and uninstall; TestHelmChart checks the configurations go with the release"},
+	"kubectl delete -k manifests/overlays/self-signed":                                                                                  {notRun: realCluster + "deleting the namespace waits for the namespace controller, which the harness does not run"},
+	"helm uninstall clusterip-policy -n clusterip-policy --wait":                                                                        {test: "TestHelmChart", evidence: `"uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait"`},
+	"kubectl get clusterippolicy default -o yaml > clusterippolicy-backup.yaml":                                                         {notRun: realCluster + "a backup before deleting the CRD"},
+	"kubectl delete crd clusterippolicies.clusterip-policy.io":                                                                          {test: "TestHelmChart", evidence: `{"delete", "crd", "clusterippolicies.clusterip-policy.io"}`},
+	"kubectl -n clusterip-policy delete lease clusterip-policy-holds --ignore-not-found":                                                {test: "TestHelmChart", evidence: `{"-n", "clusterip-policy", "delete", "lease", "clusterip-policy-holds", "--ignore-not-found"}`},
+	"kubectl delete ipaddresses -l ipaddress.kubernetes.io/managed-by=clusterip-policy.io":                                              {test: "TestHelmChart", evidence: `{"delete", "ipaddresses", "-l", "ipaddress.kubernetes.io/managed-by=clusterip-policy.io"}`},
+	"kubectl delete namespace clusterip-policy":                                                                                         {notRun: realCluster + "deleting a namespace waits for the namespace controller, which the harness does not run"},
+
+	// docs/operations.md
+	"clusterip-policy audit --policy clusterippolicy.yaml -o json | jq -r '.counts | to_entries[] | select(.value > 0) | \"\\(.key) \\(.value)\"'":                                                                                                                                                                     {notRun: "reads a real cluster; TestAuditReportsExistingServicesThatBreakThePolicy runs the audit, and cmd/webhook's tests pin its JSON keys"},
+	"helm template clusterip-policy charts/clusterip-policy -n clusterip-policy --kube-version 1.37.0 --set dns.clusterIP=10.96.0.10 --set networkPolicy.enabled=true --set-json 'networkPolicy.webhookFrom=[{\"ipBlock\":{\"cidr\":\"10.0.0.0/28\"}}]' --show-only templates/networkpolicy.yaml > networkpolicy.yaml": {test: "TestOfflineCommandsRun", evidence: "helm template clusterip-policy"},
+	"kubectl -n clusterip-policy get lease clusterip-policy-holds":                                                                                                      {notRun: realCluster + "read-only; the e2e tests read the Lease through the API (test/e2e/holds_test.go)"},
+	"kubectl get validatingwebhookconfiguration clusterip-policy -o jsonpath='{.metadata.annotations.clusterip-policy\\.io/match-conditions-policy}{\"\\n\"}'":          {test: "TestManagedConditionsSendOnlyWhatTheWebhookMayChange", evidence: `"get", "validatingwebhookconfiguration", "clusterip-policy", "-o", ` + "`jsonpath={.metadata.annotations.clusterip-policy\\.io/match-conditions-policy}`"},
+	"kubectl patch mutatingwebhookconfiguration clusterip-policy --type=json -p='[{\"op\":\"replace\",\"path\":\"/webhooks/0/failurePolicy\",\"value\":\"Ignore\"}]'":   {test: "TestDeploymentManifests", evidence: `"patch", p.kind, "clusterip-policy", "--type=json"`},
+	"kubectl patch validatingwebhookconfiguration clusterip-policy --type=json -p='[{\"op\":\"replace\",\"path\":\"/webhooks/0/failurePolicy\",\"value\":\"Ignore\"}]'": {test: "TestDeploymentManifests", evidence: `"patch", p.kind, "clusterip-policy", "--type=json"`},
+	"kubectl patch validatingwebhookconfiguration clusterip-policy --type=json -p='[{\"op\":\"replace\",\"path\":\"/webhooks/1/failurePolicy\",\"value\":\"Ignore\"}]'": {notRun: realCluster + "break-glass for ServiceCIDR writes; TestDeploymentManifests patches the Service webhooks the same way"},
+	"kubectl apply --server-side --force-conflicts -k manifests/overlays/self-signed":                                                                                   {notRun: realCluster + "restores the configurations after break-glass"},
+	"go run ./certs/cmd/gencerts --reuse-ca":                                      {notRun: "rotates the reader's CA-signed certificate; go test ./certs/... covers --reuse-ca and --new-ca"},
+	"go run ./certs/cmd/gencerts --new-ca":                                        {notRun: "replaces the reader's CA; go test ./certs/... covers --reuse-ca and --new-ca"},
+	"kubectl -n clusterip-policy rollout restart deploy/clusterip-policy-webhook": {notRun: noKubelet},
+	"openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout client-ca.key -out client-ca.crt -days 3650 -subj \"/CN=clusterip-policy-apiserver-client-ca\" -addext \"basicConstraints=critical,CA:TRUE\" -addext \"keyUsage=critical,keyCertSign,cRLSign\"": {notRun: "makes the reader's client CA; TestWebhookRequiresTheAPIServersClientCertificate makes its certificates with Go's crypto/x509"},
+	"openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout webhook-client.key -out webhook-client.csr -subj \"/CN=kube-apiserver-admission\"":                                                                                                                    {notRun: "as the client CA above"},
+	"openssl x509 -req -in webhook-client.csr -CA client-ca.crt -CAkey client-ca.key -CAcreateserial -out webhook-client.crt -days 365 -extfile <(printf \"basicConstraints=CA:FALSE\\nkeyUsage=critical,digitalSignature\\nextendedKeyUsage=clientAuth\\n\")":                              {notRun: "as the client CA above"},
+	"kubectl -n clusterip-policy create secret generic clusterip-policy-client-ca --from-file=ca.crt=client-ca.crt":                                                                                                                                                                         {notRun: realCluster + "the component's mount is checked by manifests/components_test.go"},
+
+	// docs/why-refused.md
+	"kubectl -n clusterip-policy logs -l app.kubernetes.io/name=clusterip-policy-webhook --tail=-1 --max-log-requests=10 | jq -c 'select(.logger==\"audit\" and .decision==\"denied\") | {ts, stage, namespace, name, user, rules, message}'":                                                                                         {notRun: noKubelet + "; the label is the pods' (manifests/base/deployment.yaml) and the keys are pinned by cmd/webhook's audit schema test"},
+	"jq -c 'select(.annotations[\"mutate-services.clusterip-policy.io/decision\"]==\"denied\" or .annotations[\"validate-services.clusterip-policy.io/decision\"]==\"denied\" or .annotations[\"validate-servicecidrs.clusterip-policy.io/decision\"]==\"denied\") | {verb, objectRef, user: .user.username, annotations}' audit.log": {notRun: "reads the apiserver's audit log; TestAuditAnnotationsInAPIServerAuditLog finds these annotations in one"},
+
+	// docs/development.md
+	"export KUBECONFIG=.local/kubeconfig PATH=$PWD/.local/bin:$PATH":        {notRun: "sets the reader's shell up for the local cluster"},
+	"kubectl create service clusterip web --tcp=80 --clusterip=10.96.200.5": {test: "TestMakeUpDemoDown", evidence: "10.96.200.5"},
+	"kubectl create service clusterip web --tcp=80 --clusterip=10.96.0.30":  {notRun: "an allowed static-band create on the local cluster; the demo creates 10.96.0.20 the same way"},
+	"go test -tags e2e -count=1 -v -run 'TestPolicyObject' ./test/e2e/":     {file: "Makefile", evidence: "-tags e2e -count=1"},
+	"make bench-e2e": {file: "Makefile", evidence: "bench-smoke"},
+	"make bench-e2e BENCH_ROUNDS=5 BENCH_CREATES=1000":                                  {notRun: "a longer run of the harness `make bench-smoke` runs in make test"},
+	"make bench-e2e BENCH_ARGS='--hold-reservations'":                                   {notRun: "the harness of `make bench-smoke` with another flag"},
+	"make bench-e2e BENCH_EXISTING=0 BENCH_CONFIGS=none,ours BENCH_WORKLOADS=dynamic:8": {notRun: "the harness of `make bench-smoke` with fewer configurations"},
+
+	// docs/matchconditions.md (the loop is one command per line)
+	"for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do":                                      {notRun: realCluster + "removes the managed condition by hand; the leader's own removal is TestUnmanagedConditionsStayStatic"},
+	"kubectl get $kind clusterip-policy -o json |":                                                                     {notRun: "part of the loop above"},
+	"jq '(.webhooks[] | select(.matchConditions) | .matchConditions) |= map(select(.name != \"policy-may-apply\"))' |": {notRun: "part of the loop above"},
+	"kubectl replace -f -": {notRun: "part of the loop above"},
+	"done":                 {notRun: "part of the loop above"},
+
+	// docs/performance.md
+	"make up": {test: "TestMakeUpDemoDown", evidence: `"local-up.sh"`},
+	"go run ./test/ipaddresses --count 100000":                             {notRun: "a memory measurement on the local cluster (BENCHMARKS.md)"},
+	"go run ./test/ipaddresses --delete":                                   {notRun: "undoes the command above"},
+	"hack/cpu-compare.sh":                                                  {notRun: "a CPU measurement (BENCHMARKS.md); minutes of load"},
+	"go test ./cmd/webhook -run '^$' -bench DecodeServiceFields -benchmem": {notRun: "a benchmark; make bench runs those of pkg/"},
+	"go test ./cmd/webhook -run '^$' -bench Endpoint -benchmem":            {notRun: "a benchmark; make bench runs those of pkg/"},
+	"go test ./pkg/policy -run '^$' -bench DynamicCreate -benchmem":        {file: "Makefile", evidence: "-bench . -benchmem ./pkg/..."},
+
+	// docs/release.md
+	"cd tools/vulncheck && go get golang.org/x/vulndb@latest && go mod tidy": {notRun: "updates the pinned vulnerability database: a change to commit, not a check"},
+}
+
+// documentedCommands returns every command line of the pages, with where
+// it is.
+func documentedCommands(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, f := range docFiles(t) {
+		for _, b := range Blocks(read(t, f)) {
+			for _, c := range Commands(b) {
+				if b.Info == "console" && strings.HasPrefix(c, "clusterip-policy ") {
+					continue
+				}
+				out[c] = append(out[c], fmt.Sprintf("%s:%d", rel(f), b.Line))
+			}
+		}
+	}
+	return out
+}
+
+// testFiles maps each Go test function of the repository to its file.
+var testFiles = sync.OnceValues(func() (map[string]string, error) {
+	out := map[string]string{}
+	decl := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".local" || d.Name() == "_output" || d.Name() == ".git") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			out[m[1]] = p
+		}
+		return nil
+	})
+	return out, err
+})
+
+// checkHow reports what is wrong with one entry of documented.
+func checkHow(c string, h how) error {
+	switch {
+	case h.notRun != "":
+		if h.test != "" || h.file != "" {
+			return fmt.Errorf("%q is listed as not run and as run", c)
+		}
+		return nil
+	case h.test != "":
+		files, err := testFiles()
+		if err != nil {
+			return err
+		}
+		f, ok := files[h.test]
+		if !ok {
+			return fmt.Errorf("%q: no test function %s in the repository", c, h.test)
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), h.evidence) {
+			return fmt.Errorf("%q: %s (%s) does not contain %q; does it still run this?", c, h.test, rel(f), h.evidence)
+		}
+	case h.file != "":
+		b, err := os.ReadFile(filepath.Join(root, h.file))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), h.evidence) {
+			return fmt.Errorf("%q: %s does not contain %q", c, h.file, h.evidence)
+		}
+	default:
+		return fmt.Errorf("%q: listed with neither a test, a file nor a reason", c)
+	}
+	return nil
+}
+
+func TestShellCommandsAreRunOrListed(t *testing.T) {
+	found := documentedCommands(t)
+	var cmds []string
+	for c := range found {
+		cmds = append(cmds, c)
+	}
+	sort.Strings(cmds)
+	for _, c := range cmds {
+		h, ok := documented[c]
+		if !ok {
+			t.Errorf("%s: the command %q is neither run by a test nor listed as not run with the reason: add it to documented in docs/docs_test.go", strings.Join(found[c], ", "), c)
+			continue
+		}
+		if err := checkHow(c, h); err != nil {
+			t.Error(err)
+		}
+	}
+	for c := range documented {
+		if _, ok := found[c]; !ok {
+			t.Errorf("documented lists %q, which no page shows any more: remove it", c)
+		}
+	}
+}
+
+func TestCommandsAreReadFromShellBlocks(t *testing.T) {
+	page := "```sh\n# a comment\nmake demo   # start it\nkubectl apply \\\n  -f x.yaml\n```\n```console\n$ clusterip-policy bands 10.96.0.0/28\nCIDR ...\n```\n```yaml\nkind: Service\n```\n"
+	var got []string
+	for _, b := range Blocks(page) {
+		got = append(got, Commands(b)...)
+	}
+	want := []string{"make demo", "kubectl apply -f x.yaml", "clusterip-policy bands 10.96.0.0/28"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if err := checkHow("x", how{test: "TestNoSuchTestAnywhere", evidence: "x"}); err == nil {
+		t.Error("an entry naming a missing test passed")
+	}
+	if err := checkHow("x", how{test: "TestCommandsAreReadFromShellBlocks", evidence: "text this file does not hold" + "!"}); err == nil {
+		t.Error("an entry whose evidence is missing passed")
+	}
+}
+
+// binary builds bin/clusterip-policy once for the tests that run it.
+var binary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "docs-test-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "clusterip-policy")
+	cmd := exec.Command("go", "build", "-o", bin, cliPackage)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", cliPackage, err, out)
+	}
+	return bin, nil
+})
+
+// consoleExamples returns each "$ clusterip-policy ..." of a console block
+// with the output the page shows after it (up to the next prompt).
+func consoleExamples(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, f := range docFiles(t) {
+		for _, b := range Blocks(read(t, f)) {
+			if b.Info != "console" {
+				continue
+			}
+			cur := ""
+			for _, l := range b.Lines {
+				if c, ok := strings.CutPrefix(strings.TrimSpace(l), "$ "); ok {
+					cur = ""
+					if strings.HasPrefix(c, "clusterip-policy ") {
+						cur = fmt.Sprintf("%s:%d\t%s", rel(f), b.Line, c)
+						out[cur] = nil
+					}
+					continue
+				}
+				if cur != "" {
+					out[cur] = append(out[cur], strings.TrimRight(l, " "))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestConsoleExamplesMatchTheBinary(t *testing.T) {
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := consoleExamples(t)
+	if len(examples) == 0 {
+		t.Fatal("no console example runs clusterip-policy; docs/policy.md shows review and bands")
+	}
+	for key, want := range examples {
+		where, c, _ := strings.Cut(key, "\t")
+		args := strings.Fields(strings.TrimPrefix(c, "clusterip-policy "))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = root
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		err := cmd.Run()
+		cancel()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Errorf("%s: %s: %v", where, c, err)
+			continue
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n") {
+			got = append(got, strings.TrimRight(l, " "))
+		}
+		if strings.Join(got, "\n") != strings.TrimRight(strings.Join(want, "\n"), "\n") {
+			t.Errorf("%s: %s prints\n%s\nbut the page shows\n%s", where, c, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+// TestOfflineCommandsRun runs the documented commands that need no cluster
+// and are not clusterip-policy itself.
+func TestOfflineCommandsRun(t *testing.T) {
+	helm := filepath.Join(root, ".local", "bin", "helm")
+	if _, err := os.Stat(helm); err != nil {
+		t.Skip("no helm in .local/bin: run make tools (hack/build-tools.sh)")
+	}
+	helm, _ = filepath.Abs(helm)
+	for c := range documentedCommands(t) {
+		if !strings.HasPrefix(c, "helm template clusterip-policy ") {
+			continue
+		}
+		// The page writes the output to a file; here it is read.
+		line, _, _ := strings.Cut(c, " > ")
+		cmd := exec.Command("bash", "-c", strings.Replace(line, "helm ", helm+" ", 1))
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v\n%s", c, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), "kind: NetworkPolicy") || !strings.Contains(string(out), "10.0.0.0/28") {
+			t.Errorf("%s rendered no NetworkPolicy admitting 10.0.0.0/28:\n%s", c, out)
+		}
+	}
+}
+
+func TestCLIPageMatchesHelp(t *testing.T) {
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := filepath.Join(t.TempDir(), "cli.md")
+	cmd := exec.Command("bash", filepath.Join("hack", "generate-cli-doc.sh"), bin, fresh)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/generate-cli-doc.sh: %v\n%s", err, out)
+	}
+	got := read(t, fresh)
+	if committed := read(t, filepath.Join(root, "docs", "cli.md")); committed != got {
+		t.Errorf("docs/cli.md differs from the commands' --help: run make generate (hack/generate-cli-doc.sh). The first difference is at line %d", firstDiff(committed, got))
+	}
+}
+
+func firstDiff(a, b string) int {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range min(len(al), len(bl)) {
+		if al[i] != bl[i] {
+			return i + 1
+		}
+	}
+	return min(len(al), len(bl)) + 1
+}
