@@ -58,9 +58,10 @@ func TestKnobsFromEnv(t *testing.T) {
 	k, err = KnobsFromEnv(env(map[string]string{
 		"BENCH_ROUNDS": "5", "BENCH_CREATES": "1000", "BENCH_EXISTING": "5000, 0,5000",
 		"BENCH_CONFIGS": "ours,none", "BENCH_WORKLOADS": "mixed:16", "BENCH_ARGS": " --manage-match-conditions  --hold-reservations ",
+		"BENCH_PROFILE": "ours, ours",
 	}))
 	if err != nil || k.Rounds != 5 || k.Creates != 1000 || len(k.Existing) != 2 || k.Existing[0] != 0 ||
-		strings.Join(k.Configs, ",") != "ours,none" || k.Workloads[0] != (Workload{KindMixed, 16}) ||
+		strings.Join(k.Configs, ",") != "ours,none" || k.Workloads[0] != (Workload{KindMixed, 16}) || strings.Join(k.Profile, ",") != "ours" ||
 		strings.Join(k.WebhookArgs, " ") != "--manage-match-conditions --hold-reservations" {
 		t.Fatalf("knobs = %+v, %v", k, err)
 	}
@@ -74,6 +75,8 @@ func TestKnobsFromEnv(t *testing.T) {
 		"args":        {"BENCH_ARGS=manage", `"manage" is not a flag`},
 		"harness":     {"BENCH_ARGS=--hold-reservations --bind-address=0.0.0.0", "--bind-address is set by the harness"},
 		"kubeconfig":  {"BENCH_ARGS=--kubeconfig", "--kubeconfig is set by the harness"},
+		"profile":     {"BENCH_PROFILE=ours,apiserver", `BENCH_PROFILE "ours,apiserver": "apiserver" is not a configuration`},
+		"profile-run": {"BENCH_PROFILE=ours-other-mutator", `profile "ours-other-mutator": the run does not measure that configuration`},
 		"mixed-large": {"BENCH_CREATES=5000", "the mixed workload would request 500 static addresses, but the static band has 225 free for it; use BENCH_CREATES of at most 2250"},
 	} {
 		kv := strings.SplitN(c.env, "=", 2)

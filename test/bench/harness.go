@@ -38,6 +38,10 @@ type Options struct {
 	// Dir holds the cluster (logs, certificates); a new temporary
 	// directory when empty.
 	Dir string
+	// ProfileDir gets the apiserver's CPU profiles of the runs whose
+	// configuration Knobs.Profile names (profile.go); with it empty,
+	// nothing is profiled.
+	ProfileDir string
 }
 
 // Bounds of every wait and run, whatever the knobs.
@@ -80,10 +84,7 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 	}
 	c, err := framework.Start(ctx, framework.Options{
 		Dir: o.Dir, Webhooks: 1, NoRegister: true, Policy: policyYAML(), WebhookArgs: o.Knobs.WebhookArgs, Logf: o.Logf,
-		// Several workers make the cleanup's DeleteCollection (one delete
-		// per Service, each releasing its address) faster; the measured
-		// creates do not use them.
-		APIServers: []framework.APIServerOptions{{ServiceClusterIPRange: ServiceRange, ExtraArgs: []string{"--delete-collection-workers=4"}}},
+		APIServers: []framework.APIServerOptions{{ServiceClusterIPRange: ServiceRange, ExtraArgs: apiserverArgs(o)}},
 	})
 	if err != nil {
 		if len(o.Knobs.WebhookArgs) > 0 {
@@ -130,6 +131,19 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 	}
 	b.registration = b.registered(ctx)
 	return b, nil
+}
+
+// apiserverArgs are the flags the harness adds to the framework's: several
+// workers make the cleanup's DeleteCollection (one delete per Service,
+// each releasing its address) faster, and the measured creates do not use
+// them; --profiling when a configuration is profiled (the framework turns
+// it off, and the last occurrence of a flag wins).
+func apiserverArgs(o Options) []string {
+	args := []string{"--delete-collection-workers=4"}
+	if o.ProfileDir != "" && len(o.Knobs.Profile) > 0 {
+		args = append(args, "--profiling=true")
+	}
+	return args
 }
 
 // Dir is the cluster's directory (logs of every process).
@@ -259,7 +273,29 @@ func (b *Bench) Measure(ctx context.Context, round int, w Workload, plan []Reque
 	if err != nil {
 		return Result{}, err
 	}
+	var (
+		profiles   int
+		profileErr error
+		profiled   = make(chan struct{})
+	)
+	pctx, stopProfile := context.WithCancel(ctx)
+	if b.profiling() {
+		go func() {
+			defer close(profiled)
+			profiles, profileErr = b.profile(pctx, round, w)
+		}()
+	} else {
+		close(profiled)
+	}
 	o := b.create(ctx, benchNamespace, "created", plan, w.Clients)
+	stopProfile()
+	<-profiled
+	if profileErr != nil {
+		return Result{}, profileErr
+	}
+	if profiles > 0 {
+		b.o.Logf("bench: %s, %s: %d CPU profiles of the apiserver in %s", b.current, w, profiles, b.o.ProfileDir)
+	}
 	after, err := b.snapshot(ctx)
 	if err != nil {
 		return Result{}, err
