@@ -244,6 +244,24 @@ func TestResultFiguresAndChecks(t *testing.T) {
 	if r := NewResult(1, 0, w, ConfigOurs, plan, outcome(30), delta(4, 3, 0, 0, 0, 0, ConfigOurs), true); len(r.Problems) != 0 {
 		t.Errorf("ours seeing only the static requests and the owner: %v, want no problem", r.Problems)
 	}
+	// The floors: every create skipped by both Service webhooks, none
+	// called.
+	skipped := func(mutate, validate, calls float64) Delta {
+		d := delta(calls, 0, 0, 0, 0, 0, ConfigFloorStatic)
+		d.Exclusions = map[string]float64{webhookNames[0]: mutate, webhookNames[1]: validate}
+		return d
+	}
+	for _, config := range []string{ConfigFloorStatic, ConfigFloorSingle} {
+		if r := NewResult(1, 0, w, config, plan, outcome(30), skipped(30, 30, 0), true); len(r.Problems) != 0 || r.MutateSkips != 30 || r.ValidateSkips != 30 {
+			t.Errorf("%s skipping all 30 creates: skips %v/%v, problems %v; want none", config, r.MutateSkips, r.ValidateSkips, r.Problems)
+		}
+		for name, d := range map[string]Delta{"a create not skipped": skipped(30, 29, 0), "a webhook called": skipped(30, 30, 1)} {
+			r := NewResult(1, 0, w, config, plan, outcome(30), d, true)
+			if p := strings.Join(r.Problems, "\n"); !strings.Contains(p, config+": ") || !strings.Contains(p, "every create must be skipped by both") {
+				t.Errorf("%s, %s: problems %q, want the floor's", config, name, p)
+			}
+		}
+	}
 }
 
 func TestSummaryMediansAndRatios(t *testing.T) {

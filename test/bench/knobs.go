@@ -43,10 +43,21 @@ const (
 	// (docs/matchconditions.md, "Other mutating admission"). What that
 	// costs is this configuration's figures against ours.
 	ConfigOursOtherMutator = "ours-other-mutator"
+	// The floors: what two Service webhooks that are never called cost
+	// the apiserver, whatever their conditions say. Both register the nop
+	// webhook (never called) with manifests/base's configurations, each
+	// Service webhook's matchConditions replaced: ConfigFloorStatic keeps
+	// the static conditions and adds one that is always false (ours'
+	// shape with a managed condition that costs nothing to evaluate);
+	// ConfigFloorSingle has the false condition alone (one condition per
+	// webhook, the least any matchCondition can cost). Neither guards
+	// anything: they are measurements, never a way to deploy.
+	ConfigFloorStatic = "floor-static"
+	ConfigFloorSingle = "floor-single"
 )
 
 // AllConfigs are the configurations in their reporting order.
-var AllConfigs = []string{ConfigNone, ConfigNop, ConfigOurs, ConfigVAP, ConfigOursOtherMutator}
+var AllConfigs = []string{ConfigNone, ConfigNop, ConfigOurs, ConfigVAP, ConfigOursOtherMutator, ConfigFloorStatic, ConfigFloorSingle}
 
 // DefaultConfigs are those a run measures unless BENCH_CONFIGS says
 // otherwise.
