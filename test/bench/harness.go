@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/procstat"
@@ -57,9 +58,14 @@ const (
 // and the nop webhook, both running all the time (only the registration
 // changes), so every configuration pays the same background cost.
 type Bench struct {
-	o       Options
-	c       *framework.Cluster
-	cs      kubernetes.Interface
+	o  Options
+	c  *framework.Cluster
+	cs kubernetes.Interface
+	// bulk is cs with cleanupTimeout as its request timeout: one
+	// DeleteCollection of a run's Services takes longer than a create's
+	// createTimeout on a busy machine (1,500 Services: over 30 s at a
+	// load average of 20).
+	bulk    kubernetes.Interface
 	nop     *framework.Process
 	nopAddr string
 
@@ -103,6 +109,11 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 	// measure itself. Every create is bounded by createTimeout instead.
 	cfg.QPS, cfg.Burst, cfg.Timeout = 1e6, 1e6, createTimeout
 	if b.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return b, err
+	}
+	bulk := rest.CopyConfig(cfg)
+	bulk.Timeout = cleanupTimeout
+	if b.bulk, err = kubernetes.NewForConfig(bulk); err != nil {
 		return b, err
 	}
 	if err := b.startNop(ctx); err != nil {
@@ -386,7 +397,7 @@ func (b *Bench) cleanup(ctx context.Context) error {
 	sel := metav1.ListOptions{LabelSelector: "bench=created"}
 	// The typed client has no DeleteCollection for Services; the
 	// apiserver's generic store serves it.
-	if err := b.cs.CoreV1().RESTClient().Delete().Namespace(benchNamespace).Resource("services").
+	if err := b.bulk.CoreV1().RESTClient().Delete().Namespace(benchNamespace).Resource("services").
 		VersionedParams(&sel, scheme.ParameterCodec).Do(ctx).Error(); err != nil {
 		return fmt.Errorf("delete the measured Services: %w", err)
 	}
