@@ -34,13 +34,20 @@ func TestBenchE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := "make bench-e2e"
-	for _, v := range []string{"BENCH_ROUNDS", "BENCH_CREATES", "BENCH_EXISTING", "BENCH_CONFIGS", "BENCH_WORKLOADS", "BENCH_ARGS"} {
+	for _, v := range []string{"BENCH_ROUNDS", "BENCH_CREATES", "BENCH_EXISTING", "BENCH_CONFIGS", "BENCH_WORKLOADS", "BENCH_ARGS", "BENCH_PROFILE"} {
 		if s := os.Getenv(v); s != "" {
 			cmd += " " + v + "='" + s + "'"
 		}
 	}
-	s := run(t, k, cmd)
 	out := filepath.Join(root, ".local", "bench")
+	profiles := filepath.Join(out, "profiles")
+	if len(k.Profile) > 0 {
+		// Only this run's profiles, so that a glob merges nothing older.
+		if err := os.RemoveAll(profiles); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := run(t, k, cmd, profiles)
 	writeSummary(t, s, out)
 	t.Logf("bench: summary in %s (summary.md, summary.json)", out)
 	for _, r := range s.Runs {
@@ -63,7 +70,7 @@ func TestBenchSmoke(t *testing.T) {
 		// in step, so a dynamic create reaches neither webhook.
 		WebhookArgs: []string{"--manage-match-conditions"},
 	}
-	s := run(t, k, "go test -tags e2e -run TestBenchSmoke ./test/bench/")
+	s := run(t, k, "go test -tags e2e -run TestBenchSmoke ./test/bench/", "")
 	if want := len(k.Existing) * len(k.Configs) * len(k.Workloads); len(s.Runs) != want {
 		t.Fatalf("%d runs, want %d", len(s.Runs), want)
 	}
@@ -95,11 +102,13 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
-func run(t *testing.T, k Knobs, command string) (s Summary) {
+// run runs the benchmark of k; profileDir gets the apiserver's CPU
+// profiles of the configurations k.Profile names.
+func run(t *testing.T, k Knobs, command, profileDir string) (s Summary) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Minute)
 	defer cancel()
-	b, err := Start(ctx, Options{Knobs: k, Command: command, Out: os.Stdout, Logf: t.Logf})
+	b, err := Start(ctx, Options{Knobs: k, Command: command, Out: os.Stdout, Logf: t.Logf, ProfileDir: profileDir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,9 +58,10 @@ func TestKnobsFromEnv(t *testing.T) {
 	k, err = KnobsFromEnv(env(map[string]string{
 		"BENCH_ROUNDS": "5", "BENCH_CREATES": "1000", "BENCH_EXISTING": "5000, 0,5000",
 		"BENCH_CONFIGS": "ours,none", "BENCH_WORKLOADS": "mixed:16", "BENCH_ARGS": " --manage-match-conditions  --hold-reservations ",
+		"BENCH_PROFILE": "ours, ours",
 	}))
 	if err != nil || k.Rounds != 5 || k.Creates != 1000 || len(k.Existing) != 2 || k.Existing[0] != 0 ||
-		strings.Join(k.Configs, ",") != "ours,none" || k.Workloads[0] != (Workload{KindMixed, 16}) ||
+		strings.Join(k.Configs, ",") != "ours,none" || k.Workloads[0] != (Workload{KindMixed, 16}) || strings.Join(k.Profile, ",") != "ours" ||
 		strings.Join(k.WebhookArgs, " ") != "--manage-match-conditions --hold-reservations" {
 		t.Fatalf("knobs = %+v, %v", k, err)
 	}
@@ -74,6 +75,8 @@ func TestKnobsFromEnv(t *testing.T) {
 		"args":        {"BENCH_ARGS=manage", `"manage" is not a flag`},
 		"harness":     {"BENCH_ARGS=--hold-reservations --bind-address=0.0.0.0", "--bind-address is set by the harness"},
 		"kubeconfig":  {"BENCH_ARGS=--kubeconfig", "--kubeconfig is set by the harness"},
+		"profile":     {"BENCH_PROFILE=ours,apiserver", `BENCH_PROFILE "ours,apiserver": "apiserver" is not a configuration`},
+		"profile-run": {"BENCH_PROFILE=ours-other-mutator", `profile "ours-other-mutator": the run does not measure that configuration`},
 		"mixed-large": {"BENCH_CREATES=5000", "the mixed workload would request 500 static addresses, but the static band has 225 free for it; use BENCH_CREATES of at most 2250"},
 	} {
 		kv := strings.SplitN(c.env, "=", 2)
@@ -240,6 +243,24 @@ func TestResultFiguresAndChecks(t *testing.T) {
 	}
 	if r := NewResult(1, 0, w, ConfigOurs, plan, outcome(30), delta(4, 3, 0, 0, 0, 0, ConfigOurs), true); len(r.Problems) != 0 {
 		t.Errorf("ours seeing only the static requests and the owner: %v, want no problem", r.Problems)
+	}
+	// The floors: every create skipped by both Service webhooks, none
+	// called.
+	skipped := func(mutate, validate, calls float64) Delta {
+		d := delta(calls, 0, 0, 0, 0, 0, ConfigFloorStatic)
+		d.Exclusions = map[string]float64{webhookNames[0]: mutate, webhookNames[1]: validate}
+		return d
+	}
+	for _, config := range []string{ConfigFloorStatic, ConfigFloorSingle} {
+		if r := NewResult(1, 0, w, config, plan, outcome(30), skipped(30, 30, 0), true); len(r.Problems) != 0 || r.MutateSkips != 30 || r.ValidateSkips != 30 {
+			t.Errorf("%s skipping all 30 creates: skips %v/%v, problems %v; want none", config, r.MutateSkips, r.ValidateSkips, r.Problems)
+		}
+		for name, d := range map[string]Delta{"a create not skipped": skipped(30, 29, 0), "a webhook called": skipped(30, 30, 1)} {
+			r := NewResult(1, 0, w, config, plan, outcome(30), d, true)
+			if p := strings.Join(r.Problems, "\n"); !strings.Contains(p, config+": ") || !strings.Contains(p, "every create must be skipped by both") {
+				t.Errorf("%s, %s: problems %q, want the floor's", config, name, p)
+			}
+		}
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package bench is the side-by-side end-to-end benchmark of Service
 // creates on a real etcd + kube-apiserver on loopback (test/e2e/framework),
-// under four admission configurations that take turns in every round, so
-// that noise on the machine hits all of them alike:
+// under admission configurations that take turns in every round, so
+// that noise on the machine hits all of them alike (BENCH_CONFIGS picks
+// them; the first four are the default):
 //
 //   - none: no webhook configurations and no admission policy;
 //   - nop:  test/nopwebhook (allows everything, same server and TLS as ours)
@@ -10,7 +11,15 @@
 //   - ours: bin/clusterip-policy with a policy, its view synced, registered the same
 //     way (extra `webhook serve` flags from Options.WebhookArgs);
 //   - vap:  a ValidatingAdmissionPolicy with a CEL check comparable to a
-//     minimal policy (vap.go says what it checks).
+//     minimal policy (vap.go says what it checks);
+//   - ours-other-mutator: ours beside another mutating webhook for Service
+//     creates, registered after ours;
+//   - floor-static, floor-single: the nop's Service webhooks, never
+//     called, with the static conditions plus one that is false, or the
+//     false one alone: the least two skipped webhooks cost the apiserver.
+//
+// BENCH_PROFILE names configurations during whose runs the apiserver's CPU
+// profile is taken (profile.go), to see where its admission time goes.
 //
 // Every switch goes through a verified "none" (no webhook called, the vap
 // not in force) and then waits until the apiserver applies the new

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/procstat"
@@ -38,6 +39,10 @@ type Options struct {
 	// Dir holds the cluster (logs, certificates); a new temporary
 	// directory when empty.
 	Dir string
+	// ProfileDir gets the apiserver's CPU profiles of the runs whose
+	// configuration Knobs.Profile names (profile.go); with it empty,
+	// nothing is profiled.
+	ProfileDir string
 }
 
 // Bounds of every wait and run, whatever the knobs.
@@ -53,9 +58,14 @@ const (
 // and the nop webhook, both running all the time (only the registration
 // changes), so every configuration pays the same background cost.
 type Bench struct {
-	o       Options
-	c       *framework.Cluster
-	cs      kubernetes.Interface
+	o  Options
+	c  *framework.Cluster
+	cs kubernetes.Interface
+	// bulk is cs with cleanupTimeout as its request timeout: one
+	// DeleteCollection of a run's Services takes longer than a create's
+	// createTimeout on a busy machine (1,500 Services: over 30 s at a
+	// load average of 20).
+	bulk    kubernetes.Interface
 	nop     *framework.Process
 	nopAddr string
 
@@ -80,10 +90,7 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 	}
 	c, err := framework.Start(ctx, framework.Options{
 		Dir: o.Dir, Webhooks: 1, NoRegister: true, Policy: policyYAML(), WebhookArgs: o.Knobs.WebhookArgs, Logf: o.Logf,
-		// Several workers make the cleanup's DeleteCollection (one delete
-		// per Service, each releasing its address) faster; the measured
-		// creates do not use them.
-		APIServers: []framework.APIServerOptions{{ServiceClusterIPRange: ServiceRange, ExtraArgs: []string{"--delete-collection-workers=4"}}},
+		APIServers: []framework.APIServerOptions{{ServiceClusterIPRange: ServiceRange, ExtraArgs: apiserverArgs(o)}},
 	})
 	if err != nil {
 		if len(o.Knobs.WebhookArgs) > 0 {
@@ -102,6 +109,11 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 	// measure itself. Every create is bounded by createTimeout instead.
 	cfg.QPS, cfg.Burst, cfg.Timeout = 1e6, 1e6, createTimeout
 	if b.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return b, err
+	}
+	bulk := rest.CopyConfig(cfg)
+	bulk.Timeout = cleanupTimeout
+	if b.bulk, err = kubernetes.NewForConfig(bulk); err != nil {
 		return b, err
 	}
 	if err := b.startNop(ctx); err != nil {
@@ -130,6 +142,19 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 	}
 	b.registration = b.registered(ctx)
 	return b, nil
+}
+
+// apiserverArgs are the flags the harness adds to the framework's: several
+// workers make the cleanup's DeleteCollection (one delete per Service,
+// each releasing its address) faster, and the measured creates do not use
+// them; --profiling when a configuration is profiled (the framework turns
+// it off, and the last occurrence of a flag wins).
+func apiserverArgs(o Options) []string {
+	args := []string{"--delete-collection-workers=4"}
+	if o.ProfileDir != "" && len(o.Knobs.Profile) > 0 {
+		args = append(args, "--profiling=true")
+	}
+	return args
 }
 
 // Dir is the cluster's directory (logs of every process).
@@ -259,7 +284,29 @@ func (b *Bench) Measure(ctx context.Context, round int, w Workload, plan []Reque
 	if err != nil {
 		return Result{}, err
 	}
+	var (
+		profiles   int
+		profileErr error
+		profiled   = make(chan struct{})
+	)
+	pctx, stopProfile := context.WithCancel(ctx)
+	if b.profiling() {
+		go func() {
+			defer close(profiled)
+			profiles, profileErr = b.profile(pctx, round, w)
+		}()
+	} else {
+		close(profiled)
+	}
 	o := b.create(ctx, benchNamespace, "created", plan, w.Clients)
+	stopProfile()
+	<-profiled
+	if profileErr != nil {
+		return Result{}, profileErr
+	}
+	if profiles > 0 {
+		b.o.Logf("bench: %s, %s: %d CPU profiles of the apiserver in %s", b.current, w, profiles, b.o.ProfileDir)
+	}
 	after, err := b.snapshot(ctx)
 	if err != nil {
 		return Result{}, err
@@ -350,7 +397,7 @@ func (b *Bench) cleanup(ctx context.Context) error {
 	sel := metav1.ListOptions{LabelSelector: "bench=created"}
 	// The typed client has no DeleteCollection for Services; the
 	// apiserver's generic store serves it.
-	if err := b.cs.CoreV1().RESTClient().Delete().Namespace(benchNamespace).Resource("services").
+	if err := b.bulk.CoreV1().RESTClient().Delete().Namespace(benchNamespace).Resource("services").
 		VersionedParams(&sel, scheme.ParameterCodec).Do(ctx).Error(); err != nil {
 		return fmt.Errorf("delete the measured Services: %w", err)
 	}

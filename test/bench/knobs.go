@@ -21,6 +21,13 @@ type Knobs struct {
 	// split at white space); default --manage-match-conditions, as
 	// manifests/base runs it.
 	WebhookArgs []string `json:"webhookArgs"`
+	// Profile are the configurations during whose runs the apiserver's CPU
+	// profile is taken (BENCH_PROFILE, comma-separated; none by default):
+	// the apiserver then runs with --profiling, and each such run writes
+	// its profiles to .local/bench/profiles/ (profile.go). Profiling costs
+	// the apiserver some CPU of its own, so a run that profiles is for
+	// finding where the time goes, not for the tables.
+	Profile []string `json:"profile,omitempty"`
 }
 
 // Configuration names, public: they appear in the output and the JSON.
@@ -36,10 +43,21 @@ const (
 	// (docs/matchconditions.md, "Other mutating admission"). What that
 	// costs is this configuration's figures against ours.
 	ConfigOursOtherMutator = "ours-other-mutator"
+	// The floors: what two Service webhooks that are never called cost
+	// the apiserver, whatever their conditions say. Both register the nop
+	// webhook (never called) with manifests/base's configurations, each
+	// Service webhook's matchConditions replaced: ConfigFloorStatic keeps
+	// the static conditions and adds one that is always false (ours'
+	// shape with a managed condition that costs nothing to evaluate);
+	// ConfigFloorSingle has the false condition alone (one condition per
+	// webhook, the least any matchCondition can cost). Neither guards
+	// anything: they are measurements, never a way to deploy.
+	ConfigFloorStatic = "floor-static"
+	ConfigFloorSingle = "floor-single"
 )
 
 // AllConfigs are the configurations in their reporting order.
-var AllConfigs = []string{ConfigNone, ConfigNop, ConfigOurs, ConfigVAP, ConfigOursOtherMutator}
+var AllConfigs = []string{ConfigNone, ConfigNop, ConfigOurs, ConfigVAP, ConfigOursOtherMutator, ConfigFloorStatic, ConfigFloorSingle}
 
 // DefaultConfigs are those a run measures unless BENCH_CONFIGS says
 // otherwise.
@@ -135,6 +153,17 @@ func KnobsFromEnv(getenv func(string) string) (Knobs, error) {
 			}
 		}
 	}
+	if v := strings.TrimSpace(getenv("BENCH_PROFILE")); v != "" {
+		for _, c := range strings.Split(v, ",") {
+			c = strings.TrimSpace(c)
+			if !slices.Contains(AllConfigs, c) {
+				return k, fmt.Errorf("BENCH_PROFILE %q: %q is not a configuration; use a comma-separated subset of %s", v, c, strings.Join(AllConfigs, ","))
+			}
+			if !slices.Contains(k.Profile, c) {
+				k.Profile = append(k.Profile, c)
+			}
+		}
+	}
 	// Unset: ours runs as manifests/base ships it, keeping its own
 	// matchConditions in step with the policy. BENCH_ARGS=--manage-match-conditions=false
 	// measures it with the static conditions only.
@@ -164,6 +193,11 @@ func (k Knobs) Check() error {
 	}
 	if len(k.Existing) == 0 || len(k.Configs) == 0 || len(k.Workloads) == 0 {
 		return fmt.Errorf("nothing to measure: %d numbers of existing Services, %d configurations, %d workloads", len(k.Existing), len(k.Configs), len(k.Workloads))
+	}
+	for _, c := range k.Profile {
+		if !slices.Contains(k.Configs, c) {
+			return fmt.Errorf("profile %q: the run does not measure that configuration (configurations %s); add it to BENCH_CONFIGS or leave it out of BENCH_PROFILE", c, strings.Join(k.Configs, ","))
+		}
 	}
 	for _, w := range k.Workloads {
 		if w.Kind == KindMixed {

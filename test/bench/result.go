@@ -66,8 +66,13 @@ type Result struct {
 	// ConfigOursOtherMutator.
 	OtherMutatorCalls float64 `json:"otherMutatorCalls,omitempty"`
 	CallsPerCreate    Num     `json:"webhookCallsPerCreate"`
-	MutateMeanms      Num     `json:"mutateAdmissionMeanms"`
-	ValidateMeanms    Num     `json:"validateAdmissionMeanms"`
+	// MutateSkips and ValidateSkips are the creates a false matchCondition
+	// kept from each Service webhook
+	// (apiserver_admission_match_condition_exclusions_total).
+	MutateSkips    float64 `json:"mutateSkips"`
+	ValidateSkips  float64 `json:"validateSkips"`
+	MutateMeanms   Num     `json:"mutateAdmissionMeanms"`
+	ValidateMeanms Num     `json:"validateAdmissionMeanms"`
 	// The ValidatingAdmissionPolicy plugin's mean time per create
 	// (apiserver_admission_controller_admission_duration_seconds), in
 	// every configuration: with no policy it matches nothing.
@@ -141,6 +146,7 @@ func NewResult(round, existing int, w Workload, config string, plan []Request, o
 	r.CallsPerCreate = Num(perUnit(calls, float64(len(plan))))
 	r.MutateMeanms = Num(perUnit(d.DurationSum[webhookNames[0]]*1000, d.DurationCount[webhookNames[0]]))
 	r.ValidateMeanms = Num(perUnit(d.DurationSum[webhookNames[1]]*1000, d.DurationCount[webhookNames[1]]))
+	r.MutateSkips, r.ValidateSkips = d.Exclusions[webhookNames[0]], d.Exclusions[webhookNames[1]]
 	r.VAPDenials = d.VAPDenials
 	r.VAPPluginMeanms = Num(perUnit(d.VAPPluginSum*1000, d.VAPPluginCount))
 	r.WebhookPluginPerCreate = Num(perUnit(d.WebhookPluginSum*1000, float64(len(plan))))
@@ -210,6 +216,10 @@ func (r Result) Check() []string {
 		}
 		if len(r.OwnersMisplaced) > 0 {
 			p = append(p, fmt.Sprintf("ours-other-mutator: reservation owners without their address: %v", r.OwnersMisplaced))
+		}
+	case ConfigFloorStatic, ConfigFloorSingle:
+		if webhooks > 0 || r.MutateSkips < n || r.ValidateSkips < n {
+			p = append(p, fmt.Sprintf("%s: %.0f webhook calls, %.0f and %.0f creates skipped by the mutating and validating webhook's conditions for %d creates; every create must be skipped by both", r.Config, webhooks, r.MutateSkips, r.ValidateSkips, r.Creates))
 		}
 	case ConfigVAP:
 		if !r.VAPInForce {

@@ -23,6 +23,10 @@ const (
 	// rules, selectors and matchConditions, and the calls they make. With
 	// no call this is what registering a webhook costs a create.
 	metricMatchConditions = "apiserver_admission_match_condition_evaluation_seconds"
+	// Webhooks not called because a matchCondition was false, per
+	// webhook name: exact, so the floors can show that each create was
+	// skipped by both Service webhooks.
+	metricMatchExclusions = "apiserver_admission_match_condition_exclusions_total"
 )
 
 // webhookPlugins are the admission plugins that run webhooks.
@@ -38,7 +42,8 @@ type Counters struct {
 	Requests           map[string]float64 // per webhook name
 	DurationSum        map[string]float64 // seconds, per webhook name
 	DurationCount      map[string]float64
-	VAPDenials         float64 // of the benchmark's policy
+	Exclusions         map[string]float64 // per webhook name, on CREATE
+	VAPDenials         float64            // of the benchmark's policy
 	// The ValidatingAdmissionPolicy plugin on Service CREATEs, whatever
 	// policies exist (with none, it matches nothing).
 	VAPPluginSum   float64 // seconds
@@ -53,7 +58,7 @@ type Counters struct {
 // ParseCounters reads Counters from the Prometheus text of the apiserver's
 // /metrics.
 func ParseCounters(text string) (Counters, error) {
-	c := Counters{Requests: map[string]float64{}, DurationSum: map[string]float64{}, DurationCount: map[string]float64{}}
+	c := Counters{Requests: map[string]float64{}, DurationSum: map[string]float64{}, DurationCount: map[string]float64{}, Exclusions: map[string]float64{}}
 	var err error
 	sum := func(name string, match ...string) float64 {
 		if err != nil {
@@ -69,6 +74,7 @@ func ParseCounters(text string) (Counters, error) {
 		c.Requests[n] = sum(metricWebhookRequests, label)
 		c.DurationSum[n] = sum(metricWebhookDuration+"_sum", label)
 		c.DurationCount[n] = sum(metricWebhookDuration+"_count", label)
+		c.Exclusions[n] = sum(metricMatchExclusions, label, `operation="CREATE"`)
 	}
 	c.VAPDenials = sum(metricVAPChecks, `policy="`+vapName+`"`)
 	plugin := []string{`name="` + vapPlugin + `"`, `operation="CREATE"`}
@@ -103,6 +109,7 @@ type Delta struct {
 	Requests           map[string]float64
 	DurationSum        map[string]float64
 	DurationCount      map[string]float64
+	Exclusions         map[string]float64
 	VAPDenials         float64
 	VAPPluginSum       float64
 	VAPPluginCount     float64
@@ -119,6 +126,7 @@ func (s Snapshot) Sub(before Snapshot) Delta {
 		Requests:           map[string]float64{},
 		DurationSum:        map[string]float64{},
 		DurationCount:      map[string]float64{},
+		Exclusions:         map[string]float64{},
 		VAPDenials:         s.Counters.VAPDenials - before.Counters.VAPDenials,
 		VAPPluginSum:       s.Counters.VAPPluginSum - before.Counters.VAPPluginSum,
 		VAPPluginCount:     s.Counters.VAPPluginCount - before.Counters.VAPPluginCount,
@@ -130,6 +138,7 @@ func (s Snapshot) Sub(before Snapshot) Delta {
 		d.Requests[n] = s.Counters.Requests[n] - before.Counters.Requests[n]
 		d.DurationSum[n] = s.Counters.DurationSum[n] - before.Counters.DurationSum[n]
 		d.DurationCount[n] = s.Counters.DurationCount[n] - before.Counters.DurationCount[n]
+		d.Exclusions[n] = s.Counters.Exclusions[n] - before.Counters.Exclusions[n]
 	}
 	start := before.CPUAfterScrape
 	if start == nil {

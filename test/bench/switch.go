@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +49,8 @@ func (b *Bench) Switch(ctx context.Context, config string) error {
 		}
 	case ConfigVAP:
 		err = b.applyVAP(ctx)
+	case ConfigFloorStatic, ConfigFloorSingle:
+		err = b.registerFloor(ctx, config == ConfigFloorStatic)
 	default:
 		err = fmt.Errorf("configuration %q: use one of %s", config, strings.Join(AllConfigs, ", "))
 	}
@@ -333,4 +337,59 @@ func (b *Bench) registerOtherMutator(ctx context.Context) error {
 	case <-time.After(2 * time.Second):
 	}
 	return nil
+}
+
+// floorCondition is the condition of the floors: always false, so the
+// webhook is never called and the apiserver's work is its matcher alone.
+const floorCondition = "bench-floor-never"
+
+// registerFloor registers the nop webhook's configurations (under the nop's
+// names, so teardown removes them) with each Service webhook's
+// matchConditions replaced by the static ones of manifests/base plus one
+// that is false (static), or by the false one alone, and waits until a
+// dry-run create is skipped by both Service webhooks' conditions and
+// reaches neither.
+func (b *Bench) registerFloor(ctx context.Context, static bool) error {
+	m, v := b.nopConfigs.Mutating.DeepCopy(), b.nopConfigs.Validating.DeepCopy()
+	never := admissionregistrationv1.MatchCondition{Name: floorCondition, Expression: "false"}
+	floor := func(conds []admissionregistrationv1.MatchCondition) []admissionregistrationv1.MatchCondition {
+		if !static {
+			return []admissionregistrationv1.MatchCondition{never}
+		}
+		return append(slices.Clone(conds), never)
+	}
+	found := 0
+	for i := range m.Webhooks {
+		if m.Webhooks[i].Name == framework.MutatingWebhookName {
+			m.Webhooks[i].MatchConditions = floor(m.Webhooks[i].MatchConditions)
+			found++
+		}
+	}
+	for i := range v.Webhooks {
+		if v.Webhooks[i].Name == framework.ValidatingWebhookName {
+			v.Webhooks[i].MatchConditions = floor(v.Webhooks[i].MatchConditions)
+			found++
+		}
+	}
+	if found != 2 {
+		return fmt.Errorf("the webhook configurations of manifests/base have %d of the Service webhooks %s and %s; want both", found, framework.MutatingWebhookName, framework.ValidatingWebhookName)
+	}
+	ar := b.cs.AdmissionregistrationV1()
+	if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", v.Name, err)
+	}
+	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", m.Name, err)
+	}
+	return waitFor(ctx, "both Service webhooks skipping every create", func() (bool, string, error) {
+		d, err := b.probe(ctx, probeIP)
+		if err != nil {
+			return false, "", err
+		}
+		ms, vs := d.Exclusions[framework.MutatingWebhookName], d.Exclusions[framework.ValidatingWebhookName]
+		if d.createErr != nil || ms < 1 || vs < 1 || d.AllWebhookRequests > 0 {
+			return false, fmt.Sprintf("a dry-run create of %s got error %v, skipped %.0f and %.0f times by the mutating and validating conditions, %.0f webhook calls", probeIP, d.createErr, ms, vs, d.AllWebhookRequests), nil
+		}
+		return true, "", nil
+	})
 }
