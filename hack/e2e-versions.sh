@@ -16,8 +16,9 @@ mkdir -p "$out"
 # What a user relies on first: a denial (bands), an assignment (the kube-dns
 # reservation), the validate stage catching a spill onto a reserved address,
 # the managed matchConditions, the holds, the policy object (the chart's
-# default policy source) and the chart itself (whose kubeVersion helm checks
-# against the apiserver). TestTheAPIServerIsTheVersionUnderTest fails when
+# default policy source), the chart itself (whose kubeVersion helm checks
+# against the apiserver), and what the policy's status says when the
+# apiserver refuses the leader's write of the managed conditions. TestTheAPIServerIsTheVersionUnderTest fails when
 # the binaries are not the release the run names.
 smoke=(
 	TestTheAPIServerIsTheVersionUnderTest
@@ -28,6 +29,7 @@ smoke=(
 	TestReservationHolds
 	TestPolicyObject
 	TestHelmChart
+	TestARefusedConditionsWriteIsReported
 )
 run_re="^($(IFS='|'; echo "${smoke[*]}"))\$"
 
