@@ -36,7 +36,18 @@ run_re="^($(IFS='|'; echo "${smoke[*]}"))\$"
 newest=$(cd tools/kube && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 oldest=$(cd tools/kube-oldest && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 declare -A dirs=([$newest]=$root/.local/bin [$oldest]=$root/.local/k8s-$oldest/bin)
-versions=("$oldest" "$newest")
+# E2E_VERSIONS picks the runs: "oldest newest" (the default), or one of them.
+versions=()
+for which in ${E2E_VERSIONS:-oldest newest}; do
+	case $which in
+	oldest) versions+=("$oldest") ;;
+	newest) versions+=("$newest") ;;
+	*)
+		echo "e2e-versions: E2E_VERSIONS=\"${E2E_VERSIONS}\": each word must be oldest or newest" >&2
+		exit 2
+		;;
+	esac
+done
 
 rc=0
 declare -A result secs
