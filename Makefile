@@ -13,10 +13,10 @@ VERSION ?= $(shell if [ "$$(git describe --exact-match --tags 2>/dev/null)" = "$
 COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: generate help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke release vulncheck
+.PHONY: generate help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke release vulncheck e2e-versions
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## build bin/clusterip-policy (from cmd/webhook) with version information
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/clusterip-policy ./cmd/webhook
@@ -59,6 +59,15 @@ e2e: tools build image ## end-to-end tests against a real etcd + kube-apiserver
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' .local/e2e.log; \
 	if [ $$rc -ne 0 ]; then echo "=== e2e failed (exit $$rc); full log follows (.local/e2e.log)"; cat .local/e2e.log; fi; \
 	exit $$rc
+
+# The e2e smoke subset (hack/e2e-versions.sh names the tests) against the
+# oldest Kubernetes release we claim (tools/kube-oldest, built into
+# .local/k8s-<version>/bin by hack/build-kube-oldest.sh; 56 minutes cold on
+# 2 cores busy with other builds, cached after) and the newest (.local/bin). Prints a table of test x version; the logs are in
+# .local/e2e-versions/. RELIABILITY.md "Kubernetes versions" has the figures.
+e2e-versions: tools build ## the e2e smoke subset against the oldest and the newest kube-apiserver we claim
+	hack/build-kube-oldest.sh
+	hack/e2e-versions.sh
 
 # The fault scenarios: three apiservers behind haproxy, two webhook replicas,
 # 8 clients, one fault each (RELIABILITY.md). Needs haproxy on the machine.

@@ -302,7 +302,7 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "webhook.excludedNamespaces={Bad_NS}"}, "'Bad_NS' does not match pattern"},
 		{[]string{"--set", "webhook.excludedNamespaces={ci,default}"}, "webhook.excludedNamespaces: default must stay covered"},
 		{[]string{"--set", "webhook.auditInterval=5x"}, "at '/webhook/auditInterval': '5x' does not match pattern"},
-		{[]string{"--kube-version", "1.34.0"}, "chart requires kubeVersion: >=1.37.0-0 which is incompatible with Kubernetes v1.34.0"},
+		{[]string{"--kube-version", "1.33.9"}, "chart requires kubeVersion: >=1.34.0-0 which is incompatible with Kubernetes v1.33.9"},
 		{[]string{"--set", "global.imageRegistry=x", "--set", "globl.x=1"}, "additional properties 'globl' not allowed"},
 		{[]string{"--set", "dns.clusterIP="}, "dns.clusterIP is required: the chart reserves the cluster DNS address for kube-system/kube-dns and will not guess it"},
 		{[]string{"--set", "dns.clusterIP=10.96.0.300x"}, `dns.clusterIP: "10.96.0.300x" is not an IP address`},

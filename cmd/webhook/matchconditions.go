@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -145,6 +146,9 @@ type conditionKeeper struct {
 	// conditions are reported in force (the ClusterIPPolicy status,
 	// policystatus.go, says which generation they encode).
 	inForce func(policyDigest string)
+	// writeFailed, if set, is told why a write failed (refusal's text),
+	// and "" once one succeeds: the ClusterIPPolicy status names it.
+	writeFailed func(reason string)
 }
 
 // wantedConditions is what the leader writes at one moment.
@@ -254,11 +258,17 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 					break
 				}
 				k.metrics.updates.WithLabelValues("failed").Inc()
-				k.log.Error(err, "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
+				k.log.Error(errors.New(refusal(err)), "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
+				if k.writeFailed != nil {
+					k.writeFailed(refusal(err))
+				}
 				retryAt = now.Add(backoff)
 				backoff = min(2*backoff, conditionsMaxBackoff)
 			case err == nil:
 				absent = false
+				if k.writeFailed != nil {
+					k.writeFailed("")
+				}
 				failSafeWritten = want.failSafe
 				if changed {
 					k.metrics.updates.WithLabelValues("updated").Inc()
@@ -295,6 +305,24 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// refusal says why a write of the conditions failed, in at most about
+// 1.3 KiB. An apiserver that refuses an expression quotes all of it (up to
+// MaxExpressionBytes) before its reason, so the middle is cut and the
+// reason at the end kept. A refusal as invalid (422) names the likely
+// cause: a kube-apiserver older than 1.31 compiles new expressions without
+// the CEL IP and CIDR libraries the conditions use (pkg/matchconditions
+// TestTheOldestApiserverThatAcceptsTheConditions).
+func refusal(err error) string {
+	s := err.Error()
+	if len(s) > 1024 {
+		s = strings.ToValidUTF8(s[:300]+fmt.Sprintf(" ...(%d bytes cut)... ", len(s)-1000)+s[len(s)-700:], "")
+	}
+	if apierrors.IsInvalid(err) {
+		s += "; the apiserver refused the expressions: a kube-apiserver older than 1.31 has no isIP, ip or cidr for webhook matchConditions (docs/matchconditions.md, Kubernetes versions): upgrade it or turn --manage-match-conditions off"
+	}
+	return s
 }
 
 // noteOthers logs and exposes a change in the other mutating admissions.

@@ -62,6 +62,7 @@ type policyStatus struct {
 	audit     *v1alpha1.AuditStatus      // the last audit pass, nil before one
 	auditDig  string                     // digest of the policy the audit checked
 	condDig   string                     // digest the matchConditions encode, "" while unknown
+	condErr   string                     // why the last write of the matchConditions failed, "" if it did not
 
 	poke chan struct{} // a buffered slot: something changed
 }
@@ -119,6 +120,18 @@ func (s *policyStatus) conditionsInForce(policyDigest string) {
 	s.condDig = policyDigest
 	s.mu.Unlock()
 	s.changed()
+}
+
+// conditionsWriteFailed records why the leader could not write the
+// managed matchConditions, "" once it could (conditionKeeper.writeFailed).
+func (s *policyStatus) conditionsWriteFailed(reason string) {
+	s.mu.Lock()
+	changed := s.condErr != reason
+	s.condErr = reason
+	s.mu.Unlock()
+	if changed {
+		s.changed()
+	}
 }
 
 // lead writes the status while this replica leads (a leaderWork): at once,
@@ -211,6 +224,9 @@ func (s *policyStatus) desired() (*unstructured.Unstructured, *v1alpha1.ClusterI
 			next.MatchConditions = &v1alpha1.MatchConditionsStatus{Generation: s.digestGen[s.condDig], PolicyDigest: s.condDig}
 		}
 		switch {
+		case s.condErr != "":
+			mc.Status, mc.Reason = metav1.ConditionFalse, "WriteFailed"
+			mc.Message = "the leader cannot write the managed matchConditions, so the configurations keep the conditions they hold (every create is sent where they hold none): " + s.condErr
 		case s.condDig == "":
 			mc.Status, mc.Reason = metav1.ConditionUnknown, "Pending"
 			mc.Message = "the managed matchConditions have not been reported in force yet"

@@ -274,7 +274,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	// other leader work is on.
 	if status != nil {
 		status.auditOn, status.conditionsOn = o.audit.interval > 0, o.conditions.manage
-		ck.inForce = status.conditionsInForce
+		ck.inForce, ck.writeFailed = status.conditionsInForce, status.conditionsWriteFailed
 		if pa != nil {
 			pa.report = status.auditDone
 		}

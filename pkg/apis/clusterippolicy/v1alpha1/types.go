@@ -202,7 +202,9 @@ const (
 	// ConditionMatchConditionsInForce is True while the managed
 	// matchConditions of both webhook configurations encode the generation
 	// in force (status.matchConditions.generation equals
-	// status.generationInForce), False while they lag.
+	// status.generationInForce), False while they lag (reason Lagging) or
+	// while the apiserver refuses the leader's write of them (reason
+	// WriteFailed, the message carrying the apiserver's reason).
 	ConditionMatchConditionsInForce = "MatchConditionsInForce"
 )
 
