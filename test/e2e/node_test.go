@@ -1,0 +1,465 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"clusterip-policy/pkg/matchconditions"
+	"clusterip-policy/test/e2e/framework"
+)
+
+// realNode is a node `make node-up` started (hack/node-up.sh): its
+// .local/node/env file, which NODE_ENV names, and clients for it.
+type realNode struct {
+	env        map[string]string
+	kubeconfig string
+	cs         kubernetes.Interface
+	root, dir  string
+	helm       string
+	podCIDR    netip.Prefix
+}
+
+// nodeUnderTest reads NODE_ENV; the node scenarios skip without it (they
+// run under `make node-e2e`, which brings the node up and down around them).
+func nodeUnderTest(t *testing.T) *realNode {
+	t.Helper()
+	path := os.Getenv("NODE_ENV")
+	if path == "" {
+		t.Skip("no real node: run `make node-e2e` (NODE_ENV names .local/node/env of `make node-up`)")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("NODE_ENV: %v", err)
+	}
+	n := &realNode{env: map[string]string{}, dir: t.TempDir()}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			n.env[k] = v
+		}
+	}
+	for _, k := range []string{"NODE_KUBECONFIG", "NODE_REGISTRY", "NODE_IMAGE", "NODE_APISERVER_HOST", "NODE_APISERVER_PORT", "NODE_POD_CIDR", "NODE_NAME"} {
+		if n.env[k] == "" {
+			t.Fatalf("%s has no %s: was it written by `make node-up`?", path, k)
+		}
+	}
+	n.kubeconfig = n.env["NODE_KUBECONFIG"]
+	if n.podCIDR, err = netip.ParsePrefix(n.env["NODE_POD_CIDR"]); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", n.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	n.cs = kubernetes.NewForConfigOrDie(cfg)
+	if n.root, err = framework.RepoRoot(); err != nil {
+		t.Fatal(err)
+	}
+	n.helm = filepath.Join(filepath.Dir(framework.DefaultBinaries(n.root).Kubectl), "helm")
+	return n
+}
+
+// run runs a tool with the node's kubeconfig in reach and helm's state in
+// the test's directory; it returns stdout, and fails the test with stderr.
+func (n *realNode) run(t *testing.T, ctx context.Context, name string, args ...string) string {
+	t.Helper()
+	out, err := n.try(ctx, name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (n *realNode) try(ctx context.Context, name string, args ...string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, name, args...)
+	cmd.Dir = n.root
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+n.kubeconfig,
+		"HELM_CACHE_HOME="+filepath.Join(n.dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(n.dir, "config"), "HELM_DATA_HOME="+filepath.Join(n.dir, "data"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// pushChart packages the chart with the image the node's registry serves
+// (as `make release` does) and pushes it there; it returns the chart version.
+func (n *realNode) pushChart(t *testing.T, ctx context.Context) (ref, version string) {
+	t.Helper()
+	image := n.env["NODE_IMAGE"] // 127.0.0.1:PORT/clusterip-policy:TAG@sha256:...
+	named, digest, ok := strings.Cut(image, "@")
+	i := strings.LastIndex(named, ":")
+	if !ok || i < 0 {
+		t.Fatalf("NODE_IMAGE %q is not repo:tag@digest", image)
+	}
+	repo, tag := named[:i], named[i+1:]
+	pkg := n.run(t, ctx, filepath.Join(n.root, "hack", "package-chart.sh"), repo, tag, digest, filepath.Join(n.dir, "chart"))
+	n.run(t, ctx, n.helm, "push", pkg, "oci://"+n.env["NODE_REGISTRY"]+"/charts", "--plain-http")
+	return "oci://" + n.env["NODE_REGISTRY"] + "/charts/clusterip-policy", strings.TrimPrefix(tag, "v")
+}
+
+// apiserverEnv points the pods' in-cluster client at the apiserver's bridge
+// address: without kube-proxy the kubernetes Service's ClusterIP leads
+// nowhere, and the node must never send anything to a ClusterIP.
+func (n *realNode) apiserverEnv() string {
+	return fmt.Sprintf(`extraEnv=[{"name":"KUBERNETES_SERVICE_HOST","value":%q},{"name":"KUBERNETES_SERVICE_PORT","value":%q}]`,
+		n.env["NODE_APISERVER_HOST"], n.env["NODE_APISERVER_PORT"])
+}
+
+// TestNodeChartFromRegistry installs the chart from the loopback registry
+// onto the real node and shows, through the pods only: their pull, their
+// securityContext as the kernel sees it, their readiness; a denial whose
+// decision is in a pod's log; the reservation hold, a reserved Service given
+// its address; the managed matchCondition; then helm uninstall and the
+// documented clean-up leaving nothing of ours.
+func TestNodeChartFromRegistry(t *testing.T) {
+	n := nodeUnderTest(t)
+	ctx := testContext(t, 15*time.Minute)
+	chart, version := n.pushChart(t, ctx)
+	const ns = "clusterip-policy"
+
+	t.Run("helm install from the registry: the pods pull the image and become ready on the node", func(t *testing.T) {
+		start := time.Now()
+		out := n.run(t, ctx, n.helm, "install", "clusterip-policy", chart, "--version", version, "--plain-http",
+			"--namespace", ns, "--create-namespace", "--wait", "--timeout", "5m",
+			"--set", "dns.clusterIP=10.96.0.10", "--set", "enforcement=deny", "--set-json", n.apiserverEnv())
+		if !strings.Contains(out, "STATUS: deployed") {
+			t.Fatalf("helm install did not report deployed:\n%s", out)
+		}
+		t.Logf("e2e: node: helm install %s --version %s --wait: 3 pods ready in %s", chart, version, time.Since(start).Round(time.Second))
+		n.checkPods(t, ctx, ns, 3)
+	})
+	if t.Failed() {
+		n.dumpPods(t, ctx, ns)
+		return
+	}
+
+	t.Run("the apiserver calls the pods through the webhook Service: a denial is in a pod's log", func(t *testing.T) {
+		n.checkServiceRouting(t, ctx, ns)
+		svc := fmt.Sprintf("node-probe-%d", time.Now().UnixNano()%1e6)
+		_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.96.200.5")), metav1.CreateOptions{})
+		requireDenied(t, err, framework.MutatingWebhookName, "static-ip-in-dynamic-band", "10.96.200.5", "static band 10.96.0.1-10.96.1.0")
+		pod, line := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second)
+		if pod == "" {
+			t.Fatalf("no pod of the Deployment logged a decision for default/%s: the pods are not the ones answering", svc)
+		}
+		t.Logf("e2e: node: pod %s logged the denial: %.200s", pod, line)
+	})
+
+	t.Run("the hold on the DNS address, then kube-dns created without an address gets it", func(t *testing.T) {
+		var hold string
+		eventually(t, ctx, time.Minute, func() error {
+			a, err := n.cs.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.10", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if a.Labels["ipaddress.kubernetes.io/managed-by"] != "clusterip-policy.io" || a.Spec.ParentRef == nil || a.Spec.ParentRef.Namespace != "kube-system" || a.Spec.ParentRef.Name != "kube-dns" {
+				return fmt.Errorf("IPAddress 10.96.0.10 = labels %v parentRef %+v, want the hold for kube-system/kube-dns", a.Labels, a.Spec.ParentRef)
+			}
+			hold = a.Name
+			return nil
+		})
+		if hold == "" {
+			return
+		}
+		s, err := n.cs.CoreV1().Services("kube-system").Create(ctx, service("kube-system", "kube-dns"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create kube-system/kube-dns: %v", err)
+		}
+		if s.Spec.ClusterIP != "10.96.0.10" {
+			t.Fatalf("kube-dns got %s, want its reserved 10.96.0.10", s.Spec.ClusterIP)
+		}
+		if pod, _ := n.decisionInPodLogs(t, ctx, ns, "kube-dns", 30*time.Second); pod == "" {
+			t.Error("no pod logged the assign-reserved decision for kube-system/kube-dns")
+		}
+		t.Logf("e2e: node: hold on 10.96.0.10 held by a pod; kube-system/kube-dns created without an address got 10.96.0.10")
+	})
+
+	t.Run("the leader writes the managed matchCondition", func(t *testing.T) {
+		eventually(t, ctx, time.Minute, func() error {
+			m, err := n.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, w := range m.Webhooks {
+				for _, mc := range w.MatchConditions {
+					if w.Name == framework.MutatingWebhookName && mc.Name == matchconditions.Name && mc.Expression != "" {
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("no %s matchCondition on %s yet", matchconditions.Name, framework.MutatingWebhookName)
+		})
+	})
+
+	t.Run("helm uninstall, then the documented clean-up, leave nothing of ours", func(t *testing.T) {
+		n.uninstall(t, ctx, ns)
+	})
+}
+
+// checkPods: want pods of the Deployment Ready on the node, with pod
+// addresses on the bridge, and each one's process as the kernel sees it:
+// uid 65532, no capabilities, a read-only root, the Secret mounted at /tls.
+func (n *realNode) checkPods(t *testing.T, ctx context.Context, ns string, want int) []corev1.Pod {
+	t.Helper()
+	pods, err := n.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=clusterip-policy-webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || !podReady(&p) {
+			continue
+		}
+		ready = append(ready, p)
+		if p.Spec.NodeName != n.env["NODE_NAME"] {
+			t.Errorf("pod %s runs on %q, want the node %s", p.Name, p.Spec.NodeName, n.env["NODE_NAME"])
+		}
+		ip, err := netip.ParseAddr(p.Status.PodIP)
+		if err != nil || !n.podCIDR.Contains(ip) {
+			t.Errorf("pod %s has address %q, want one in %s (the bridge)", p.Name, p.Status.PodIP, n.podCIDR)
+		}
+		proc, err := containerProcess(string(p.UID))
+		if err != nil {
+			t.Errorf("pod %s: %v", p.Name, err)
+			continue
+		}
+		if proc.uid != "65532" || proc.capEff != "0000000000000000" || !proc.rootRO || !proc.tlsMounted {
+			t.Errorf("pod %s: process %s runs as uid %s, CapEff %s, read-only root %v, /tls mounted %v; want 65532, none, true, true",
+				p.Name, proc.pid, proc.uid, proc.capEff, proc.rootRO, proc.tlsMounted)
+		}
+	}
+	if len(ready) != want {
+		t.Errorf("%d pods of the Deployment ready, want %d", len(ready), want)
+	}
+	return ready
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+type procInfo struct {
+	pid                string
+	uid, capEff        string
+	rootRO, tlsMounted bool
+}
+
+// containerProcess finds the webhook's process of a pod on this host by its
+// cgroup (the kubelet names pod cgroups pod<UID>) and reads what the kernel
+// says about it.
+func containerProcess(podUID string) (procInfo, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return procInfo{}, err
+	}
+	for _, e := range entries {
+		pid := e.Name()
+		if pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline")
+		if err != nil || !strings.HasPrefix(string(cmdline), "/clusterip-policy\x00serve") {
+			continue
+		}
+		cg, err := os.ReadFile("/proc/" + pid + "/cgroup")
+		if err != nil || !strings.Contains(string(cg), "pod"+podUID) {
+			continue
+		}
+		info := procInfo{pid: pid}
+		status, err := os.ReadFile("/proc/" + pid + "/status")
+		if err != nil {
+			return info, err
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 2 && f[0] == "Uid:":
+				info.uid = f[1]
+			case len(f) >= 2 && f[0] == "CapEff:":
+				info.capEff = f[1]
+			}
+		}
+		mi, err := os.Open("/proc/" + pid + "/mountinfo")
+		if err != nil {
+			return info, err
+		}
+		sc := bufio.NewScanner(mi)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) < 6 {
+				continue
+			}
+			opts := "," + f[5] + ","
+			switch f[4] {
+			case "/":
+				info.rootRO = strings.Contains(opts, ",ro,")
+			case "/tls":
+				info.tlsMounted = strings.Contains(opts, ",ro,")
+			}
+		}
+		mi.Close()
+		return info, nil
+	}
+	return procInfo{}, fmt.Errorf("no /clusterip-policy serve process in the cgroup of pod %s on this host", podUID)
+}
+
+// checkServiceRouting: the webhook configurations name the Service, not a
+// URL, and the Service's endpoints are the pods' bridge addresses, which the
+// apiserver (--enable-aggregator-routing) dials.
+func (n *realNode) checkServiceRouting(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	m, err := n.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range m.Webhooks {
+		if w.ClientConfig.URL != nil || w.ClientConfig.Service == nil || w.ClientConfig.Service.Namespace != ns {
+			t.Errorf("webhook %s clientConfig %+v, want the Service in %s", w.Name, w.ClientConfig, ns)
+		}
+	}
+	slices, err := n.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=clusterip-policy-webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			for _, a := range e.Addresses {
+				ip, err := netip.ParseAddr(a)
+				if err != nil || !n.podCIDR.Contains(ip) {
+					t.Errorf("endpoint %s of the webhook Service is not a pod address in %s", a, n.podCIDR)
+				}
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	if len(addrs) == 0 {
+		t.Fatal("the webhook Service has no endpoints")
+	}
+	t.Logf("e2e: node: the webhook Service's endpoints: %s", strings.Join(addrs, " "))
+}
+
+// decisionInPodLogs looks for the audit line of a decision about a Service
+// named name in the logs of the Deployment's pods (through the apiserver and
+// the kubelet, as `kubectl logs` does); it returns the pod and the line.
+func (n *realNode) decisionInPodLogs(t *testing.T, ctx context.Context, ns, name string, within time.Duration) (string, string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		pods, err := n.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=clusterip-policy-webhook"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			raw, err := n.cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "webhook", LimitBytes: ptrTo(int64(8 << 20))}).DoRaw(ctx)
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(raw), "\n") {
+				var d struct {
+					Name     string `json:"name"`
+					Decision string `json:"decision"`
+				}
+				if json.Unmarshal([]byte(line), &d) == nil && d.Name == name && d.Decision != "" {
+					return p.Name, line
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", ""
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// uninstall runs helm uninstall and checks what docs/deploying.md says:
+// the webhook configurations and the Deployment go with the release; the
+// Lease and the holds, written by the pods, stay until the documented
+// commands delete them, after which nothing of ours is left.
+func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	kubectl := framework.DefaultBinaries(n.root).Kubectl
+	n.run(t, ctx, n.helm, "uninstall", "clusterip-policy", "--namespace", ns, "--wait", "--timeout", "2m")
+	adm := n.cs.AdmissionregistrationV1()
+	if _, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("MutatingWebhookConfiguration after helm uninstall: %v, want not found", err)
+	}
+	if _, err := adm.ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ValidatingWebhookConfiguration after helm uninstall: %v, want not found", err)
+	}
+	// The documented clean-up (docs/deploying.md, "Uninstalling the chart").
+	n.run(t, ctx, kubectl, "delete", "crd", "clusterippolicies.clusterip-policy.io", "--wait", "--timeout=2m")
+	n.run(t, ctx, kubectl, "-n", ns, "delete", "lease", "clusterip-policy-holds", "--ignore-not-found")
+	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
+	n.run(t, ctx, kubectl, "delete", "namespace", ns, "--wait", "--timeout=3m")
+	left := n.run(t, ctx, kubectl, "get", "mutatingwebhookconfigurations,validatingwebhookconfigurations,clusterroles,clusterrolebindings,ipaddresses,crd", "-o", "name")
+	var ours []string
+	for _, l := range strings.Fields(left) {
+		if strings.Contains(l, "clusterip-policy") {
+			ours = append(ours, l)
+		}
+	}
+	if holds := n.run(t, ctx, kubectl, "get", "ipaddresses", "-l", holdLabel, "-o", "name"); holds != "" {
+		ours = append(ours, holds)
+	}
+	if _, err := n.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		ours = append(ours, "namespace/"+ns)
+	}
+	if len(ours) > 0 {
+		t.Errorf("left after helm uninstall and the documented clean-up: %s", strings.Join(ours, " "))
+	}
+}
+
+// dumpPods logs the pods' state and recent events when something failed.
+func (n *realNode) dumpPods(t *testing.T, ctx context.Context, ns string) {
+	kubectl := framework.DefaultBinaries(n.root).Kubectl
+	out, _ := n.try(ctx, kubectl, "-n", ns, "get", "pods,endpointslices,events", "-o", "wide")
+	t.Logf("pods and events in %s:\n%s", ns, out)
+	out, _ = n.try(ctx, kubectl, "-n", ns, "logs", "-l", "app.kubernetes.io/name=clusterip-policy-webhook", "--tail=20", "--prefix")
+	t.Logf("pod logs:\n%s", out)
+}
+
+// eventually retries check every 500ms until it returns nil or within passes.
+func eventually(t *testing.T, ctx context.Context, within time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("not within %s: %v", within, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
