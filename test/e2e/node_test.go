@@ -8,18 +8,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"clusterip-policy/pkg/matchconditions"
@@ -213,9 +218,215 @@ func TestNodeChartFromRegistry(t *testing.T) {
 		})
 	})
 
+	t.Run("a rolling update to a new image tag under 8 clients: no allowed create fails", func(t *testing.T) {
+		n.rollingUpdate(t, ctx, ns)
+	})
+	t.Run("two evictions under 8 clients: the PodDisruptionBudget refuses the second, no allowed create fails", func(t *testing.T) {
+		n.evictions(t, ctx, ns)
+	})
+	t.Run("the node's containerd restarted under 8 clients: the pods keep answering", func(t *testing.T) {
+		n.restartContainerd(t, ctx, ns)
+	})
+
 	t.Run("helm uninstall, then the documented clean-up, leave nothing of ours", func(t *testing.T) {
 		n.uninstall(t, ctx, ns)
 	})
+}
+
+// underLoad runs 8 clients creating, updating and deleting Services (static
+// addresses in the webhook's sight, dynamic ones, and creates the policy
+// denies) for at most d, while fault runs; it fails the test on any real
+// error (an allowed request that failed) or a forbidden create admitted, and
+// logs the figures.
+func (n *realNode) underLoad(t *testing.T, ctx context.Context, scenario string, d time.Duration, fault func() error) {
+	t.Helper()
+	ns := fmt.Sprintf("load-%s-%d", scenario, time.Now().Unix()%100000)
+	if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pools := func(i int) []string {
+		var out []string
+		for j := range 8 {
+			out = append(out, fmt.Sprintf("10.96.0.%d", 100+i*10+j))
+		}
+		return out
+	}
+	cfgFor := func() *rest.Config {
+		cfg, err := clientcmd.BuildConfigFromFlags("", n.kubeconfig)
+		if err != nil {
+			panic(err) // read once already by nodeUnderTest
+		}
+		cfg.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		cfg.QPS, cfg.Burst = 1000, 2000
+		cfg.Timeout = 15 * time.Second
+		cfg.UserAgent = "clusterip-policy-node-load"
+		return cfg
+	}
+	done := make(chan *loadResult, 1)
+	start := time.Now()
+	go func() {
+		done <- runLoad(ctx, t, nil, loadOptions{Namespace: ns, Clients: 8, Duration: d, MaxOps: 3000, StaticPool: pools, Config: cfgFor})
+	}()
+	time.Sleep(3 * time.Second) // the load runs before the fault
+	faultStart := time.Now()
+	ferr := fault()
+	faultTook := time.Since(faultStart)
+	res := <-done
+	took := time.Since(start)
+	if ferr != nil {
+		t.Errorf("the fault: %v", ferr)
+	}
+	tl := res.tally()
+	var longest time.Duration
+	var longestOp string
+	for _, op := range res.Ops {
+		if l := op.End.Sub(op.Start); l > longest {
+			longest, longestOp = l, op.Kind+" "+op.Name
+		}
+	}
+	t.Logf("e2e: node %s: %d requests by 8 clients in %s (%d attempts, %d retried), %d succeeded (%d after retries), %d expected denials, %d refused as still held, %d real errors, %d forbidden creates admitted; fault took %s; clients saw failed attempts until %s after it began; slowest request %s (%s)",
+		scenario, tl.Sent, took.Round(time.Millisecond), tl.Attempts, tl.RetriedAttempts, tl.Succeeded, tl.RetriedOK, tl.ExpectedDenials, tl.Held, tl.RealErrors, len(res.AdmittedOutside),
+		faultTook.Round(time.Millisecond), res.disruption(faultStart).Round(time.Millisecond), longest.Round(time.Millisecond), longestOp)
+	if tl.RealErrors > 0 {
+		t.Errorf("%d requests the policy allows failed: %s", tl.RealErrors, strings.Join(res.realErrors(5), "; "))
+	}
+	if len(res.AdmittedOutside) > 0 {
+		t.Errorf("forbidden creates admitted: %v", res.AdmittedOutside)
+	}
+	if tl.ExpectedDenials == 0 {
+		t.Error("no create was denied: the webhook was not in the path of the load")
+	}
+	if faultStart.Add(faultTook).After(start.Add(d)) {
+		t.Errorf("the fault took %s, longer than the load's %s: part of it ran without load", faultTook, d)
+	}
+	_ = n.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+}
+
+// rollingUpdate: the same image under a new tag (pushed to the registry as a
+// second tag of one digest), applied with helm upgrade: the Deployment rolls
+// (maxSurge 1, maxUnavailable 0), each old pod leaves the endpoints and
+// answers for --shutdown-delay before it stops.
+func (n *realNode) rollingUpdate(t *testing.T, ctx context.Context, ns string) {
+	named, _, _ := strings.Cut(n.env["NODE_IMAGE"], "@")
+	i := strings.LastIndex(named, ":")
+	repo, tag := named[:i], named[i+1:]
+	newTag := tag + "-rollout"
+	imagebuild := filepath.Join(n.root, "_output", "tools", "imagebuild")
+	n.run(t, ctx, imagebuild, "push", "--layout", filepath.Join(n.root, "_output", "image", "clusterip-policy"), "--ref", repo+":"+newTag)
+	before, err := n.cs.AppsV1().Deployments(ns).Get(ctx, "clusterip-policy-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart := "oci://" + n.env["NODE_REGISTRY"] + "/charts/clusterip-policy"
+	n.underLoad(t, ctx, "rolling-update", 100*time.Second, func() error {
+		_, err := n.try(ctx, n.helm, "upgrade", "clusterip-policy", chart, "--version", strings.TrimPrefix(tag, "v"), "--plain-http",
+			"--namespace", ns, "--reuse-values", "--set", "image.tag="+newTag, "--wait", "--timeout", "4m")
+		return err
+	})
+	d, err := n.cs.AppsV1().Deployments(ns).Get(ctx, "clusterip-policy-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := d.Spec.Template.Spec.Containers[0].Image
+	if !strings.Contains(img, ":"+newTag+"@") || d.Generation == before.Generation || d.Status.UpdatedReplicas != 3 || d.Status.ReadyReplicas != 3 {
+		t.Errorf("after the upgrade the Deployment runs %s, generation %d -> %d, %d updated and %d ready replicas; want the tag %s and 3 of each",
+			img, before.Generation, d.Generation, d.Status.UpdatedReplicas, d.Status.ReadyReplicas, newTag)
+	}
+	n.checkPods(t, ctx, ns, 3)
+}
+
+// evictions: the Eviction API (what kubectl drain uses) on one pod, then at
+// once on a second: the PodDisruptionBudget (maxUnavailable 1) lets the
+// first go and refuses the second until the replacement is ready.
+func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
+	n.underLoad(t, ctx, "eviction", 60*time.Second, func() error {
+		pods := n.checkPods(t, ctx, ns, 3)
+		if len(pods) < 2 {
+			return fmt.Errorf("%d ready pods, want at least 2", len(pods))
+		}
+		evict := func(name string) error {
+			return n.cs.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
+		}
+		if err := evict(pods[0].Name); err != nil {
+			return fmt.Errorf("evict %s: %v", pods[0].Name, err)
+		}
+		err := evict(pods[1].Name)
+		if !apierrors.IsTooManyRequests(err) {
+			return fmt.Errorf("a second eviction right after the first: %v, want 429 from the PodDisruptionBudget", err)
+		}
+		t.Logf("e2e: node: evicted %s; the second eviction was refused: %v", pods[0].Name, err)
+		// The replacement becomes ready; then a drain could go on.
+		deadline := time.Now().Add(90 * time.Second)
+		for time.Now().Before(deadline) {
+			d, err := n.cs.AppsV1().Deployments(ns).Get(ctx, "clusterip-policy-webhook", metav1.GetOptions{})
+			if err == nil && d.Status.ReadyReplicas == 3 {
+				return nil
+			}
+			time.Sleep(time.Second)
+		}
+		return fmt.Errorf("the evicted pod's replacement was not ready within 90s")
+	})
+}
+
+// restartContainerd stops the node's containerd (SIGTERM, as systemctl
+// restart does) and starts it again with the same command line; the pods'
+// shims keep the containers running, the kubelet reconnects.
+func (n *realNode) restartContainerd(t *testing.T, ctx context.Context, ns string) {
+	pidsFile := filepath.Join(n.env["NODE_DIR"], "pids")
+	n.underLoad(t, ctx, "containerd-restart", 45*time.Second, func() error {
+		raw, err := os.ReadFile(pidsFile)
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+		for i, l := range lines {
+			f := strings.Fields(l)
+			if len(f) != 3 || f[0] != "containerd" {
+				continue
+			}
+			pid, err := strconv.Atoi(f[1])
+			if err != nil {
+				return err
+			}
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if err != nil {
+				return fmt.Errorf("containerd (pid %d): %w", pid, err)
+			}
+			argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+				return err
+			}
+			for j := 0; j < 100 && syscall.Kill(pid, 0) == nil; j++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if syscall.Kill(pid, 0) == nil {
+				return fmt.Errorf("containerd (pid %d) still runs 10s after SIGTERM", pid)
+			}
+			stopped := time.Now()
+			p, err := framework.StartProcess("containerd", filepath.Join(n.env["NODE_DIR"], "logs", "containerd.log"), argv, framework.ProcessOptions{Detach: true})
+			if err != nil {
+				return err
+			}
+			lines[i] = fmt.Sprintf("containerd %d %s", p.Pid(), f[2])
+			if err := os.WriteFile(pidsFile, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+				return err
+			}
+			t.Logf("e2e: node: containerd pid %d stopped, pid %d started %s later", pid, p.Pid(), time.Since(stopped).Round(time.Millisecond))
+			time.Sleep(20 * time.Second) // the kubelet's PLEG and probes go on against the new containerd
+			return nil
+		}
+		return fmt.Errorf("no containerd in %s", pidsFile)
+	})
+	n.checkPods(t, ctx, ns, 3)
+	node, err := n.cs.CoreV1().Nodes().Get(ctx, n.env["NODE_NAME"], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			t.Errorf("node Ready=%s after the containerd restart: %s", c.Status, c.Message)
+		}
+	}
 }
 
 // checkPods: want pods of the Deployment Ready on the node, with pod
