@@ -20,7 +20,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -231,6 +233,172 @@ func TestNodeChartFromRegistry(t *testing.T) {
 	t.Run("helm uninstall, then the documented clean-up, leave nothing of ours", func(t *testing.T) {
 		n.uninstall(t, ctx, ns)
 	})
+}
+
+// TestNodeChartNonDefaultValues installs the chart with the values a
+// platform team changes (a pull secret, a priority class, extra flags, two
+// replicas, its own namespace) into a cluster with a second Service range
+// (a ServiceCIDR 10.97.0.0/24 the controller-manager makes ready), and shows
+// the pods enforcing on that range.
+func TestNodeChartNonDefaultValues(t *testing.T) {
+	n := nodeUnderTest(t)
+	ctx := testContext(t, 10*time.Minute)
+	chart, version := n.pushChart(t, ctx)
+	const ns = "platform-admission"
+	if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	auth := fmt.Sprintf(`{"auths":{%q:{"auth":"bm9kZTpub2Rl"}}}`, n.env["NODE_REGISTRY"])
+	if _, err := n.cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry-pull"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(auth)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.cs.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "platform-admission"}, Value: 900000}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = n.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), "platform-admission", metav1.DeleteOptions{})
+		_ = n.cs.NetworkingV1().ServiceCIDRs().Delete(context.Background(), "platform-second", metav1.DeleteOptions{})
+	})
+	if _, err := n.cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "platform-second"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, time.Minute, func() error {
+		sc, err := n.cs.NetworkingV1().ServiceCIDRs().Get(ctx, "platform-second", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range sc.Status.Conditions {
+			if c.Type == networkingv1.ServiceCIDRConditionReady && c.Status == metav1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("ServiceCIDR platform-second not Ready yet: %+v", sc.Status.Conditions)
+	})
+
+	start := time.Now()
+	n.run(t, ctx, n.helm, "install", "clusterip-policy", chart, "--version", version, "--plain-http", "--namespace", ns, "--wait", "--timeout", "5m",
+		"--set", "replicas=2", "--set", "priorityClassName=platform-admission", "--set-json", `imagePullSecrets=[{"name":"registry-pull"}]`,
+		"--set-json", `extraArgs=["--audit-interval=2m","--max-view-staleness=45s"]`,
+		"--set", "dns.clusterIP=10.96.0.10", "--set", "enforcement=deny", "--set-json", n.apiserverEnv())
+	t.Logf("e2e: node: helm install with non-default values: 2 pods ready in %s", time.Since(start).Round(time.Second))
+	pods := n.checkPods(t, ctx, ns, 2)
+	for _, p := range pods {
+		args := strings.Join(p.Spec.Containers[0].Args, " ")
+		if p.Spec.PriorityClassName != "platform-admission" || p.Spec.Priority == nil || *p.Spec.Priority != 900000 ||
+			len(p.Spec.ImagePullSecrets) != 1 || p.Spec.ImagePullSecrets[0].Name != "registry-pull" ||
+			!strings.HasSuffix(args, "--audit-interval=2m --max-view-staleness=45s") {
+			t.Errorf("pod %s: priority class %q (%v), pull secrets %v, args %q; want platform-admission (900000), registry-pull, the extra flags last",
+				p.Name, p.Spec.PriorityClassName, p.Spec.Priority, p.Spec.ImagePullSecrets, args)
+		}
+	}
+	svc := fmt.Sprintf("second-range-%d", time.Now().UnixNano()%1e6)
+	_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.97.0.100")), metav1.CreateOptions{})
+	requireDenied(t, err, framework.MutatingWebhookName, "static-ip-in-dynamic-band", "10.97.0.100", "10.97.0.1-10.97.0.16")
+	if pod, line := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second); pod == "" {
+		t.Errorf("no pod in %s logged the denial of default/%s", ns, svc)
+	} else {
+		t.Logf("e2e: node: on the second range 10.97.0.0/24, pod %s denied 10.97.0.100: %.160s", pod, line)
+	}
+	ok, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc+"-static", clusterIP("10.97.0.5")), metav1.CreateOptions{})
+	if err != nil || ok.Spec.ClusterIP != "10.97.0.5" {
+		t.Errorf("a static address in the second range's static band: %v, want it created", err)
+	}
+	_ = n.cs.CoreV1().Services("default").Delete(ctx, svc+"-static", metav1.DeleteOptions{})
+	n.uninstall(t, ctx, ns)
+}
+
+// TestNodeKustomizeSelfSigned installs manifests/overlays/self-signed the
+// way docs/deploying.md says (make certs, the CRD, the overlay, the webhook
+// configurations once the pods are ready),
+// with the image from the loopback registry and the apiserver address the
+// pods need here in a wrapping overlay, and uninstalls it as documented.
+func TestNodeKustomizeSelfSigned(t *testing.T) {
+	n := nodeUnderTest(t)
+	ctx := testContext(t, 10*time.Minute)
+	kubectl := framework.DefaultBinaries(n.root).Kubectl
+	const ns = "clusterip-policy"
+	// A copy of the overlay, so the certificates go into the test's directory.
+	overlay := filepath.Join(n.dir, "self-signed")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(n.root, "manifests", "overlays", "self-signed", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := filepath.Rel(overlay, filepath.Join(n.root, "manifests", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "- ../../base\n") {
+		t.Fatal("manifests/overlays/self-signed/kustomization.yaml no longer lists ../../base: update this test")
+	}
+	kz := strings.Replace(string(raw), "- ../../base\n", "- "+base+"\n", 1)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kz), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.run(t, ctx, "go", "run", "./certs/cmd/gencerts", "--out-dir", filepath.Join(overlay, "tls"), "--cabundle-patch", filepath.Join(overlay, "cabundle-patch.yaml"))
+	named, digest, _ := strings.Cut(n.env["NODE_IMAGE"], "@")
+	repo := named[:strings.LastIndex(named, ":")]
+	wrap := filepath.Join(n.dir, "node")
+	if err := os.MkdirAll(wrap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- ../self-signed
+images:
+- name: clusterip-policy
+  newName: %s
+  digest: %s
+patches:
+- patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: clusterip-policy-webhook
+      namespace: %s
+    spec:
+      template:
+        spec:
+          containers:
+          - name: webhook
+            env:
+            - name: KUBERNETES_SERVICE_HOST
+              value: %q
+            - name: KUBERNETES_SERVICE_PORT
+              value: %q
+`, repo, digest, ns, n.env["NODE_APISERVER_HOST"], n.env["NODE_APISERVER_PORT"])
+	if err := os.WriteFile(filepath.Join(wrap, "kustomization.yaml"), []byte(wrapper), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// docs/deploying.md, "Install in seven commands".
+	n.run(t, ctx, kubectl, "apply", "--server-side", "-f", filepath.Join(n.root, "manifests", "base", "crd.yaml"))
+	n.run(t, ctx, kubectl, "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=1m")
+	n.run(t, ctx, kubectl, "apply", "--server-side", "-k", wrap, "-l", "app.kubernetes.io/component!=webhook-configuration")
+	n.run(t, ctx, kubectl, "-n", ns, "rollout", "status", "deployment/clusterip-policy-webhook", "--timeout=5m")
+	n.run(t, ctx, kubectl, "apply", "--server-side", "-k", wrap)
+	n.run(t, ctx, kubectl, "create", "service", "clusterip", "clusterip-policy-smoke", "--tcp=80", "--dry-run=server")
+	t.Logf("e2e: node: kubectl apply -k manifests/overlays/self-signed (image from the registry): 3 pods ready in %s", time.Since(start).Round(time.Second))
+	n.checkPods(t, ctx, ns, 3)
+	n.checkServiceRouting(t, ctx, ns)
+	svc := fmt.Sprintf("kustomize-probe-%d", time.Now().UnixNano()%1e6)
+	eventuallyDenied(t, framework.MutatingWebhookName, func() error {
+		_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.96.200.7")), metav1.CreateOptions{})
+		return err
+	}, "static-ip-in-dynamic-band", "10.96.200.7")
+	if pod, _ := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second); pod == "" {
+		t.Errorf("no pod logged the denial of default/%s", svc)
+	}
+	// docs/deploying.md, "Uninstall": the configurations first, then the
+	// overlay (namespace, Lease and CRD with it), then the holds.
+	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "clusterip-policy")
+	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--wait", "--timeout=3m")
+	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
+	n.nothingLeft(t, ctx, ns)
 }
 
 // underLoad runs 8 clients creating, updating and deleting Services (static
@@ -632,6 +800,15 @@ func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
 	n.run(t, ctx, kubectl, "-n", ns, "delete", "lease", "clusterip-policy-holds", "--ignore-not-found")
 	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
 	n.run(t, ctx, kubectl, "delete", "namespace", ns, "--wait", "--timeout=3m")
+	n.nothingLeft(t, ctx, ns)
+}
+
+// nothingLeft fails the test if anything of ours is in the cluster: the
+// webhook configurations, cluster roles and bindings, the CRD (and with it
+// the policy object), holds, or the namespace (with the Lease).
+func (n *realNode) nothingLeft(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	kubectl := framework.DefaultBinaries(n.root).Kubectl
 	left := n.run(t, ctx, kubectl, "get", "mutatingwebhookconfigurations,validatingwebhookconfigurations,clusterroles,clusterrolebindings,ipaddresses,crd", "-o", "name")
 	var ours []string
 	for _, l := range strings.Fields(left) {
@@ -646,7 +823,7 @@ func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
 		ours = append(ours, "namespace/"+ns)
 	}
 	if len(ours) > 0 {
-		t.Errorf("left after helm uninstall and the documented clean-up: %s", strings.Join(ours, " "))
+		t.Errorf("left after the uninstall and the documented clean-up: %s", strings.Join(ours, " "))
 	}
 }
 
