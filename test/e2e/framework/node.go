@@ -320,11 +320,13 @@ func (n *Node) registryProcess() *Process {
 // restrict_oom_score_adj: the sandbox's oom_score_adj of -998 needs
 // CAP_SYS_RESOURCE, which root lacks on these machines (runc init fails with
 // "can't get final child's PID from pipe" without it). The native
-// snapshotter copies layers: no overlay mounts to leak.
+// snapshotter copies layers: no overlay mounts to leak. The other
+// snapshotters are off: aufs would modprobe a kernel module at start.
 func containerdConfig(dir, sandboxImage, cniConfDir, cniBinDir string) string {
 	return fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
 
 [grpc]
   address = %[3]q
