@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/certs"
@@ -130,7 +131,6 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 				// The apiserver dials a webhook Service's ready endpoints
 				// itself: no kube-proxy, no ClusterIP ever contacted.
 				"--enable-aggregator-routing=true",
-				"--authorization-mode=Node,RBAC",
 				"--enable-admission-plugins=NodeRestriction",
 				"--kubelet-client-certificate=" + kcCert,
 				"--kubelet-client-key=" + kcKey,
@@ -145,6 +145,17 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 		return n, err
 	}
 	server := c.APIServers[0].URL
+	// The harness's apiserver authorizes with RBAC alone (the flag is a list;
+	// a second one adds to it). The kubelet gets the bootstrap system:node
+	// role for its group, as clusters did before the Node authorizer;
+	// NodeRestriction still limits it to its own Node and pods.
+	if _, err := c.Client(0).RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "cip-node:system:nodes"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:node"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: "system:nodes"}},
+	}, metav1.CreateOptions{}); err != nil {
+		return n, fmt.Errorf("bind system:node to the nodes: %w", err)
+	}
 
 	n.Registry, err = StartRegistry(ctx, filepath.Join(o.Dir, "registry"), po)
 	if err != nil {
