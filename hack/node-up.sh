@@ -45,3 +45,11 @@ if ! .local/bin/localcluster node-up --dir "$dir" --bridge "${NODE_BRIDGE:-cipno
 	hack/node-down.sh || true
 	exit 1
 fi
+# The kubelet sets vm.overcommit_memory, kernel.panic, kernel.panic_on_oops
+# (and the keyring limits) once, at start, as every node does. This machine
+# is not ours alone (panic_on_oops=1 would turn any kernel oops into a
+# reboot): put them back now; the kubelet does not look again.
+while read -r key _ value; do
+	[[ $key == vm.* || $key == kernel.* ]] || continue
+	[[ $(sysctl -n "$key") == "$value" ]] || { echo "node-up: restoring $key=$value (the kubelet set $(sysctl -n "$key"))"; sysctl -q -w "$key=$value"; }
+done < <(sed -n '1,/^## /p' "$dir/state-before.txt" | grep ' = ')
