@@ -166,7 +166,7 @@ func TestNodeChartFromRegistry(t *testing.T) {
 		n.checkServiceRouting(t, ctx, ns)
 		svc := fmt.Sprintf("node-probe-%d", time.Now().UnixNano()%1e6)
 		_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.96.200.5")), metav1.CreateOptions{})
-		requireDenied(t, err, framework.MutatingWebhookName, "static-ip-in-dynamic-band", "10.96.200.5", "static band 10.96.0.1-10.96.1.0")
+		requireDenied(t, err, framework.MutatingWebhookName, "10.96.200.5", "lies in the dynamic band", "static band 10.96.0.1-10.96.1.0")
 		pod, line := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second)
 		if pod == "" {
 			t.Fatalf("no pod of the Deployment logged a decision for default/%s: the pods are not the ones answering", svc)
@@ -294,7 +294,7 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 	}
 	svc := fmt.Sprintf("second-range-%d", time.Now().UnixNano()%1e6)
 	_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.97.0.100")), metav1.CreateOptions{})
-	requireDenied(t, err, framework.MutatingWebhookName, "static-ip-in-dynamic-band", "10.97.0.100", "10.97.0.1-10.97.0.16")
+	requireDenied(t, err, framework.MutatingWebhookName, "10.97.0.100", "lies in the dynamic band", "10.97.0.1-10.97.0.16")
 	if pod, line := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second); pod == "" {
 		t.Errorf("no pod in %s logged the denial of default/%s", ns, svc)
 	} else {
@@ -389,7 +389,7 @@ patches:
 	eventuallyDenied(t, framework.MutatingWebhookName, func() error {
 		_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.96.200.7")), metav1.CreateOptions{})
 		return err
-	}, "static-ip-in-dynamic-band", "10.96.200.7")
+	}, "10.96.200.7", "lies in the dynamic band")
 	if pod, _ := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second); pod == "" {
 		t.Errorf("no pod logged the denial of default/%s", svc)
 	}
@@ -751,6 +751,7 @@ func (n *realNode) checkServiceRouting(t *testing.T, ctx context.Context, ns str
 func (n *realNode) decisionInPodLogs(t *testing.T, ctx context.Context, ns, name string, within time.Duration) (string, string) {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	var lastErr error
 	for {
 		pods, err := n.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=clusterip-policy-webhook"})
 		if err != nil {
@@ -759,6 +760,7 @@ func (n *realNode) decisionInPodLogs(t *testing.T, ctx context.Context, ns, name
 		for _, p := range pods.Items {
 			raw, err := n.cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "webhook", LimitBytes: ptrTo(int64(8 << 20))}).DoRaw(ctx)
 			if err != nil {
+				lastErr = fmt.Errorf("logs of %s: %w", p.Name, err)
 				continue
 			}
 			for _, line := range strings.Split(string(raw), "\n") {
@@ -772,6 +774,9 @@ func (n *realNode) decisionInPodLogs(t *testing.T, ctx context.Context, ns, name
 			}
 		}
 		if time.Now().After(deadline) {
+			if lastErr != nil {
+				t.Logf("reading the pods' logs: %v", lastErr)
+			}
 			return "", ""
 		}
 		time.Sleep(time.Second)

@@ -132,6 +132,9 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 				// itself: no kube-proxy, no ClusterIP ever contacted.
 				"--enable-aggregator-routing=true",
 				"--enable-admission-plugins=NodeRestriction",
+				// The node's address, never its name: a name would be
+				// looked up in the host's DNS, outside this machine.
+				"--kubelet-preferred-address-types=InternalIP",
 				"--kubelet-client-certificate=" + kcCert,
 				"--kubelet-client-key=" + kcKey,
 			},
