@@ -89,9 +89,17 @@ done
 
 # The kubelet's cgroups (kubepods under each hierarchy), deepest first, when
 # node-up found none.
+# A cgroup goes only once its last process has exited: retry for 10 s.
 if ! grep -q kubepods "$dir/state-before.txt"; then
-	for c in /sys/fs/cgroup/*/kubepods*; do
-		[[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+	for _ in $(seq 20); do
+		left=0
+		for c in /sys/fs/cgroup/*/kubepods*; do
+			[[ -d $c ]] || continue
+			find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+			[[ -d $c ]] && left=1
+		done
+		((left)) || break
+		sleep 0.5
 	done
 fi
 
