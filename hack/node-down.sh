@@ -103,6 +103,14 @@ if ! grep -q kubepods "$dir/state-before.txt"; then
 	done
 fi
 
+# Outside .local/node, containerd 1.6 keeps its shims' sockets in
+# /run/containerd/s and libcni its cache in /var/lib/cni/results, whatever
+# the configuration says; both are empty once the pods are gone. Remove
+# them when node-up found none (hack/node-state.sh lists them).
+for d in /run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni; do
+	grep -qx "$d" "$dir/state-before.txt" || rmdir "$d" 2>/dev/null
+done
+
 # The kernel tunables the kubelet sets (vm.overcommit_memory, kernel.panic,
 # ...), back to what they were.
 while read -r key _ value; do

@@ -2,7 +2,8 @@
 # Prints the host state a real node (hack/node-up.sh) may touch and must
 # leave as it found it: forwarding and the kernel tunables the kubelet sets
 # (it restores none of them itself), iptables and ip6tables, routes, links,
-# network namespaces and the kubelet's top cgroups. node-up saves this before
+# network namespaces, the kubelet's top cgroups, and the directories
+# containerd and libcni make outside the node's own. node-up saves this before
 # it starts; node-down restores the tunables and compares (make node-e2e fails
 # on any difference). Packet counters and iptables-save's dated comments are
 # left out: they change with every packet and run.
@@ -23,4 +24,6 @@ echo "## ip netns"
 ip netns list
 echo "## kubepods cgroups"
 ls -d /sys/fs/cgroup/*/kubepods* 2>/dev/null
+echo "## directories containerd and libcni make outside .local/node"
+ls -d /run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni 2>/dev/null
 exit 0
