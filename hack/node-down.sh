@@ -10,7 +10,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-dir=$root/.local/node
+# .local may be a symlink; the kubelet and the mount table use the real path.
+dir=$(realpath -m "$root/.local")/node
 if [[ ! -f $dir/state-before.txt ]]; then
 	echo "nothing to stop (no $dir/state-before.txt)"
 	exit 0

@@ -18,7 +18,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-dir=$root/.local/node
+# .local may be a symlink; the kubelet and the mount table use the real path.
+dir=$(realpath -m "$root/.local")/node
 
 if [[ $(id -u) != 0 ]]; then
 	echo "node-up: needs root (it creates a bridge, cgroups and mounts); run it as root" >&2
