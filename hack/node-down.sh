@@ -119,6 +119,11 @@ while read -r key _ value; do
 	[[ $(sysctl -n "$key") == "$value" ]] || sysctl -q -w "$key=$value"
 done < <(sed -n '1,/^## /p' "$dir/state-before.txt" | grep ' = ')
 
+if findmnt -rn -o TARGET | grep -qF "$dir/"; then
+	echo "node-down: still mounted under $dir:" >&2
+	findmnt -rn -o TARGET | grep -F "$dir/" >&2
+	exit 1
+fi
 hack/node-state.sh >"$dir/state-after.txt"
 if ! diff -u "$dir/state-before.txt" "$dir/state-after.txt"; then
 	echo "node-down: the host's state differs from before node-up (diff above; $dir/state-{before,after}.txt)" >&2
