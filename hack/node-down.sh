@@ -90,9 +90,10 @@ done
 
 # The kubelet's cgroups (kubepods under each hierarchy), deepest first, when
 # node-up found none.
-# A cgroup goes only once its last process has exited: retry for 10 s.
+# A cgroup goes only once its last process has exited: retry for 30 s,
+# then name what is still in one.
 if ! grep -q kubepods "$dir/state-before.txt"; then
-	for _ in $(seq 20); do
+	for _ in $(seq 60); do
 		left=0
 		for c in /sys/fs/cgroup/*/kubepods*; do
 			[[ -d $c ]] || continue
@@ -101,6 +102,9 @@ if ! grep -q kubepods "$dir/state-before.txt"; then
 		done
 		((left)) || break
 		sleep 0.5
+	done
+	for c in /sys/fs/cgroup/*/kubepods; do
+		[[ -d $c ]] && find "$c" -name cgroup.procs -exec sh -c 'p=$(cat "$1"); [ -n "$p" ] && echo "node-down: still in $1: $p"' _ {} \;
 	done
 fi
 

@@ -396,7 +396,7 @@ patches:
 	// docs/deploying.md, "Uninstall": the configurations first, then the
 	// overlay (namespace, Lease and CRD with it), then the holds.
 	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "clusterip-policy")
-	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--wait", "--timeout=3m")
+	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--ignore-not-found", "--wait", "--timeout=3m")
 	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
 	n.nothingLeft(t, ctx, ns)
 }
