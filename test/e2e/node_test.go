@@ -507,6 +507,12 @@ func (n *realNode) rollingUpdate(t *testing.T, ctx context.Context, ns string) {
 // once on a second: the PodDisruptionBudget (maxUnavailable 1) lets the
 // first go and refuses the second until the replacement is ready.
 func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
+	var timeline chan string
+	defer func() {
+		if timeline != nil {
+			t.Logf("e2e: node: eviction timeline: %s", <-timeline)
+		}
+	}()
 	n.underLoad(t, ctx, "eviction", 60*time.Second, func() error {
 		pods := n.checkPods(t, ctx, ns, 3)
 		if len(pods) < 2 {
@@ -515,9 +521,29 @@ func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
 		evict := func(name string) error {
 			return n.cs.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
 		}
+		evictedIP, evictedUID := pods[0].Status.PodIP, string(pods[0].UID)
 		if err := evict(pods[0].Name); err != nil {
 			return fmt.Errorf("evict %s: %v", pods[0].Name, err)
 		}
+		evicted := time.Now()
+		// When the evicted pod's address stops being a ready endpoint (what
+		// the apiserver routes by), and when its process exits: the
+		// shutdown delay covers the gap only if the first comes first.
+		timeline = make(chan string, 1)
+		go func() {
+			var notReady, exited time.Duration
+			for time.Since(evicted) < 60*time.Second && (notReady == 0 || exited == 0) {
+				if notReady == 0 && !n.readyEndpoint(ctx, ns, evictedIP) {
+					notReady = time.Since(evicted)
+				}
+				if _, err := containerProcess(evictedUID); exited == 0 && err != nil {
+					exited = time.Since(evicted)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			timeline <- fmt.Sprintf("after the eviction, its endpoint %s was no longer ready at +%s, its process was gone at +%s",
+				evictedIP, notReady.Round(10*time.Millisecond), exited.Round(10*time.Millisecond))
+		}()
 		err := evict(pods[1].Name)
 		if !apierrors.IsTooManyRequests(err) {
 			return fmt.Errorf("a second eviction right after the first: %v, want 429 from the PodDisruptionBudget", err)
@@ -743,6 +769,25 @@ func (n *realNode) checkServiceRouting(t *testing.T, ctx context.Context, ns str
 		t.Fatal("the webhook Service has no endpoints")
 	}
 	t.Logf("e2e: node: the webhook Service's endpoints: %s", strings.Join(addrs, " "))
+}
+
+// readyEndpoint says whether ip is a ready endpoint of the webhook Service
+// (ready true or unset, as the apiserver's endpoint resolver counts it).
+func (n *realNode) readyEndpoint(ctx context.Context, ns, ip string) bool {
+	slices, err := n.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=clusterip-policy-webhook"})
+	if err != nil {
+		return true // unknown: ask again
+	}
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			for _, a := range e.Addresses {
+				if a == ip && (e.Conditions.Ready == nil || *e.Conditions.Ready) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // decisionInPodLogs looks for the audit line of a decision about a Service
