@@ -92,7 +92,7 @@ done
 # node-up found none.
 # A cgroup goes only once its last process has exited: retry for 30 s,
 # then name what is still in one.
-if ! grep -q kubepods "$dir/state-before.txt"; then
+if ! grep -q "^/sys/fs/cgroup/.*/kubepods" "$dir/state-before.txt"; then
 	for _ in $(seq 60); do
 		left=0
 		for c in /sys/fs/cgroup/*/kubepods*; do
