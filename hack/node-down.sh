@@ -112,6 +112,15 @@ fi
 # /run/containerd/s and libcni its cache in /var/lib/cni/results, whatever
 # the configuration says; both are empty once the pods are gone. Remove
 # them when node-up found none (hack/node-state.sh lists them).
+# After a crash (the kubelet or containerd killed) they still hold this
+# node's entries: libcni's are named after its network (cip-node), and the
+# shim sockets are all this node's when node-up found no /run/containerd.
+# (`ls -d` in node-state lists the directories, not what is in them.)
+rm -f /var/lib/cni/results/cip-node-*
+# containerd's pod loopback entries carry no node name: only when node-up
+# found no /var/lib/cni are they all this node's.
+grep -qx /var/lib/cni "$dir/state-before.txt" || rm -f /var/lib/cni/results/cni-loopback-*
+grep -qx /run/containerd "$dir/state-before.txt" || rm -f /run/containerd/s/*
 for d in /run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni; do
 	grep -qx "$d" "$dir/state-before.txt" || rmdir "$d" 2>/dev/null
 done
