@@ -13,7 +13,7 @@ VERSION ?= $(shell if [ "$$(git describe --exact-match --tags 2>/dev/null)" = "$
 COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: generate help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke release vulncheck e2e-versions
+.PHONY: generate help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke release vulncheck e2e-versions node-tools node-up node-down node-e2e
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -130,3 +130,21 @@ release: image tools ## image, chart package, CLI binaries, SBOM and SHA256SUMS 
 
 vulncheck: ## known-vulnerability scan (govulncheck, database built from the golang.org/x/vulndb module)
 	hack/vulncheck.sh
+
+# A real node (docs/node.md): containerd + runc + the CNI bridge from Debian,
+# kubelet, kube-scheduler and kube-controller-manager built from the
+# k8s.io/kubernetes module, the images from `make image` served by a registry
+# on 127.0.0.1. Needs root. State, kubeconfig and logs in .local/node.
+node-tools: tools ## build the node's kubelet, kube-scheduler and kube-controller-manager into .local/bin (cached)
+	hack/build-tools.sh node
+
+node-up: node-tools build image ## start a real node and its control plane in the background (root; .local/node)
+	hack/node-up.sh
+
+node-down: ## stop the node, remove its bridge; fails if the host's network state is not as before node-up
+	hack/node-down.sh
+
+# node-up, the node scenarios (test/e2e/node_test.go, NODE_ENV), node-down;
+# fails when a scenario fails or the host is not left as it was found.
+node-e2e: node-tools build image ## the chart from the loopback registry on a real node: enforcement, rolling update, uninstall
+	hack/node-e2e.sh

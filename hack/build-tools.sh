@@ -4,6 +4,9 @@
 # A binary is rebuilt only when its pinned version (recorded in a stamp file
 # beside it) differs, so a warm run costs a second; a cold kube-apiserver build
 # takes about 11 minutes on 2 cores, a cold helm build about 2.5 minutes.
+# `hack/build-tools.sh node` (make node-tools) builds only the real node's
+# kubelet, kube-scheduler and kube-controller-manager from the same module
+# (hack/node-up.sh); the other targets never need them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${BIN_DIR:-$root/.local/bin}
@@ -35,6 +38,13 @@ build() {
 # release into component-base the way Kubernetes' own build does.
 vpkg=k8s.io/component-base/version
 k8s_ldflags="-X $vpkg.gitVersion=$k8s_version -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
+
+if [[ "${1:-}" == node ]]; then
+	for cmd in kubelet kube-scheduler kube-controller-manager; do
+		build "$cmd" "$k8s_version" "$root/tools/kube" "k8s.io/kubernetes/cmd/$cmd" "$k8s_ldflags"
+	done
+	exit 0
+fi
 
 build etcd "$etcd_version" "$root/tools/etcd" ./cmd/etcd
 build kube-apiserver "$k8s_version" "$root/tools/kube" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"

@@ -52,6 +52,10 @@ type loadOptions struct {
 	// example a dynamic create allocated in a ServiceCIDR being deleted):
 	// counted as an expected denial, not as an error.
 	AcceptDenial func(err error) bool
+	// Config, when set, makes each client's configuration instead of
+	// loadClientConfig (the real node's apiserver has no load balancer);
+	// runLoad then needs no *framework.Cluster.
+	Config func() *rest.Config
 }
 
 // outcome classes of one logical request.
@@ -172,8 +176,12 @@ func runLoad(ctx context.Context, t *testing.T, c *framework.Cluster, o loadOpti
 	var mu sync.Mutex
 	deadline := time.Now().Add(o.Duration)
 	var wg sync.WaitGroup
+	newConfig := o.Config
+	if newConfig == nil {
+		newConfig = func() *rest.Config { return loadClientConfig(c) }
+	}
 	for i := range o.Clients {
-		cs := kubernetes.NewForConfigOrDie(loadClientConfig(c))
+		cs := kubernetes.NewForConfigOrDie(newConfig())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

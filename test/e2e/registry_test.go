@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -45,7 +44,7 @@ func TestInstallFromRegistry(t *testing.T) {
 			t.Fatalf("%s is missing: run `make image` first (%v)", p, err)
 		}
 	}
-	tag, err := layoutTag(layoutDir)
+	tag, err := framework.LayoutTag(layoutDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,26 +184,6 @@ func TestInstallFromRegistry(t *testing.T) {
 			t.Error("the Deployment is still there after helm uninstall")
 		}
 	})
-}
-
-// layoutTag is the tag `imagebuild build` recorded in the layout's index.json.
-func layoutTag(dir string) (string, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, "index.json"))
-	if err != nil {
-		return "", err
-	}
-	var idx struct {
-		Manifests []struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"manifests"`
-	}
-	if err := json.Unmarshal(raw, &idx); err != nil {
-		return "", fmt.Errorf("%s/index.json: %w", dir, err)
-	}
-	if len(idx.Manifests) != 1 || idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"] == "" {
-		return "", fmt.Errorf("%s/index.json: want one index with a ref.name annotation, as `make image` writes", dir)
-	}
-	return idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"], nil
 }
 
 func getJSON(ctx context.Context, t *testing.T, url, accept string, v any) {

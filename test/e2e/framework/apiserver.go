@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,8 +21,11 @@ type APIServerOptions struct {
 	// Hostname, when set, runs the apiserver in a UTS namespace of its own
 	// with this host name. Apiservers on one host otherwise share one
 	// identity lease (named from the host name) and fight over it.
-	Hostname  string
-	ExtraArgs []string
+	Hostname string
+	// BindAddress is the address it listens on; 127.0.0.1 when empty. A real
+	// node's pods reach the apiserver on its bridge address (node.go).
+	BindAddress string
+	ExtraArgs   []string
 }
 
 // APIServer is a running kube-apiserver.
@@ -41,8 +45,12 @@ func StartAPIServer(ctx context.Context, binary, dir string, pki *PKI, admin *Id
 	if err != nil {
 		return nil, err
 	}
+	bind := o.BindAddress
+	if bind == "" {
+		bind = "127.0.0.1"
+	}
 	args := []string{
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + bind,
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		// The endpoint reconciler refuses a loopback advertise address, and
@@ -80,7 +88,7 @@ func StartAPIServer(ctx context.Context, binary, dir string, pki *PKI, admin *Id
 	if err != nil {
 		return nil, err
 	}
-	a := &APIServer{Process: p, URL: "https://" + hostPort(port), ServiceClusterIPRange: o.ServiceClusterIPRange}
+	a := &APIServer{Process: p, URL: "https://" + net.JoinHostPort(bind, strconv.Itoa(port)), ServiceClusterIPRange: o.ServiceClusterIPRange}
 	hc, err := httpsClient(pki.CA.CertPEM, admin)
 	if err != nil {
 		p.Stop(5 * time.Second)

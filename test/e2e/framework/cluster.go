@@ -49,7 +49,10 @@ type Options struct {
 	// that applies the deployment manifests itself.
 	NoRBAC, NoRegister bool
 	Detach             bool // leave the processes running after this process exits
-	Logf               func(format string, args ...any)
+	// PKI, when set, is used instead of a fresh one in Dir/pki (a real node
+	// signs its components' certificates with it before the apiserver starts).
+	PKI  *PKI
+	Logf func(format string, args ...any)
 
 	// WebhookArgs are extra `webhook serve` flags for every webhook the
 	// cluster starts (for example --hold-reservations).
@@ -152,8 +155,10 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	po := ProcessOptions{Detach: c.opts.Detach}
 	start := time.Now()
 	var err error
-	if c.PKI, err = NewPKI(filepath.Join(c.Dir, "pki")); err != nil {
-		return err
+	if c.PKI = c.opts.PKI; c.PKI == nil {
+		if c.PKI, err = NewPKI(filepath.Join(c.Dir, "pki")); err != nil {
+			return err
+		}
 	}
 	adminCert, err := c.PKI.ClientCert("e2e-admin", "system:masters")
 	if err != nil {

@@ -33,8 +33,10 @@ type PKI struct {
 	SAPublicKey, SAPrivateKey   string
 }
 
-// NewPKI writes a fresh PKI into dir.
-func NewPKI(dir string) (*PKI, error) {
+// NewPKI writes a fresh PKI into dir. The apiservers' serving certificate
+// names 127.0.0.1 and the extra addresses given (a real node's pods dial the
+// apiserver on its bridge address).
+func NewPKI(dir string, extraIPs ...net.IP) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -45,7 +47,7 @@ func NewPKI(dir string) (*PKI, error) {
 	serving, err := ca.Sign(certs.Options{
 		CommonName: "kube-apiserver",
 		DNSNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPs:        []net.IP{net.ParseIP("127.0.0.1")},
+		IPs:        append([]net.IP{net.ParseIP("127.0.0.1")}, extraIPs...),
 		Validity:   certValidity,
 	})
 	if err != nil {

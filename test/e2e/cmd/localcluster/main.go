@@ -8,6 +8,7 @@
 //	localcluster up --dir .local/cluster --kubeconfig .local/kubeconfig \
 //	    --service-cidr 10.96.0.0/16 --policy examples/clusterippolicy.yaml
 //	localcluster audit --log .local/cluster/logs/webhook.log
+//	localcluster node-up --dir .local/node   (hack/node-up.sh; a real node)
 //
 // `up` returns once the webhook is registered and every apiserver calls it,
 // leaving the processes running; their process ids are in DIR/pids, which
@@ -36,17 +37,19 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: localcluster up|audit [flags]")
+		fmt.Fprintln(stderr, "usage: localcluster up|node-up|audit [flags]")
 		return 2
 	}
 	var err error
 	switch args[0] {
 	case "up":
 		err = up(args[1:], stdout)
+	case "node-up":
+		err = nodeUp(args[1:], stdout)
 	case "audit":
 		err = audit(args[1:], stdout)
 	default:
-		err = fmt.Errorf("unknown command %q; want up or audit", args[0])
+		err = fmt.Errorf("unknown command %q; want up, node-up or audit", args[0])
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "localcluster:", err)
