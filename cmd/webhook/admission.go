@@ -46,8 +46,8 @@ type reviewer struct {
 	staticCIDRs []netip.Prefix
 	audit       logr.Logger
 	metrics     *metrics
-	// releaser runs after a mutating decision (holds.go); nil when
-	// reservation holds are off.
+	// releaser runs on an allowed mutating decision, before it is
+	// recorded (holds.go); nil when reservation holds are off.
 	releaser allocationHook
 }
 
@@ -67,6 +67,8 @@ type answered struct {
 	message  string
 	// name is the Service's name as decoded (the request may not carry it).
 	name string
+	// service is the Service the decision was made on; nil without one.
+	service *corev1.Service
 	// state is what the decision was made against, as far as it was checked.
 	state readyState
 }
@@ -75,7 +77,11 @@ type answered struct {
 // refused, never waved through.
 func refused(message string) answered { return answered{outcome: policy.Denied, message: message} }
 
-func (r *reviewer) handle(stage policy.Stage, req admission.Request) admission.Response {
+// handle answers one request and records the answer it gives. hook, when
+// not nil, runs on an allowed decision before anything is recorded (the
+// holds' release, holds.go): if it refuses, the refusal is the answer, and
+// the audit line, the counters and the auditAnnotations say so.
+func (r *reviewer) handle(ctx context.Context, stage policy.Stage, req admission.Request, hook allocationHook) admission.Response {
 	start := time.Now()
 	var resp admission.Response
 	var a answered
@@ -83,6 +89,12 @@ func (r *reviewer) handle(stage policy.Stage, req admission.Request) admission.R
 		resp, a = r.answerServiceCIDR(req)
 	} else {
 		resp, a = r.answer(stage, req)
+	}
+	if hook != nil && a.decision != nil && a.decision.Allowed() && a.service != nil {
+		if refusal := hook.beforeAllocation(ctx, req, a.service, a.decision); refusal != "" {
+			resp = notReady(refusal)
+			a = answered{outcome: policy.Denied, message: refusal, name: a.name, state: a.state}
+		}
 	}
 	resp.AuditAnnotations = auditAnnotations(a)
 	r.record(newAuditLine(stage, req, a, time.Since(start)), a.decision)
@@ -145,7 +157,7 @@ func (r *reviewer) answer(stage policy.Stage, req admission.Request) (admission.
 	} else {
 		d = policy.Validate(env, preq)
 	}
-	return respond(d), answered{decision: &d, name: svc.Name, state: state}
+	return respond(d), answered{decision: &d, name: svc.Name, service: svc, state: state}
 }
 
 func isDryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }
@@ -209,16 +221,12 @@ func (r *reviewer) record(line auditLine, d *policy.Decision) {
 type mutatingHandler struct{ *reviewer }
 
 func (h mutatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	resp := h.handle(policy.StageMutate, req)
-	if h.releaser != nil {
-		resp = h.releaser.beforeAllocation(ctx, req, resp)
-	}
-	return resp
+	return h.handle(ctx, policy.StageMutate, req, h.releaser)
 }
 
 // validatingHandler serves the ValidatingWebhookConfiguration.
 type validatingHandler struct{ *reviewer }
 
-func (h validatingHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	return h.handle(policy.StageValidate, req)
+func (h validatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.handle(ctx, policy.StageValidate, req, nil)
 }

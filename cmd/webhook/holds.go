@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -340,10 +340,12 @@ func holdObject(w holds.Want) *networkingv1.IPAddress {
 	}
 }
 
-// allocationHook is what the mutating handler calls with its answer, before
-// the apiserver allocates; it may turn the answer into a refusal.
+// allocationHook is what the mutating stage calls with an allowed
+// decision, before the apiserver allocates and before the answer is
+// recorded. It returns "" to let the answer stand, else the message of the
+// 503 that replaces it.
 type allocationHook interface {
-	beforeAllocation(ctx context.Context, req admission.Request, resp admission.Response) admission.Response
+	beforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision) (refusal string)
 }
 
 var _ allocationHook = (*holdReleaser)(nil)
@@ -387,43 +389,38 @@ func newHoldReleaser(client kubernetes.Interface, policies *policyStore, log log
 		budget: &holds.ReleaseBudget{Burst: releaseBurst, Refill: releaseRefill}, now: time.Now}
 }
 
-// beforeAllocation is the mutating handler's hook: for an allowed,
+// beforeAllocation is the mutating stage's hook: for an allowed,
 // non-dry-run CREATE or UPDATE of a reservation owner, it deletes our holds
 // on the reserved addresses the Service will ask the apiserver for (the
-// ones it names, or the webhook patched in). If a release fails, or the
-// address's budget is spent, the request is refused with 503 (the
-// apiserver would otherwise fail it with "provided IP is already
-// allocated"), and the client retries.
-func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Request, resp admission.Response) admission.Response {
-	if !resp.Allowed || (req.DryRun != nil && *req.DryRun) || (req.Operation != "CREATE" && req.Operation != "UPDATE") {
-		return resp
+// ones it names, or the decision's patch puts in). If a release fails, or
+// the address's budget is spent, it returns the message of a 503 refusal
+// (the apiserver would otherwise fail the request with "provided IP is
+// already allocated"), and the client retries. svc and d are what the
+// decision read and said: nothing is decoded again.
+func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision) string {
+	if !d.Allowed() || isDryRun(req) || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return ""
 	}
 	pol := r.policies.Current()
 	if pol == nil {
-		return resp
+		return ""
 	}
-	// Most requests are not an owner's: answer them without decoding the
-	// object again. A reservation names its owner, so the request has a name.
-	owner := policy.Owner{Namespace: req.Namespace, Name: req.Name}
+	// Most requests are not an owner's: a reservation names its owner, so
+	// the Service has a name.
+	owner := policy.Owner{Namespace: svc.Namespace, Name: svc.Name}
 	if len(pol.policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
-		return resp
+		return ""
 	}
-	fields, err := decodeServiceFields(req.Object.Raw)
-	if err != nil || fields.Spec == nil {
-		return resp
-	}
-	candidates := append([]string{fields.Spec.ClusterIP}, fields.Spec.ClusterIPs.head...)
-	for _, p := range resp.Patches {
+	candidates := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
+	for _, p := range d.Patch {
 		if p.Path != "/spec/clusterIPs" && p.Path != "/spec/clusterIP" {
 			continue
 		}
-		b, _ := json.Marshal(p.Value)
-		var one string
-		var many []string
-		if json.Unmarshal(b, &one) == nil {
-			candidates = append(candidates, one)
-		} else if json.Unmarshal(b, &many) == nil {
-			candidates = append(candidates, many...)
+		switch v := p.Value.(type) { // as pkg/policy builds them
+		case string:
+			candidates = append(candidates, v)
+		case []string:
+			candidates = append(candidates, v...)
 		}
 	}
 	seen := map[netip.Addr]bool{}
@@ -444,16 +441,16 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 		case err != nil:
 			r.metrics.releases.WithLabelValues(releaseFailed).Inc()
 			r.log.Error(err, "could not release a hold before the owner's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
-			return notReady(fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2)))
+			return fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2))
 		case out == releaseRateLimited:
 			r.logRefusal("hold not released: this address was released "+fmt.Sprint(releaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
-			return notReady(fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/deploying.md)", ip, owner, releaseBurst, (wait + time.Second - 1).Truncate(time.Second)))
+			return fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/deploying.md)", ip, owner, releaseBurst, (wait + time.Second - 1).Truncate(time.Second))
 		case out == releaseOwnerExists:
 			r.logRefusal("hold not released: the review contradicts the cluster (a CREATE of an owner that exists, or an UPDATE of one that does not); a duplicate request, or one not sent by an apiserver", ip, owner, req)
-			return resp // the apiserver answers this request itself (AlreadyExists, NotFound)
+			return "" // the apiserver answers this request itself (AlreadyExists, NotFound)
 		}
 	}
-	return resp
+	return ""
 }
 
 // contradictsCluster reports whether the owner's existence contradicts

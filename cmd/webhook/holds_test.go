@@ -297,3 +297,37 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// A release that fails turns an allowed, patched answer into a 503: what
+// the apiserver sees. The audit line, the decision counters and the
+// response's auditAnnotations must say the same 503 denial, not the
+// "patched" the decision was before the release was tried.
+func TestAFailedReleaseIsRecordedAsTheDenialItIs(t *testing.T) {
+	r := newTestReviewer(t, testPolicy, true)
+	client := fake.NewClientset(ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns"))
+	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	r.releaser = newHoldReleaser(client, r.policies, newLogger(&strings.Builder{}), newHoldMetrics(prometheus.NewRegistry()))
+	resp := post(t, mutatingHandler{r.reviewer}, loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns")))
+	const want = "clusterip-policy could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: get IPAddress 10.96.0.10: connection refused; retry in a few seconds"
+	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != want || len(resp.Patch) != 0 {
+		t.Fatalf("response: allowed %v, %d %q, patch %s; want a 503 %q without a patch", resp.Allowed, resp.Result.Code, resp.Result.Message, resp.Patch, want)
+	}
+	if got := resp.AuditAnnotations["decision"]; got != "denied" {
+		t.Errorf("auditAnnotations decision = %q, want denied (%v)", got, resp.AuditAnnotations)
+	}
+	line := auditOf(t, r.auditBuf)
+	if line["decision"] != "denied" || line["message"] != want || len(line["patch"].([]any)) != 0 || len(line["mutations"].([]any)) != 0 {
+		t.Errorf("audit line: decision %v message %q patch %v mutations %v; want denied, %q, no patch", line["decision"], line["message"], line["patch"], line["mutations"], want)
+	}
+	if line["policyDigest"] == "" || line["viewGeneration"] != 1.0 {
+		t.Errorf("audit line lost what the decision was made against: policyDigest %v viewGeneration %v", line["policyDigest"], line["viewGeneration"])
+	}
+	if got := testutil.ToFloat64(r.metrics.decisions.WithLabelValues("mutate", "denied", "")); got != 1 {
+		t.Errorf(`decisions_total{mutate,denied,""} = %v, want 1`, got)
+	}
+	if got := testutil.ToFloat64(r.metrics.decisions.WithLabelValues("mutate", "patched", "")); got != 0 {
+		t.Errorf(`decisions_total{mutate,patched,""} = %v, want 0: the request was not patched`, got)
+	}
+}

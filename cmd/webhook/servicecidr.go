@@ -21,8 +21,8 @@ type serviceCIDRHandler struct{ *reviewer }
 
 var _ admission.Handler = serviceCIDRHandler{}
 
-func (h serviceCIDRHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	return h.handle(policy.StageServiceCIDR, req)
+func (h serviceCIDRHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.handle(ctx, policy.StageServiceCIDR, req, nil)
 }
 
 // answerServiceCIDR is reviewer.answer for a ServiceCIDR: parse, check
