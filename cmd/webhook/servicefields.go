@@ -43,9 +43,6 @@ func decodeServiceFields(raw []byte) (serviceFields, error) {
 	if len(raw) == 0 {
 		return serviceFields{}, fmt.Errorf("the admission request carries no object")
 	}
-	if f, ok := scanServiceFields(raw); ok {
-		return f, nil
-	}
 	var f serviceFields
 	if err := json.Unmarshal(raw, &f); err != nil {
 		// A decoding error quotes at most a type and a field path, but clip
