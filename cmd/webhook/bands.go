@@ -26,7 +26,7 @@ func bands(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	output := fs.StringP("output", "o", "text", "Output format: text (a table) or json (one object per line).")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: webhook bands [-o text|json] CIDR...\n\nPrints each range's usable addresses and its static and dynamic band, as the\napiserver's allocator computes them.\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(stderr, "Usage: clusterip-policy bands [-o text|json] CIDR...\n\nPrints each range's usable addresses and its static and dynamic band, as the\napiserver's allocator computes them.\n\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {

@@ -36,7 +36,7 @@ const (
 )
 
 // cannotJudge is the footer of every audit: what a stored Service cannot tell.
-const cannotJudge = "A stored address does not say whether it was asked for or allocated: an address in a dynamic band that is not reserved for its Service breaks static-ip-in-dynamic-band only if someone named it, so the audit does not report it (review the manifests with `webhook review`). Exempt users and groups cannot be applied either: a Service does not record who created it."
+const cannotJudge = "A stored address does not say whether it was asked for or allocated: an address in a dynamic band that is not reserved for its Service breaks static-ip-in-dynamic-band only if someone named it, so the audit does not report it (review the manifests with `clusterip-policy review`). Exempt users and groups cannot be applied either: a Service does not record who created it."
 
 // auditJSON is the output of `audit -o json`; its keys are public API.
 type auditJSON struct {
@@ -63,7 +63,7 @@ type auditOptions struct {
 	timeout      time.Duration
 }
 
-// clusterAudit is `webhook audit`: it lists the cluster's Services,
+// clusterAudit is `clusterip-policy audit`: it lists the cluster's Services,
 // ServiceCIDRs and IPAddresses (read-only) and reports every Service whose
 // addresses break the policy (policy.Audit).
 func clusterAudit(args []string, stdout, stderr io.Writer) int {
@@ -78,7 +78,7 @@ func clusterAudit(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.maxPerRule, "max-per-rule", 20, "Findings listed per rule (1-1000); the rest are counted in a \"... and N more\" line. Counts are always complete.")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "Time allowed for reading the cluster (1s-1h).")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: webhook audit [--policy FILE] [--kubeconfig FILE] [-o text|json]
+		fmt.Fprintf(stderr, `Usage: clusterip-policy audit [--policy FILE] [--kubeconfig FILE] [-o text|json]
 
 Reports every existing Service whose addresses break the policy, before you
 enforce it: an address outside the active or allowed ranges, an address
@@ -106,7 +106,7 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	case o.output != "text" && o.output != "json":
 		return fail(exitBadData, "-o %q: use text or json", o.output)
 	case fs.NArg() > 0:
-		return fail(exitBadData, "unexpected argument %q: audit reads the cluster, not files (use `webhook review` for manifests)", fs.Arg(0))
+		return fail(exitBadData, "unexpected argument %q: audit reads the cluster, not files (use `clusterip-policy review` for manifests)", fs.Arg(0))
 	case o.maxPerRule < 1 || o.maxPerRule > 1000:
 		return fail(exitBadData, "--max-per-rule %d: use 1 to 1000", o.maxPerRule)
 	case o.timeout < time.Second || o.timeout > time.Hour:

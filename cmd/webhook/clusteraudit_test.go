@@ -41,7 +41,7 @@ current-context: x
 		stderr []string
 	}{
 		{"an unknown output format", []string{"-o", "yaml", "--kubeconfig", unreachable}, exitBadData, []string{`-o "yaml": use text or json`}},
-		{"a file argument, as review takes", []string{"--kubeconfig", unreachable, "svc.yaml"}, exitBadData, []string{`unexpected argument "svc.yaml"`, "webhook review"}},
+		{"a file argument, as review takes", []string{"--kubeconfig", unreachable, "svc.yaml"}, exitBadData, []string{`unexpected argument "svc.yaml"`, "clusterip-policy review"}},
 		{"a cap out of bounds", []string{"--max-per-rule", "0", "--kubeconfig", unreachable}, exitBadData, []string{"--max-per-rule 0: use 1 to 1000"}},
 		{"a timeout out of bounds", []string{"--timeout", "10h", "--kubeconfig", unreachable}, exitBadData, []string{"--timeout 10h0m0s: use 1s to 1h"}},
 		{"a policy that does not load", []string{"--policy", badPolicy, "--kubeconfig", unreachable}, exitBadData, []string{"10.96.0.300"}},

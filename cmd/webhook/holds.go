@@ -292,7 +292,7 @@ func (f *passFailures) err() error {
 
 // create holds w.IP if its owner Service does not exist. An owner that
 // exists either holds the address already (the view lagged) or holds
-// another one, which `webhook audit` reports as reservation-not-held; and
+// another one, which `clusterip-policy audit` reports as reservation-not-held; and
 // while an owner exists it may be updated to dual-stack, when the mutating
 // stage would release a hold of its added family.
 func (k *holdKeeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) error {

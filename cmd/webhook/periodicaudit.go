@@ -25,7 +25,7 @@ import (
 )
 
 // The periodic audit: the leader runs policy.Audit, the check of
-// `webhook audit`, every --audit-interval on the current policy and the
+// `clusterip-policy audit`, every --audit-interval on the current policy and the
 // view's snapshot, sets a gauge per rule, and puts a Warning Event on each
 // offending Service, so `kubectl describe service` shows what breaks the
 // policy. Services are not watched: each pass lists them, page by page.
@@ -82,7 +82,7 @@ func newPeriodicAuditMetrics(reg prometheus.Registerer) *periodicAuditMetrics {
 	m := &periodicAuditMetrics{
 		violations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "clusterip_policy_existing_violations",
-			Help: "Existing Services' addresses that break the policy, by rule, as the leader's last successful periodic audit found them (the findings of `webhook audit`). Only the leader exposes it.",
+			Help: "Existing Services' addresses that break the policy, by rule, as the leader's last successful periodic audit found them (the findings of `clusterip-policy audit`). Only the leader exposes it.",
 		}, []string{"rule"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "clusterip_policy_audit_last_success_timestamp_seconds",

@@ -195,7 +195,7 @@ func (s *policyStatus) desired() (*unstructured.Unstructured, *v1alpha1.ClusterI
 			audited.Message = fmt.Sprintf("no periodic audit has checked the existing Services against generation %d yet", inForce)
 		case s.audit.ViolatingServices > 0:
 			audited.Status, audited.Reason = metav1.ConditionFalse, "ViolationsFound"
-			audited.Message = fmt.Sprintf("%d existing Services break generation %d of the policy; `webhook audit` names them, and each has a Warning Event (reason %s)", s.audit.ViolatingServices, inForce, auditEventReason)
+			audited.Message = fmt.Sprintf("%d existing Services break generation %d of the policy; `clusterip-policy audit` names them, and each has a Warning Event (reason %s)", s.audit.ViolatingServices, inForce, auditEventReason)
 		default:
 			audited.Status, audited.Reason = metav1.ConditionTrue, "NoViolations"
 			audited.Message = fmt.Sprintf("no existing Service breaks generation %d of the policy", inForce)

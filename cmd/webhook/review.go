@@ -53,7 +53,7 @@ func review(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringArrayVar(&o.allocated, "allocated", nil, "An IP the cluster already has allocated, as IP=NAMESPACE/NAME (repeatable), to check already-allocated.")
 	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text (a table for people) or json (one object per Service, one per line).")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: webhook review [--policy FILE] [--service-cidr CIDR]... [--allocated IP=NAMESPACE/NAME]... [-o json|text] FILE...
+		fmt.Fprintf(stderr, `Usage: clusterip-policy review [--policy FILE] [--service-cidr CIDR]... [--allocated IP=NAMESPACE/NAME]... [-o json|text] FILE...
 
 Evaluates Service manifests offline, as if each were created in order (a
 Service allowed earlier holds its IPs for the ones after it). FILE holds YAML

@@ -12,7 +12,7 @@ import (
 	"clusterip-policy/pkg/allocview"
 )
 
-// RuleReservationNotHeld is a finding of `webhook audit` only: a
+// RuleReservationNotHeld is a finding of `clusterip-policy audit` only: a
 // reservation's owner Service exists and has an address of the
 // reservation's family, but not the reserved one. No admission request
 // breaks it (the owner was created before the reservation, or while the

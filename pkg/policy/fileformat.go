@@ -6,7 +6,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// LoadForTools loads --policy for `webhook review` and `webhook audit`: the
+// LoadForTools loads --policy for `clusterip-policy review` and `clusterip-policy audit`: the
 // ClusterIPPolicy object manifest or, unchanged, the policy file. For a
 // file it also returns a note for stderr: the file's apiVersion
 // (clusterip-policy/v1alpha1) keeps working in these tools, but the

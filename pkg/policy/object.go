@@ -53,8 +53,8 @@ func ParseObjectSpec(spec []byte) (*Policy, error) {
 }
 
 // LoadFileOrObject reads a policy file, or a ClusterIPPolicy object
-// manifest (apiVersion clusterip-policy.io/v1alpha1), so `webhook review`
-// and `webhook audit` test the object offline exactly as the webhook will
+// manifest (apiVersion clusterip-policy.io/v1alpha1), so `clusterip-policy review`
+// and `clusterip-policy audit` test the object offline exactly as the webhook will
 // load it. Errors name the file.
 func LoadFileOrObject(path string) (*Policy, error) {
 	data, err := readBounded(path, MaxPolicyBytes)
