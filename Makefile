@@ -11,7 +11,7 @@ BIN_DIR ?= bin
 RELEASE_VERSION := $(shell cat VERSION)
 VERSION ?= $(shell if [ "$$(git describe --exact-match --tags 2>/dev/null)" = "$(RELEASE_VERSION)" ]; then echo $(RELEASE_VERSION); else echo $(RELEASE_VERSION)-dev; fi)
 COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c)
-LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+LDFLAGS := -s -w -X clusterip-policy/internal/version.version=$(VERSION) -X clusterip-policy/internal/version.commit=$(COMMIT)
 
 .PHONY: generate help build test unit e2e chaos tools vet fmt-check up down demo image certs bench review bench-e2e bench-smoke release vulncheck
 

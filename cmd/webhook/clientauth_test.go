@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/exitcode"
 )
 
 func newTestCA(t *testing.T, name string, validity time.Duration) *certs.CA {
@@ -113,7 +114,7 @@ func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
 		{filepath.Join(dir, certs.CertFile), "is not a CA certificate"},
 	} {
 		code, _, stderr := runCLI("", "serve", "--policy", good, "--cert-dir", dir, "--client-ca-file", tt.file)
-		if code != exitBadData || !strings.Contains(stderr, tt.want) {
+		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
 			t.Errorf("--client-ca-file %s: exit %d stderr %s; want 2 and %q", tt.file, code, stderr, tt.want)
 		}
 	}

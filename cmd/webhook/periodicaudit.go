@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"clusterip-policy/internal/clusterread"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
 )
@@ -178,7 +179,7 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 		return errAuditNotReady
 	}
 	lctx, cancel := context.WithTimeout(ctx, auditPassTimeout)
-	all, err := listServices(lctx, a.client)
+	all, err := clusterread.Services(lctx, a.client)
 	cancel()
 	if err != nil {
 		a.metrics.passes.WithLabelValues("failed").Inc()

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
 )
@@ -293,7 +294,7 @@ func TestServeRefusesABadAuditInterval(t *testing.T) {
 	} {
 		args := append([]string{"serve", "--policy", good, "--cert-dir", certDir}, tt.args...)
 		code, _, stderr := runCLI("", args...)
-		if code != exitBadData || !strings.Contains(stderr, tt.want) {
+		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%v: exit %d stderr %s; want 2 and %q", tt.args, code, stderr, tt.want)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"clusterip-policy/internal/version"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/manifests"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
@@ -174,32 +177,32 @@ func serve(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK
+			return exitcode.OK
 		}
-		return exitBadData
+		return exitcode.BadData
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", fs.Args())
-		return exitBadData
+		return exitcode.BadData
 	}
 	log := newLogger(stderr)
 	staticCIDRs, err := o.validate()
 	if err != nil {
 		log.Error(err, "invalid flags")
-		return exitBadData
+		return exitcode.BadData
 	}
 	ctrl.SetLogger(log)
 	klog.SetLogger(log.WithName("client")) // client-go's warnings and errors, as JSON too
 	flags := map[string]string{}
 	fs.VisitAll(func(f *pflag.Flag) { flags[f.Name] = f.Value.String() })
-	log.Info("starting clusterip-policy webhook", "version", version, "commit", commit, "flags", flags)
+	log.Info("starting clusterip-policy webhook", "version", version.Version(), "commit", version.Commit(), "flags", flags)
 
 	routeStdlibLog(log.WithName("http"))
 	if err := runServer(o, staticCIDRs, log); err != nil {
 		log.Error(err, "webhook stopped")
-		return exitDenied
+		return exitcode.Denied
 	}
-	return exitOK
+	return exitcode.OK
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -222,7 +225,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	if err != nil {
 		return err
 	}
-	cfg.UserAgent = "clusterip-policy/" + version
+	cfg.UserAgent = "clusterip-policy/" + version.Version()
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)

@@ -1,10 +1,12 @@
-package main
+package cli
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"clusterip-policy/internal/exitcode"
 )
 
 // The audit's refusals before it reads any cluster, and a cluster it cannot
@@ -40,13 +42,13 @@ current-context: x
 		code   int
 		stderr []string
 	}{
-		{"an unknown output format", []string{"-o", "yaml", "--kubeconfig", unreachable}, exitBadData, []string{`-o "yaml": use text or json`}},
-		{"a file argument, as review takes", []string{"--kubeconfig", unreachable, "svc.yaml"}, exitBadData, []string{`unexpected argument "svc.yaml"`, "clusterip-policy review"}},
-		{"a cap out of bounds", []string{"--max-per-rule", "0", "--kubeconfig", unreachable}, exitBadData, []string{"--max-per-rule 0: use 1 to 1000"}},
-		{"a timeout out of bounds", []string{"--timeout", "10h", "--kubeconfig", unreachable}, exitBadData, []string{"--timeout 10h0m0s: use 1s to 1h"}},
-		{"a policy that does not load", []string{"--policy", badPolicy, "--kubeconfig", unreachable}, exitBadData, []string{"10.96.0.300"}},
-		{"a kubeconfig that does not exist", []string{"--kubeconfig", filepath.Join(dir, "missing")}, exitBadData, []string{"--kubeconfig " + filepath.Join(dir, "missing"), "name one with --kubeconfig"}},
-		{"a cluster that refuses the connection", []string{"--kubeconfig", unreachable, "--timeout", "5s"}, exitUnreadable, []string{"list services", "127.0.0.1:1", "check that the kubeconfig's cluster is reachable"}},
+		{"an unknown output format", []string{"-o", "yaml", "--kubeconfig", unreachable}, exitcode.BadData, []string{`-o "yaml": use text or json`}},
+		{"a file argument, as review takes", []string{"--kubeconfig", unreachable, "svc.yaml"}, exitcode.BadData, []string{`unexpected argument "svc.yaml"`, "clusterip-policy review"}},
+		{"a cap out of bounds", []string{"--max-per-rule", "0", "--kubeconfig", unreachable}, exitcode.BadData, []string{"--max-per-rule 0: use 1 to 1000"}},
+		{"a timeout out of bounds", []string{"--timeout", "10h", "--kubeconfig", unreachable}, exitcode.BadData, []string{"--timeout 10h0m0s: use 1s to 1h"}},
+		{"a policy that does not load", []string{"--policy", badPolicy, "--kubeconfig", unreachable}, exitcode.BadData, []string{"10.96.0.300"}},
+		{"a kubeconfig that does not exist", []string{"--kubeconfig", filepath.Join(dir, "missing")}, exitcode.BadData, []string{"--kubeconfig " + filepath.Join(dir, "missing"), "name one with --kubeconfig"}},
+		{"a cluster that refuses the connection", []string{"--kubeconfig", unreachable, "--timeout", "5s"}, exitcode.Unreadable, []string{"list services", "127.0.0.1:1", "check that the kubeconfig's cluster is reachable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, stderr := runCLI("", append([]string{"audit"}, tc.args...)...)
@@ -67,7 +69,7 @@ current-context: x
 
 func TestAuditHelpNamesTheExitStatusesAndWhatItCannotJudge(t *testing.T) {
 	code, _, stderr := runCLI("", "audit", "--help")
-	if code != exitOK {
+	if code != exitcode.OK {
 		t.Fatalf("exit %d", code)
 	}
 	for _, part := range []string{"3 the cluster could not be read", "only reads", "static-ip-in-dynamic-band only if someone named it"} {

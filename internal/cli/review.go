@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsjson "sigs.k8s.io/json"
 
+	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
 )
@@ -44,7 +45,8 @@ type reviewOptions struct {
 	output       string
 }
 
-func review(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// Review is `clusterip-policy review`; it returns the exit code.
+func Review(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var o reviewOptions
 	fs := pflag.NewFlagSet("review", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -68,13 +70,13 @@ cannot be read.
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK
+			return exitcode.OK
 		}
-		return exitBadData
+		return exitcode.BadData
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "review: "+format+"\n", a...)
-		return exitBadData
+		return exitcode.BadData
 	}
 	if o.output != "text" && o.output != "json" {
 		return fail("-o %q: use text or json", o.output)
@@ -127,9 +129,9 @@ cannot be read.
 		writeTable(stdout, results)
 	}
 	if slices.ContainsFunc(results, func(r reviewResult) bool { return !r.Allowed }) {
-		return exitDenied
+		return exitcode.Denied
 	}
-	return exitOK
+	return exitcode.OK
 }
 
 // reviewOne reports what a create of svc comes to; policy.ReplayCreate
@@ -341,4 +343,12 @@ func toolEnv(command, policyPath string, serviceCIDRs []string, stderr io.Writer
 		env.StaticCIDRs = append(env.StaticCIDRs, p)
 	}
 	return env, nil
+}
+
+// orEmpty makes a nil list an empty one, so JSON shows [] rather than null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

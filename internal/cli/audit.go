@@ -1,4 +1,9 @@
-package main
+// Package cli holds the offline commands of clusterip-policy: review
+// (Service manifests against a policy, as if created), audit (a cluster's
+// existing Services, read-only) and bands (a range's static and dynamic
+// band). They decide with pkg/policy exactly as the webhook does, and share
+// nothing with the server but that and the cluster reader.
+package cli
 
 import (
 	"context"
@@ -6,33 +11,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"clusterip-policy/internal/version"
+
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"clusterip-policy/internal/clusterread"
+	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/pkg/allocview"
-	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/policy"
-)
-
-// exitUnreadable: `audit` could not read the cluster (unreachable, timed
-// out, or not allowed to list what it needs).
-const exitUnreadable = 3
-
-// auditPageSize and auditMaxPages bound each list, as kubesource's do: a
-// page of 500 objects, and at most 5 million objects of a kind.
-const (
-	auditPageSize = 500
-	auditMaxPages = 10000
 )
 
 // cannotJudge is the footer of every audit: what a stored Service cannot tell.
@@ -63,10 +56,10 @@ type auditOptions struct {
 	timeout      time.Duration
 }
 
-// clusterAudit is `clusterip-policy audit`: it lists the cluster's Services,
+// Audit is `clusterip-policy audit`: it lists the cluster's Services,
 // ServiceCIDRs and IPAddresses (read-only) and reports every Service whose
 // addresses break the policy (policy.Audit).
-func clusterAudit(args []string, stdout, stderr io.Writer) int {
+func Audit(args []string, stdout, stderr io.Writer) int {
 	var o auditOptions
 	fs := pflag.NewFlagSet("audit", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -94,9 +87,9 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK
+			return exitcode.OK
 		}
-		return exitBadData
+		return exitcode.BadData
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "audit: "+format+"\n", a...)
@@ -104,41 +97,41 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	}
 	switch {
 	case o.output != "text" && o.output != "json":
-		return fail(exitBadData, "-o %q: use text or json", o.output)
+		return fail(exitcode.BadData, "-o %q: use text or json", o.output)
 	case fs.NArg() > 0:
-		return fail(exitBadData, "unexpected argument %q: audit reads the cluster, not files (use `clusterip-policy review` for manifests)", fs.Arg(0))
+		return fail(exitcode.BadData, "unexpected argument %q: audit reads the cluster, not files (use `clusterip-policy review` for manifests)", fs.Arg(0))
 	case o.maxPerRule < 1 || o.maxPerRule > 1000:
-		return fail(exitBadData, "--max-per-rule %d: use 1 to 1000", o.maxPerRule)
+		return fail(exitcode.BadData, "--max-per-rule %d: use 1 to 1000", o.maxPerRule)
 	case o.timeout < time.Second || o.timeout > time.Hour:
-		return fail(exitBadData, "--timeout %s: use 1s to 1h", o.timeout)
+		return fail(exitcode.BadData, "--timeout %s: use 1s to 1h", o.timeout)
 	}
 	env, err := toolEnv("audit", o.policyPath, o.serviceCIDRs, stderr)
 	if err != nil {
-		return fail(exitBadData, "%v", err)
+		return fail(exitcode.BadData, "%v", err)
 	}
 	pol := env.Policy
 	cfg, err := auditRESTConfig(o.kubeconfig, o.context)
 	if err != nil {
-		return fail(exitBadData, "%v", err)
+		return fail(exitcode.BadData, "%v", err)
 	}
-	cfg.UserAgent = "clusterip-policy-audit/" + version
+	cfg.UserAgent = "clusterip-policy-audit/" + version.Version()
 	cfg.Timeout = o.timeout
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fail(exitBadData, "%v", err)
+		return fail(exitcode.BadData, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	services, snap, err := readCluster(ctx, client)
+	services, snap, err := clusterread.Cluster(ctx, client)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fail(exitUnreadable, "%v (no complete answer within --timeout %s; raise it for a large cluster)", err, o.timeout)
+			return fail(exitcode.Unreadable, "%v (no complete answer within --timeout %s; raise it for a large cluster)", err, o.timeout)
 		}
-		return fail(exitUnreadable, "%v", err)
+		return fail(exitcode.Unreadable, "%v", err)
 	}
 	env.Snapshot = snap
 	if len(snap.ServiceCIDRs()) == 0 && len(env.StaticCIDRs) == 0 && len(pol.ServiceCIDRs) == 0 {
-		return fail(exitBadData, "the cluster serves no ServiceCIDR objects: give --service-cidr (its --service-cluster-ip-range) or serviceCIDRs in the policy")
+		return fail(exitcode.BadData, "the cluster serves no ServiceCIDR objects: give --service-cidr (its --service-cluster-ip-range) or serviceCIDRs in the policy")
 	}
 	report := policy.Audit(env, services)
 	shown, omitted := report.Shown(o.maxPerRule)
@@ -154,9 +147,9 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 		writeAuditText(stdout, pol, env.Ranges(), report, shown, omitted)
 	}
 	if len(report.Findings) > 0 {
-		return exitDenied
+		return exitcode.Denied
 	}
-	return exitOK
+	return exitcode.OK
 }
 
 // auditRESTConfig loads a kubeconfig the way kubectl does ($KUBECONFIG,
@@ -180,103 +173,6 @@ func auditRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubeconfig (%s): %s; %s", where, msg, fix)
 	}
 	return cfg, nil
-}
-
-// readCluster lists the Services, ServiceCIDRs and IPAddresses, page by
-// page, and returns the Services (only the fields the audit reads) and a
-// snapshot built the way kubesource builds the webhook's view. A cluster
-// that does not serve ServiceCIDRs or IPAddresses gives a snapshot without
-// them, as kubesource's fallback does.
-func readCluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, *allocview.Snapshot, error) {
-	services, err := listServices(ctx, client)
-	if err != nil {
-		return nil, nil, err
-	}
-	var cidrs []allocview.ServiceCIDR
-	cidrErr := listPages(ctx, "servicecidrs", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
-		l, err := client.NetworkingV1().ServiceCIDRs().List(ctx, opts)
-		if err != nil {
-			return metav1.ListMeta{}, err
-		}
-		for i := range l.Items {
-			cidrs = append(cidrs, kubesource.ToServiceCIDR(&l.Items[i]))
-		}
-		return l.ListMeta, nil
-	})
-	allocs := map[netip.Addr]allocview.Holder{}
-	ipErr := listPages(ctx, "ipaddresses", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
-		l, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
-		if err != nil {
-			return metav1.ListMeta{}, err
-		}
-		for i := range l.Items {
-			if ip, err := netip.ParseAddr(l.Items[i].Name); err == nil {
-				allocs[ip] = kubesource.HolderOf(&l.Items[i])
-			}
-		}
-		return l.ListMeta, nil
-	})
-	for _, err := range []error{cidrErr, ipErr} {
-		if err != nil && !apierrors.IsNotFound(err) {
-			return nil, nil, err
-		}
-	}
-	tracks := ipErr == nil
-	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
-		tx.ReplaceServiceCIDRs(cidrs)
-		tx.ReplaceAllocations(allocs)
-		tx.MarkSynced(tracks)
-	})
-	return services, snap, nil
-}
-
-// listServices lists the Services of all namespaces page by page, keeping
-// only the fields the audit reads; the server's periodic audit reads them
-// the same way.
-func listServices(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, error) {
-	var services []*corev1.Service
-	err := listPages(ctx, "services", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
-		l, err := client.CoreV1().Services("").List(ctx, opts)
-		if err != nil {
-			return metav1.ListMeta{}, err
-		}
-		for i := range l.Items {
-			services = append(services, auditedFields(&l.Items[i]))
-		}
-		return l.ListMeta, nil
-	})
-	return services, err
-}
-
-// auditedFields keeps what the audit reads of a Service, so that a cluster
-// of many Services is not held in memory whole.
-func auditedFields(s *corev1.Service) *corev1.Service {
-	return &corev1.Service{
-		// UID: the periodic audit's Events name the Service by it, as
-		// `kubectl describe service` finds them.
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID},
-		Spec: corev1.ServiceSpec{Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs,
-			IPFamilies: s.Spec.IPFamilies, IPFamilyPolicy: s.Spec.IPFamilyPolicy},
-	}
-}
-
-// listPages calls list for each page until the list is complete, at most
-// auditMaxPages times; an error names the resource and what to check.
-func listPages(ctx context.Context, resource string, list func(context.Context, metav1.ListOptions) (metav1.ListMeta, error)) error {
-	opts := metav1.ListOptions{Limit: auditPageSize}
-	for range auditMaxPages {
-		meta, err := list(ctx, opts)
-		switch {
-		case apierrors.IsForbidden(err):
-			return fmt.Errorf("list %s: %w; the audit needs list on services (all namespaces), servicecidrs and ipaddresses (networking.k8s.io)", resource, err)
-		case err != nil:
-			return fmt.Errorf("list %s: %w; check that the kubeconfig's cluster is reachable", resource, err)
-		case meta.Continue == "":
-			return nil
-		}
-		opts.Continue = meta.Continue
-	}
-	return fmt.Errorf("list %s: more than %d pages of %d; the apiserver kept answering \"continue\"", resource, auditMaxPages, auditPageSize)
 }
 
 func writeAuditText(w io.Writer, pol *policy.Policy, rs allocview.RangeSet, r policy.AuditReport, shown []policy.Finding, omitted map[policy.RuleID]int) {

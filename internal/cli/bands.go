@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/pkg/allocview"
 )
 
@@ -21,7 +22,8 @@ type bandsRow struct {
 	Offset  uint64 `json:"offset"`
 }
 
-func bands(args []string, stdout, stderr io.Writer) int {
+// Bands is `clusterip-policy bands`; it returns the exit code.
+func Bands(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("bands", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	output := fs.StringP("output", "o", "text", "Output format: text (a table) or json (one object per line).")
@@ -30,29 +32,29 @@ func bands(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK
+			return exitcode.OK
 		}
-		return exitBadData
+		return exitcode.BadData
 	}
 	if *output != "text" && *output != "json" {
 		fmt.Fprintf(stderr, "-o %q: use text or json\n", *output)
-		return exitBadData
+		return exitcode.BadData
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "bands needs at least one CIDR, such as 10.96.0.0/16")
-		return exitBadData
+		return exitcode.BadData
 	}
 	rows := make([]bandsRow, 0, fs.NArg())
 	for _, s := range fs.Args() {
 		p, err := allocview.ParsePrefix(s)
 		if err != nil {
 			fmt.Fprintf(stderr, "bands: %v\n", err)
-			return exitBadData
+			return exitcode.BadData
 		}
 		r, err := allocview.NewRange("bands", p)
 		if err != nil {
 			fmt.Fprintf(stderr, "bands: %v\n", err)
-			return exitBadData
+			return exitcode.BadData
 		}
 		rows = append(rows, bandsRow{CIDR: p.String(), Usable: r.Usable().String(), Static: r.Static().String(), Dynamic: r.Dynamic().String(), Offset: r.Offset()})
 	}
@@ -60,10 +62,10 @@ func bands(args []string, stdout, stderr io.Writer) int {
 		enc := json.NewEncoder(stdout)
 		for _, row := range rows {
 			if err := enc.Encode(row); err != nil {
-				return exitBadData
+				return exitcode.BadData
 			}
 		}
-		return exitOK
+		return exitcode.OK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CIDR\tUSABLE\tSTATIC BAND\tDYNAMIC BAND\tOFFSET")
@@ -71,5 +73,5 @@ func bands(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", row.CIDR, row.Usable, row.Static, row.Dynamic, row.Offset)
 	}
 	tw.Flush()
-	return exitOK
+	return exitcode.OK
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -8,18 +8,29 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/pflag"
+	"clusterip-policy/internal/exitcode"
 )
 
+// runCLI runs one offline command as main dispatches it.
 func runCLI(stdin string, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	code := run(args, strings.NewReader(stdin), &out, &errb)
+	var code int
+	switch args[0] {
+	case "review":
+		code = Review(args[1:], strings.NewReader(stdin), &out, &errb)
+	case "bands":
+		code = Bands(args[1:], &out, &errb)
+	case "audit":
+		code = Audit(args[1:], &out, &errb)
+	default:
+		panic("runCLI: not an offline command: " + args[0])
+	}
 	return code, out.String(), errb.String()
 }
 
 func TestReviewOfTheShippedExamples(t *testing.T) {
 	code, out, stderr := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
-	if code != exitDenied {
+	if code != exitcode.Denied {
 		t.Fatalf("exit %d, want 1 (the examples include denied Services); stderr %s", code, stderr)
 	}
 	want := map[string]struct {
@@ -83,7 +94,7 @@ items:
   spec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}
 `
 	code, out, _ := runCLI(in, "review", "--service-cidr", "10.96.0.0/16", "-o", "json", "-")
-	if code != exitDenied || !strings.Contains(out, `is held by IPAddress 10.96.0.30 for Service default/a`) {
+	if code != exitcode.Denied || !strings.Contains(out, `is held by IPAddress 10.96.0.30 for Service default/a`) {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }
@@ -91,7 +102,7 @@ items:
 func TestReviewAllocatedFlag(t *testing.T) {
 	svc := "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}\n"
 	code, out, _ := runCLI(svc, "review", "--service-cidr", "10.96.0.0/16", "--allocated", "10.96.0.30=prod/db", "-")
-	if code != exitDenied || !strings.Contains(out, "is held by IPAddress 10.96.0.30 for Service prod/db") {
+	if code != exitcode.Denied || !strings.Contains(out, "is held by IPAddress 10.96.0.30 for Service prod/db") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }
@@ -120,7 +131,7 @@ func TestReviewInputErrorsNameTheFileAndTheProblem(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, stderr := runCLI("", tt.args...)
-			if code != exitBadData || !strings.Contains(stderr, tt.want) {
+			if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
 				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr, tt.want)
 			}
 		})
@@ -129,7 +140,7 @@ func TestReviewInputErrorsNameTheFileAndTheProblem(t *testing.T) {
 
 func TestBandsReproducesTheFactsTable(t *testing.T) {
 	code, out, _ := runCLI("", "bands", "-o", "json", "10.96.0.0/12", "10.96.0.0/27", "10.96.0.0/28", "10.96.0.0/31", "fd00::/64", "fd00::/120")
-	if code != exitOK {
+	if code != exitcode.OK {
 		t.Fatalf("exit %d", code)
 	}
 	want := `{"cidr":"10.96.0.0/12","usable":"10.96.0.1-10.111.255.254","static":"10.96.0.1-10.96.1.0","dynamic":"10.96.1.1-10.111.255.254","offset":256}
@@ -142,57 +153,11 @@ func TestBandsReproducesTheFactsTable(t *testing.T) {
 	if out != want {
 		t.Fatalf("got\n%s\nwant\n%s", out, want)
 	}
-	if code, _, stderr := runCLI("", "bands", "10.96.0.5/16"); code != exitBadData || !strings.Contains(stderr, "did you mean 10.96.0.0/16?") {
+	if code, _, stderr := runCLI("", "bands", "10.96.0.5/16"); code != exitcode.BadData || !strings.Contains(stderr, "did you mean 10.96.0.0/16?") {
 		t.Fatalf("bad CIDR: exit %d %s", code, stderr)
 	}
 }
 
-func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
-	dir := t.TempDir()
-	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
-	os.WriteFile(good, []byte(testPolicy), 0o644)
-	os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644)
-	certDir := filepath.Join(dir, "tls") // only checked for presence before the hold flags
-	os.Mkdir(certDir, 0o755)
-	os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644)
-	os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644)
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"serve"}, "--policy is required"},
-		{[]string{"serve", "--policy-source", "configmap"}, `--policy-source \"configmap\" is not a policy source; use file or crd`},
-		{[]string{"serve", "--policy-source", "crd", "--policy", good}, "--policy " + good + " and --policy-source=crd exclude each other"},
-		{[]string{"serve", "--policy-source", "crd", "--port", "70000"}, "--port 70000 is not a TCP port"},
-		{[]string{"serve", "--policy", "nope.yaml"}, "--policy: read policy: open nope.yaml: no such file or directory"},
-		{[]string{"serve", "--policy", bad}, `--policy: policy ` + bad + `: line 3: unknown field \"reservation\"`},
-		{[]string{"serve", "--policy", good, "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there or run `make certs`"},
-		{[]string{"serve", "--policy", good, "--port", "70000"}, "--port 70000 is not a TCP port"},
-		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--hold-grace", "0s"}, "--hold-grace 0s is outside 100ms-1m"},
-		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--leader-election-namespace", ""}, "--leader-election-namespace is empty"},
-		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
-		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
-		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--validating-webhook-configuration", ""}, "--validating-webhook-configuration must name the configurations"},
-		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--match-conditions-settle", "2m"}, "--match-conditions-settle 2m0s is outside 0-1m"},
-	}
-	for _, tt := range tests {
-		code, _, stderr := runCLI("", tt.args...)
-		if code != exitBadData || !strings.Contains(stderr, tt.want) {
-			t.Errorf("%v: exit %d stderr %s; want 2 and %q", tt.args, code, stderr, tt.want)
-		}
-	}
-}
-
-func TestVersion(t *testing.T) {
-	for _, args := range [][]string{{"version"}, {"--version"}} {
-		code, out, _ := runCLI("", args...)
-		if code != exitOK || !strings.HasPrefix(out, "clusterip-policy webhook dev (commit unknown") {
-			t.Fatalf("%v: exit %d %q", args, code, out)
-		}
-	}
-}
-
-// The example policy object reviews exactly as the example policy file.
 func TestReviewOfThePolicyObjectExample(t *testing.T) {
 	code, fromFile, _ := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
 	code2, fromObject, stderr := runCLI("", "review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "../../examples/services/")
@@ -206,7 +171,7 @@ func TestReviewOfThePolicyObjectExample(t *testing.T) {
 // no note, and stdout (the public review output) is the same for both.
 func TestReviewNotesTheOldFileFormat(t *testing.T) {
 	code, fromFile, stderr := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
-	if code != exitDenied {
+	if code != exitcode.Denied {
 		t.Fatalf("exit %d with the policy file, want 1 (some example Services are denied); stderr %s", code, stderr)
 	}
 	for _, part := range []string{
@@ -235,7 +200,7 @@ func TestReviewNotesTheOldFileFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, stderr = runCLI("", "review", "--policy", bad, "../../examples/services/")
-	if code != exitBadData || strings.Contains(stderr, "note:") || !strings.Contains(stderr, "10.96.0.300") {
+	if code != exitcode.BadData || strings.Contains(stderr, "note:") || !strings.Contains(stderr, "10.96.0.300") {
 		t.Errorf("a bad policy file: exit %d, stderr %s; want exit 2 with the error and no note", code, stderr)
 	}
 	// The note stays one bounded line whatever the path.
@@ -258,41 +223,11 @@ func TestReviewNotesTheOldFileFormat(t *testing.T) {
 func TestAuditNotesTheOldFileFormat(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-kubeconfig")
 	code, _, stderr := runCLI("", "audit", "--policy", "../../examples/policy.yaml", "--kubeconfig", missing)
-	if code != exitBadData || !strings.Contains(stderr, `audit: note: "../../examples/policy.yaml" is a policy file (apiVersion clusterip-policy/v1alpha1)`) || !strings.Contains(stderr, "no-kubeconfig") {
+	if code != exitcode.BadData || !strings.Contains(stderr, `audit: note: "../../examples/policy.yaml" is a policy file (apiVersion clusterip-policy/v1alpha1)`) || !strings.Contains(stderr, "no-kubeconfig") {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 for the kubeconfig, after the note", code, stderr)
 	}
 	_, _, stderr = runCLI("", "audit", "--policy", "../../examples/clusterippolicy.yaml", "--kubeconfig", missing)
 	if strings.Contains(stderr, "note:") {
 		t.Errorf("the object manifest got a note: %s", stderr)
-	}
-}
-
-func TestHelpAloneListsTheCommands(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
-		var out, errOut bytes.Buffer
-		if code := run(args, strings.NewReader(""), &out, &errOut); code != exitOK {
-			t.Fatalf("%v: exit %d, stderr %s", args, code, errOut.String())
-		}
-		for _, c := range []string{"serve", "review", "audit", "bands", "version"} {
-			if !strings.Contains(out.String(), "clusterip-policy "+c) && !strings.Contains(out.String(), "clusterip-policy ["+c+"]") {
-				t.Fatalf("%v printed no line for %s:\n%s", args, c, out.String())
-			}
-		}
-	}
-}
-
-// pflag shows the first `quoted` word of a flag's help as its type, so a
-// help text may quote nothing: --audit-interval once showed "webhook audit"
-// where "duration" belongs.
-func TestFlagHelpShowsTheFlagsOwnType(t *testing.T) {
-	var so serveOptions
-	fs := serveFlags(&so)
-	fs.VisitAll(func(f *pflag.Flag) {
-		if strings.Contains(f.Usage, "`") {
-			t.Errorf("--%s: its help quotes a word with backticks, which pflag would show as the flag's type: %q", f.Name, f.Usage)
-		}
-	})
-	if typ, _ := pflag.UnquoteUsage(fs.Lookup("audit-interval")); typ != "duration" {
-		t.Errorf("--audit-interval shows the type %q, want duration", typ)
 	}
 }

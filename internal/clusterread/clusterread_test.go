@@ -1,4 +1,4 @@
-package main
+package clusterread
 
 import (
 	"context"
@@ -36,12 +36,12 @@ func TestReadClusterReadsEveryPageAndOnlyLists(t *testing.T) {
 	}
 	client.PrependReactor("list", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		o := listOptions(a)
-		if o.Limit != auditPageSize {
-			t.Errorf("limit %d, want %d", o.Limit, auditPageSize)
+		if o.Limit != pageSize {
+			t.Errorf("limit %d, want %d", o.Limit, pageSize)
 		}
 		return true, pages[o.Continue], nil
 	})
-	services, snap, err := readCluster(context.Background(), client)
+	services, snap, err := Cluster(context.Background(), client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestReadClusterWithoutTheNetworkingAPI(t *testing.T) {
 			return true, nil, apierrors.NewNotFound(schema.GroupResource{Group: "networking.k8s.io", Resource: r}, "")
 		})
 	}
-	services, snap, err := readCluster(context.Background(), client)
+	services, snap, err := Cluster(context.Background(), client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestReadClusterWithoutTheNetworkingAPI(t *testing.T) {
 }
 
 // An apiserver that keeps answering "continue" is given up after
-// auditMaxPages, with an error that says so.
+// maxPages, with an error that says so.
 func TestReadClusterGivesUpAListThatNeverEnds(t *testing.T) {
 	client := fake.NewClientset()
 	calls := 0
@@ -91,12 +91,12 @@ func TestReadClusterGivesUpAListThatNeverEnds(t *testing.T) {
 		calls++
 		return true, &corev1.ServiceList{ListMeta: metav1.ListMeta{Continue: "more"}}, nil
 	})
-	_, _, err := readCluster(context.Background(), client)
+	_, _, err := Cluster(context.Background(), client)
 	if err == nil || !strings.Contains(err.Error(), "list services: more than 10000 pages of 500") {
 		t.Fatalf("err %v, want the page limit", err)
 	}
-	if calls != auditMaxPages {
-		t.Errorf("%d pages requested, want %d", calls, auditMaxPages)
+	if calls != maxPages {
+		t.Errorf("%d pages requested, want %d", calls, maxPages)
 	}
 }
 
@@ -106,7 +106,7 @@ func TestReadClusterForbiddenNamesThePermissionsNeeded(t *testing.T) {
 	client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "networking.k8s.io", Resource: "ipaddresses"}, "", nil)
 	})
-	_, _, err := readCluster(context.Background(), client)
+	_, _, err := Cluster(context.Background(), client)
 	if err == nil || !strings.Contains(err.Error(), "list ipaddresses") || !strings.Contains(err.Error(), "the audit needs list on services (all namespaces), servicecidrs and ipaddresses") {
 		t.Fatalf("err %v", err)
 	}
