@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"clusterip-policy/internal/logging"
+
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
@@ -43,7 +45,7 @@ func benchReviews(b *testing.B) []struct {
 //	go test ./cmd/webhook -run '^$' -bench Endpoint -benchmem
 func BenchmarkEndpoint(b *testing.B) {
 	tr := newTestReviewer(b, testPolicy, true)
-	tr.audit = newLogger(io.Discard).WithName("audit")
+	tr.audit = logging.New(io.Discard).WithName("audit")
 	nop := &webhook.Admission{Handler: admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
 		return admission.Allowed("")
 	})}

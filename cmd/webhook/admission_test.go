@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/internal/logging"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -55,7 +57,7 @@ func newTestReviewer(t testing.TB, policyYAML string, synced bool) testReviewer 
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, view)
 	var buf bytes.Buffer
-	log := newLogger(&buf)
+	log := logging.New(&buf)
 	ps := newPolicyStore(path, log, m)
 	if err := ps.reload(); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/internal/logging"
+
 	"github.com/go-logr/logr/funcr"
 
 	"clusterip-policy/pkg/policy"
@@ -34,7 +36,7 @@ func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 		Warnings: []string{odd},
 	}
 	var buf bytes.Buffer
-	writeAudit(newLogger(&buf), line)
+	writeAudit(logging.New(&buf), line)
 	var got map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatalf("%v: %s", err, buf.Bytes())
@@ -60,7 +62,7 @@ func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 
 	// Empty lists are [] (never null), as before.
 	buf.Reset()
-	writeAudit(newLogger(&buf), auditLine{})
+	writeAudit(logging.New(&buf), auditLine{})
 	var empty map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &empty); err != nil {
 		t.Fatal(err)
@@ -81,7 +83,7 @@ func TestAuditLineThroughAnotherLogrSink(t *testing.T) {
 		Patch:        []policy.PatchOp{{Op: "add", Path: "/spec/clusterIPs", Value: []string{"10.96.0.10"}}},
 	}
 	var zapBuf bytes.Buffer
-	writeAudit(newLogger(&zapBuf), line)
+	writeAudit(logging.New(&zapBuf), line)
 	var viaZap map[string]any
 	if err := json.Unmarshal(zapBuf.Bytes(), &viaZap); err != nil {
 		t.Fatal(err)

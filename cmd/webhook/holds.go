@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -61,43 +58,15 @@ const (
 )
 
 type holdOptions struct {
-	enabled        bool
-	grace          time.Duration
-	leaseNamespace string
-	leaseName      string
-	identity       string
+	enabled bool
+	grace   time.Duration
 }
 
 func (o *holdOptions) validate() error {
-	if !o.enabled {
-		return nil
-	}
-	if o.grace < 100*time.Millisecond || o.grace > time.Minute {
+	if o.enabled && (o.grace < 100*time.Millisecond || o.grace > time.Minute) {
 		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.grace)
 	}
-	return o.validateLease()
-}
-
-// validateLease checks the flags of the Lease that elects the replica
-// running the leader-only work (holds, periodic audit).
-func (o *holdOptions) validateLease() error {
-	if o.leaseNamespace == "" {
-		return errors.New("--leader-election-namespace is empty; give the webhook's namespace (POD_NAMESPACE from the downward API)")
-	}
-	if o.leaseName == "" {
-		return errors.New("--leader-election-lease is empty; give the Lease name, such as clusterip-policy-holds")
-	}
 	return nil
-}
-
-// defaultIdentity is the pod name from the downward API, else the host
-// name with a random suffix, so two processes on one host differ.
-func defaultIdentity() string {
-	if n := os.Getenv("POD_NAME"); n != "" {
-		return n
-	}
-	h, _ := os.Hostname()
-	return h + "_" + rand.String(6)
 }
 
 type holdMetrics struct {
@@ -150,7 +119,7 @@ type holdKeeper struct {
 	metrics *holdMetrics
 }
 
-// lead keeps the holds while this replica leads (a leaderWork).
+// lead keeps the holds while this replica leads (a leader.Work).
 func (k *holdKeeper) lead(ctx context.Context) {
 	k.log.Info("leading: keeping reservation holds")
 	k.metrics.leader.Set(1)

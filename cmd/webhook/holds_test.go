@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/internal/logging"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -100,7 +102,7 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 				})
 			}
 			hm := newHoldMetrics(prometheus.NewRegistry())
-			r.releaser = newHoldReleaser(client, r.policies, newLogger(&strings.Builder{}), hm)
+			r.releaser = newHoldReleaser(client, r.policies, logging.New(&strings.Builder{}), hm)
 			resp := post(t, mutatingHandler{r.reviewer}, tc.review)
 			calls := len(client.Actions())
 			if resp.Allowed != tc.allowed {
@@ -147,7 +149,7 @@ func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 		ipAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
 	)
 	hm := newHoldMetrics(prometheus.NewRegistry())
-	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: newLogger(&strings.Builder{}), metrics: hm,
+	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: logging.New(&strings.Builder{}), metrics: hm,
 		holds: func() ([]*networkingv1.IPAddress, error) {
 			// What the leader's informer holds: the list by label.
 			l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
@@ -207,7 +209,7 @@ func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "kube-dns", errors.New("RBAC says no"))
 	})
 	hm := newHoldMetrics(prometheus.NewRegistry())
-	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: newLogger(&strings.Builder{}), metrics: hm,
+	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: logging.New(&strings.Builder{}), metrics: hm,
 		holds: func() ([]*networkingv1.IPAddress, error) { return nil, nil }}
 	long := time.Now().Add(-time.Minute)
 	free := holds.FreeSince{}
@@ -248,7 +250,7 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, true)
 	client := fake.NewClientset()
 	hm := newHoldMetrics(prometheus.NewRegistry())
-	rel := newHoldReleaser(client, r.policies, newLogger(&strings.Builder{}), hm)
+	rel := newHoldReleaser(client, r.policies, logging.New(&strings.Builder{}), hm)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	rel.now = func() time.Time { return now }
 	r.releaser = rel
@@ -308,7 +310,7 @@ func TestAFailedReleaseIsRecordedAsTheDenialItIs(t *testing.T) {
 	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	r.releaser = newHoldReleaser(client, r.policies, newLogger(&strings.Builder{}), newHoldMetrics(prometheus.NewRegistry()))
+	r.releaser = newHoldReleaser(client, r.policies, logging.New(&strings.Builder{}), newHoldMetrics(prometheus.NewRegistry()))
 	resp := post(t, mutatingHandler{r.reviewer}, loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns")))
 	const want = "clusterip-policy could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: get IPAddress 10.96.0.10: connection refused; retry in a few seconds"
 	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != want || len(resp.Patch) != 0 {

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
+	"clusterip-policy/certs"
 	"clusterip-policy/internal/exitcode"
 )
 
@@ -93,3 +95,36 @@ func TestFlagHelpShowsTheFlagsOwnType(t *testing.T) {
 		t.Errorf("--audit-interval shows the type %q, want duration", typ)
 	}
 }
+
+func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certs.NewCA("client-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := ca.Sign(certs.Options{CommonName: "x", DNSNames: []string{"localhost"}, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.WriteServing(dir, ca, kp); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, certs.CAKeyFile)
+	for _, tt := range []struct{ file, want string }{
+		{filepath.Join(dir, "nope.crt"), "--client-ca-file: open " + filepath.Join(dir, "nope.crt") + ": no such file or directory"},
+		{keyFile, "--client-ca-file: " + keyFile + ": PEM block 1 is a EC PRIVATE KEY"},
+		{filepath.Join(dir, certs.CertFile), "is not a CA certificate"},
+	} {
+		code, _, stderr := runCLI("", "serve", "--policy", good, "--cert-dir", dir, "--client-ca-file", tt.file)
+		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
+			t.Errorf("--client-ca-file %s: exit %d stderr %s; want 2 and %q", tt.file, code, stderr, tt.want)
+		}
+	}
+}
+
+// tlsTestServer is controller-runtime's webhook server with tlsOptions on a
+// loopback port, answering 200 on /ok.

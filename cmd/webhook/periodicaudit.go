@@ -139,7 +139,7 @@ type periodicAudit struct {
 	emitted map[eventKey]time.Time
 }
 
-// lead audits every interval while this replica leads (a leaderWork), the
+// lead audits every interval while this replica leads (a leader.Work), the
 // first pass at once.
 func (a *periodicAudit) lead(ctx context.Context) {
 	a.log.Info("leading: auditing existing Services", "interval", a.interval.String())

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/internal/logging"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -42,7 +44,7 @@ func newTestAudit(t *testing.T, client *fake.Clientset, synced bool) (*periodicA
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var log strings.Builder
 	a := &periodicAudit{client: client, policies: r.policies, view: r.view, skip: []string{"clusterip-policy"}, interval: time.Minute,
-		instance: "webhook-1", log: newLogger(&log), metrics: newPeriodicAuditMetrics(prometheus.NewRegistry()),
+		instance: "webhook-1", log: logging.New(&log), metrics: newPeriodicAuditMetrics(prometheus.NewRegistry()),
 		now: func() time.Time { return now }, emitted: map[eventKey]time.Time{}}
 	return a, &now, &log
 }

@@ -121,7 +121,7 @@ func (s *policyStatus) conditionsInForce(policyDigest string) {
 	s.changed()
 }
 
-// lead writes the status while this replica leads (a leaderWork): at once,
+// lead writes the status while this replica leads (a leader.Work): at once,
 // then whenever an input changes, and again after a failed write.
 func (s *policyStatus) lead(ctx context.Context) {
 	s.log.Info("leading: writing the ClusterIPPolicy status")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 
+	"clusterip-policy/internal/logging"
+
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -25,7 +27,7 @@ func TestRequestLoggerWritesWhatControllerRuntimesWould(t *testing.T) {
 	}}
 	line := func(construct func(base logr.Logger, req *admission.Request) logr.Logger) map[string]any {
 		var buf bytes.Buffer
-		base := newLogger(&buf).WithName("admission")
+		base := logging.New(&buf).WithName("admission")
 		log := construct(base, req).WithValues("extra", 1).WithName("sub")
 		log.V(5).Info("received request") // below the level: nothing
 		log.Error(errors.New("boom"), "unable to encode", "k", "v")

@@ -16,14 +16,16 @@ import (
 	"syscall"
 	"time"
 
+	"clusterip-policy/internal/leader"
+
+	"clusterip-policy/internal/logging"
+	"clusterip-policy/internal/tlsauth"
+
 	"clusterip-policy/internal/version"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/zapr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -57,6 +59,7 @@ type serveOptions struct {
 	maxStaleness   time.Duration
 	clientCAFile   string
 	holds          holdOptions
+	lease          leader.Options
 	audit          periodicAuditOptions
 	conditions     matchConditionOptions
 }
@@ -79,9 +82,9 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.BoolVar(&o.holds.enabled, "hold-reservations", false, "Keep an IPAddress (label "+holds.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
 	fs.DurationVar(&o.holds.grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
 	fs.DurationVar(&o.audit.interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+auditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
-	fs.StringVar(&o.holds.leaseNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there.")
-	fs.StringVar(&o.holds.leaseName, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
-	fs.StringVar(&o.holds.identity, "leader-election-identity", defaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
+	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there.")
+	fs.StringVar(&o.lease.Name, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
+	fs.StringVar(&o.lease.Identity, "leader-election-identity", leader.DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
 	fs.BoolVar(&o.conditions.manage, "manage-match-conditions", false, "Keep the matchCondition "+matchconditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
 	fs.DurationVar(&o.conditions.settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
 	fs.StringVar(&o.conditions.mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+mutatingServiceWebhook+" gets the managed matchCondition.")
@@ -134,18 +137,25 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("--shutdown-delay %s must not be negative", o.shutdownDelay)
 	}
 	if o.clientCAFile != "" {
-		if _, err := parseClientCABundle(o.clientCAFile, time.Now()); err != nil {
+		if _, err := tlsauth.ParseBundle(o.clientCAFile, time.Now()); err != nil {
 			return nil, fmt.Errorf("--client-ca-file: %w", err)
 		}
 	}
 	if err := o.holds.validate(); err != nil {
 		return nil, err
 	}
+	// The Lease is checked where each leader-only loop is: holds first, so
+	// the first flag named is the one the operator turned on.
+	if o.holds.enabled {
+		if err := o.lease.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	if err := o.audit.validate(); err != nil {
 		return nil, err
 	}
 	if o.audit.interval > 0 || o.conditions.manage {
-		if err := o.holds.validateLease(); err != nil {
+		if err := o.lease.Validate(); err != nil {
 			return nil, err
 		}
 	}
@@ -163,14 +173,6 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	return cidrs, nil
 }
 
-func newLogger(w io.Writer) logr.Logger {
-	enc := zap.NewProductionEncoderConfig()
-	enc.TimeKey = "ts"
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), zapcore.InfoLevel)
-	return zapr.NewLogger(zap.New(core))
-}
-
 func serve(args []string, stderr io.Writer) int {
 	var o serveOptions
 	fs := serveFlags(&o)
@@ -185,7 +187,7 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", fs.Args())
 		return exitcode.BadData
 	}
-	log := newLogger(stderr)
+	log := logging.New(stderr)
 	staticCIDRs, err := o.validate()
 	if err != nil {
 		log.Error(err, "invalid flags")
@@ -197,7 +199,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.VisitAll(func(f *pflag.Flag) { flags[f.Name] = f.Value.String() })
 	log.Info("starting clusterip-policy webhook", "version", version.Version(), "commit", version.Commit(), "flags", flags)
 
-	routeStdlibLog(log.WithName("http"))
+	logging.RouteStdlib(log.WithName("http"))
 	if err := runServer(o, staticCIDRs, log); err != nil {
 		log.Error(err, "webhook stopped")
 		return exitcode.Denied
@@ -254,18 +256,18 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	registerViewMetrics(defaultRegistry, source)
 	ready := readiness{policies: policies, view: view, staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
 	rev := &reviewer{readiness: ready, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
-	var leaderWorks []leaderWork
+	var leaderWorks []leader.Work
 	if o.holds.enabled {
 		hm := newHoldMetrics(defaultRegistry)
 		rev.releaser = newHoldReleaser(client, policies, log.WithName("holds"), hm)
 		keeper := &holdKeeper{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
-			skip: []string{o.holds.leaseNamespace}, grace: o.holds.grace, log: log.WithName("holds"), metrics: hm}
+			skip: []string{o.lease.Namespace}, grace: o.holds.grace, log: log.WithName("holds"), metrics: hm}
 		leaderWorks = append(leaderWorks, keeper.lead)
 	}
 	var pa *periodicAudit
 	if o.audit.interval > 0 {
 		pa = &periodicAudit{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
-			skip: []string{o.holds.leaseNamespace}, interval: o.audit.interval, instance: o.holds.identity,
+			skip: []string{o.lease.Namespace}, interval: o.audit.interval, instance: o.lease.Identity,
 			log: log.WithName("periodic-audit"), metrics: newPeriodicAuditMetrics(defaultRegistry), now: time.Now}
 		leaderWorks = append(leaderWorks, pa.lead)
 	}
@@ -289,16 +291,15 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	}
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
-	// only from inside --cert-dir (see clientauth.go).
-	var cas *clientCAs
+	// only from inside --cert-dir (see internal/tlsauth).
+	var cas *tlsauth.ClientCAs
 	if o.clientCAFile != "" {
-		if cas, err = newClientCAs(o.clientCAFile, log.WithName("tls")); err != nil {
+		if cas, err = tlsauth.NewClientCAs(o.clientCAFile, log.WithName("tls")); err != nil {
 			return fmt.Errorf("--client-ca-file: %w", err)
 		}
-		b := cas.cur.Load()
-		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", b.digest, "cas", b.subject)
+		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", cas.Digest(), "cas", cas.Subject())
 	}
-	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOptions(cas)})
+	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsauth.Options(cas)})
 	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
 	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
 	server.Register(manifests.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
@@ -306,7 +307,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{
-		"webhook": readyChecker(server, cas, o.bindAddress, o.port),
+		"webhook": tlsauth.ReadyChecker(server, cas, o.bindAddress, o.port),
 		// The same answer every review gets: policy loaded, view synced
 		// and not stale for longer than --max-view-staleness.
 		"reviews": func(*http.Request) error {
@@ -359,10 +360,10 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		goRun("managed matchConditions removal", func() error { ck.keepRemoved(bgCtx); return nil })
 	}
 	if len(leaderWorks) > 0 {
-		goRun("leader election", func() error { return runLeader(bgCtx, client, o.holds, log.WithName("leader"), leaderWorks...) })
+		goRun("leader election", func() error { return leader.Run(bgCtx, client, o.lease, log.WithName("leader"), leaderWorks...) })
 	}
 	if cas != nil {
-		goRun("client CA watcher", func() error { cas.watch(bgCtx, clientCAReloadInterval); return nil })
+		goRun("client CA watcher", func() error { cas.Watch(bgCtx, tlsauth.ReloadInterval); return nil })
 	}
 	goRun("health probes", func() error { return serveHTTP(bgCtx, o.healthAddr, probes) })
 	if o.metricsAddr != "0" {

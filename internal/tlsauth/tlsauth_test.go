@@ -1,4 +1,4 @@
-package main
+package tlsauth
 
 import (
 	"bufio"
@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -21,10 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/internal/logging"
+
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"clusterip-policy/certs"
-	"clusterip-policy/internal/exitcode"
 )
 
 func newTestCA(t *testing.T, name string, validity time.Duration) *certs.CA {
@@ -70,16 +70,16 @@ func TestClientCAFileRefusesWhatIsNotACABundle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := writeTestFile(t, dir, strings.ReplaceAll(tt.name, " ", "-")+".crt", []byte(tt.data))
-			_, err := parseClientCABundle(p, time.Now())
+			_, err := ParseBundle(p, time.Now())
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), p) {
 				t.Fatalf("got %v, want an error naming %s and %q", err, p, tt.want)
 			}
 		})
 	}
-	if _, err := parseClientCABundle(filepath.Join(dir, "missing.crt"), time.Now()); !errors.Is(err, os.ErrNotExist) {
+	if _, err := ParseBundle(filepath.Join(dir, "missing.crt"), time.Now()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: got %v", err)
 	}
-	b, err := parseClientCABundle(writeTestFile(t, dir, "two.crt", append(append([]byte{}, ca.CertPEM...), other.CertPEM...)), time.Now())
+	b, err := ParseBundle(writeTestFile(t, dir, "two.crt", append(append([]byte{}, ca.CertPEM...), other.CertPEM...)), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,45 +90,19 @@ func TestClientCAFileRefusesWhatIsNotACABundle(t *testing.T) {
 	for range maxLoggedCAs + 3 {
 		many = append(many, newTestCA(t, "ca", time.Hour).CertPEM...)
 	}
-	b, err = parseClientCABundle(writeTestFile(t, dir, "many.crt", many), time.Now())
+	b, err = ParseBundle(writeTestFile(t, dir, "many.crt", many), time.Now())
 	if err != nil || len(b.certs) != maxLoggedCAs+3 || strings.Count(b.subject, "CN=ca (until ") != maxLoggedCAs || !strings.HasSuffix(b.subject, " and 3 more") {
 		t.Fatalf("bundle of %d CAs: %v, subject %q", maxLoggedCAs+3, err, b.subject)
 	}
 }
 
-func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
-	dir := t.TempDir()
-	good := writeTestFile(t, dir, "policy.yaml", []byte(testPolicy))
-	ca := newTestCA(t, "client-ca", time.Hour)
-	kp, err := ca.Sign(certs.Options{CommonName: "x", DNSNames: []string{"localhost"}, Validity: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := certs.WriteServing(dir, ca, kp); err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, certs.CAKeyFile)
-	for _, tt := range []struct{ file, want string }{
-		{filepath.Join(dir, "nope.crt"), "--client-ca-file: open " + filepath.Join(dir, "nope.crt") + ": no such file or directory"},
-		{keyFile, "--client-ca-file: " + keyFile + ": PEM block 1 is a EC PRIVATE KEY"},
-		{filepath.Join(dir, certs.CertFile), "is not a CA certificate"},
-	} {
-		code, _, stderr := runCLI("", "serve", "--policy", good, "--cert-dir", dir, "--client-ca-file", tt.file)
-		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
-			t.Errorf("--client-ca-file %s: exit %d stderr %s; want 2 and %q", tt.file, code, stderr, tt.want)
-		}
-	}
-}
-
-// tlsTestServer is controller-runtime's webhook server with tlsOptions on a
-// loopback port, answering 200 on /ok.
 type tlsTestServer struct {
 	addr   string
 	server webhook.Server
 	ca     *certs.CA // serving CA
 }
 
-func startTLSTestServer(t *testing.T, cas *clientCAs) *tlsTestServer {
+func startTLSTestServer(t *testing.T, cas *ClientCAs) *tlsTestServer {
 	t.Helper()
 	dir := t.TempDir()
 	ca := newTestCA(t, "serving-ca", time.Hour)
@@ -145,7 +119,7 @@ func startTLSTestServer(t *testing.T, cas *clientCAs) *tlsTestServer {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir, TLSOpts: tlsOptions(cas)})
+	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir, TLSOpts: Options(cas)})
 	srv.Register("/ok", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, r.Proto)
 	}))
@@ -273,7 +247,7 @@ func TestAdmissionPortRequiresAClientCertificateFromTheClientCA(t *testing.T) {
 	other := newTestCA(t, "someone-else", time.Hour)
 	caFile := writeTestFile(t, dir, "client-ca.crt", clientCA.CertPEM)
 	var logBuf bytes.Buffer
-	cas, err := newClientCAs(caFile, newLogger(&logBuf))
+	cas, err := NewClientCAs(caFile, logging.New(&logBuf))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,13 +305,13 @@ func TestClientCAWatchLogsAChangeAndABadFileOnce(t *testing.T) {
 	caFile := writeTestFile(t, dir, "ca.crt", a.CertPEM)
 	var mu sync.Mutex
 	var logBuf bytes.Buffer
-	cas, err := newClientCAs(caFile, newLogger(lockedWriter{&mu, &logBuf}))
+	cas, err := NewClientCAs(caFile, logging.New(lockedWriter{&mu, &logBuf}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { cas.watch(ctx, 5*time.Millisecond); close(done) }()
+	go func() { cas.Watch(ctx, 5*time.Millisecond); close(done) }()
 	waitLog := func(substr string, n int) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -383,11 +357,11 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 
 // controller-runtime's StartedChecker dials the admission port without a
 // client certificate: once one is required, the server logs a handshake
-// error at every readiness probe. readyChecker presents the in-memory
+// error at every readiness probe. ReadyChecker presents the in-memory
 // probe certificate instead, and the server logs nothing.
 func TestReadinessCheckCompletesTheHandshakeWhenClientCertificatesAreRequired(t *testing.T) {
 	caFile := writeTestFile(t, t.TempDir(), "ca.crt", newTestCA(t, "ca", time.Hour).CertPEM)
-	cas, err := newClientCAs(caFile, newLogger(io.Discard))
+	cas, err := NewClientCAs(caFile, logging.New(io.Discard))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,65 +389,26 @@ func TestReadinessCheckCompletesTheHandshakeWhenClientCertificatesAreRequired(t 
 		t.Fatalf("StartedChecker: server log %q; want the handshake error this test pins", out)
 	}
 	for range 3 {
-		if err := readyChecker(s.server, cas, host, port)(nil); err != nil {
-			t.Fatalf("readyChecker: %v", err)
+		if err := ReadyChecker(s.server, cas, host, port)(nil); err != nil {
+			t.Fatalf("ReadyChecker: %v", err)
 		}
 	}
 	if out := serverLog(); out != "" {
-		t.Fatalf("readyChecker: server log %q; want nothing", out)
+		t.Fatalf("ReadyChecker: server log %q; want nothing", out)
 	}
 	// The probe's certificate opens the port only in this process: a
 	// certificate the file's CA signed is still what the apiservers need,
 	// and the readiness check of a stopped server fails.
-	if err := readyChecker(s.server, cas, host, 1)(nil); err == nil || !strings.Contains(err.Error(), "webhook server is not reachable") {
-		t.Fatalf("readyChecker on a closed port: %v", err)
+	if err := ReadyChecker(s.server, cas, host, 1)(nil); err == nil || !strings.Contains(err.Error(), "webhook server is not reachable") {
+		t.Fatalf("ReadyChecker on a closed port: %v", err)
 	}
 }
 
-func TestStdlibLogLinesBecomeBoundedJSONLines(t *testing.T) {
-	var buf bytes.Buffer
-	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	w := &stdlibLog{log: newLogger(&buf), now: func() time.Time { return now }}
-	for i := range 25 {
-		line := "http: TLS handshake error from 127.0.0.1:" + strconv.Itoa(40000+i) + ": tls: client didn't provide a certificate\n"
-		if n, err := w.Write([]byte(line)); n != len(line) || err != nil {
-			t.Fatalf("Write: %d, %v", n, err)
-		}
-	}
-	now = now.Add(time.Second)
-	_, _ = w.Write([]byte(strings.Repeat("x", 5000) + "\n"))
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != stdlibLogPerSecond+1 {
-		t.Fatalf("%d lines, want %d:\n%s", len(lines), stdlibLogPerSecond+1, buf.String())
-	}
-	for i, l := range lines {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Fatalf("line %d is not JSON: %v: %s", i, err, l)
-		}
-		if rec["msg"] != "net/http" || rec["level"] != "error" {
-			t.Errorf("line %d: %s", i, l)
-		}
-		if i == 0 && rec["line"] != "http: TLS handshake error from 127.0.0.1:40000: tls: client didn't provide a certificate" {
-			t.Errorf("first line: %v", rec["line"])
-		}
-		if i == len(lines)-1 {
-			if rec["suppressedBefore"] != float64(15) || len(rec["line"].(string)) > stdlibLogMaxLine+len("…") {
-				t.Errorf("last line: suppressedBefore %v, %d bytes of line", rec["suppressedBefore"], len(rec["line"].(string)))
-			}
-		}
-	}
-}
-
-// A certificate from a CA that has been removed from the file does not get
-// back in by resuming a TLS session it opened while the CA was trusted: Go
-// (1.21 and later) verifies a resumed session's chains against the CAs of
-// the config in force, which GetConfigForClient builds per handshake.
 func TestARemovedClientCAIsNotResumedPast(t *testing.T) {
 	dir := t.TempDir()
 	oldCA, newCA := newTestCA(t, "old-ca", time.Hour), newTestCA(t, "new-ca", time.Hour)
 	caFile := writeTestFile(t, dir, "ca.crt", oldCA.CertPEM)
-	cas, err := newClientCAs(caFile, newLogger(io.Discard))
+	cas, err := NewClientCAs(caFile, logging.New(io.Discard))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package main
+// Package tlsauth is the admission port's TLS: the versions, suites and
+// protocols it accepts, and, with --client-ca-file, the client certificates
+// it requires (the CA bundle re-read when it changes), with a readiness
+// check that completes the handshake as the apiservers do.
+package tlsauth
 
 import (
 	"bytes"
@@ -30,10 +34,10 @@ import (
 // is refused rather than read whole.
 const maxClientCAFileBytes = 1 << 20
 
-// clientCAReloadInterval is how often the client CA file is checked for
+// ReloadInterval is how often the client CA file is checked for
 // changes: the interval at which controller-runtime's certwatcher polls the
 // serving certificate too.
-const clientCAReloadInterval = 10 * time.Second
+const ReloadInterval = 10 * time.Second
 
 // clientCABundle is a parsed --client-ca-file.
 type clientCABundle struct {
@@ -47,12 +51,12 @@ type clientCABundle struct {
 // hold thousands.
 const maxLoggedCAs = 5
 
-// parseClientCABundle reads a PEM file of CA certificates. Everything in it
+// ParseBundle reads a PEM file of CA certificates. Everything in it
 // must be a currently valid CA certificate: a private key means the
 // operator mounted the wrong Secret key (the webhook must never hold the
 // CA's key), and a leaf certificate would make that one certificate a
 // trust anchor, so whoever holds its key could call the webhook.
-func parseClientCABundle(path string, now time.Time) (*clientCABundle, error) {
+func ParseBundle(path string, now time.Time) (*clientCABundle, error) {
 	const fix = "; give the path of the CA certificate file, for a mounted Secret DIR/ca.crt"
 	f, err := os.Open(path)
 	if err != nil {
@@ -113,25 +117,25 @@ func parseClientCABundle(path string, now time.Time) (*clientCABundle, error) {
 	return b, nil
 }
 
-// clientCAs is the CA bundle client certificates are verified against,
+// ClientCAs is the CA bundle client certificates are verified against,
 // re-read when --client-ca-file changes (a Secret or ConfigMap mounted as a
 // directory changes by an atomic symlink swap, which polling sees). A file
 // that fails to load is refused and logged; the last good bundle stays, as
 // with the policy.
-type clientCAs struct {
+type ClientCAs struct {
 	path  string
 	log   logr.Logger
 	probe *selfProbe
 	cur   atomic.Pointer[clientCABundle]
 }
 
-// newClientCAs loads path once; an error means the webhook must not start.
-func newClientCAs(path string, log logr.Logger) (*clientCAs, error) {
+// NewClientCAs loads path once; an error means the webhook must not start.
+func NewClientCAs(path string, log logr.Logger) (*ClientCAs, error) {
 	probe, err := newSelfProbe()
 	if err != nil {
 		return nil, err
 	}
-	s := &clientCAs{path: path, log: log, probe: probe}
+	s := &ClientCAs{path: path, log: log, probe: probe}
 	b, err := s.parse(time.Now())
 	if err != nil {
 		return nil, err
@@ -141,8 +145,8 @@ func newClientCAs(path string, log logr.Logger) (*clientCAs, error) {
 }
 
 // parse reads the file and adds the readiness probe's CA to its pool.
-func (s *clientCAs) parse(now time.Time) (*clientCABundle, error) {
-	b, err := parseClientCABundle(s.path, now)
+func (s *ClientCAs) parse(now time.Time) (*clientCABundle, error) {
+	b, err := ParseBundle(s.path, now)
 	if err != nil {
 		return nil, err
 	}
@@ -151,10 +155,10 @@ func (s *clientCAs) parse(now time.Time) (*clientCABundle, error) {
 }
 
 // Pool is the CA pool in force.
-func (s *clientCAs) Pool() *x509.CertPool { return s.cur.Load().pool }
+func (s *ClientCAs) Pool() *x509.CertPool { return s.cur.Load().pool }
 
 // reload re-reads the file and reports whether a new bundle took effect.
-func (s *clientCAs) reload(now time.Time) (bool, error) {
+func (s *ClientCAs) reload(now time.Time) (bool, error) {
 	b, err := s.parse(now)
 	if err != nil {
 		return false, err
@@ -166,9 +170,9 @@ func (s *clientCAs) reload(now time.Time) (bool, error) {
 	return true, nil
 }
 
-// watch re-reads the file every interval until ctx ends. A bad file is
+// Watch re-reads the file every interval until ctx ends. A bad file is
 // logged once, not at every interval while it stays bad.
-func (s *clientCAs) watch(ctx context.Context, interval time.Duration) {
+func (s *ClientCAs) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	lastErr := ""
@@ -205,7 +209,7 @@ var aeadSuitesTLS12 = []uint16{
 	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
-// tlsOptions configures the TLS of the admission port, on top of
+// Options configures the TLS of the admission port, on top of
 // controller-runtime's server (which adds the reloading serving
 // certificate):
 //
@@ -223,7 +227,7 @@ var aeadSuitesTLS12 = []uint16{
 //   - With cas: a client certificate is required and verified against the
 //     CA bundle in force at each handshake, so a replaced CA file takes
 //     effect for new connections without a restart.
-func tlsOptions(cas *clientCAs) []func(*tls.Config) {
+func Options(cas *ClientCAs) []func(*tls.Config) {
 	return []func(*tls.Config){func(cfg *tls.Config) {
 		cfg.MinVersion = tls.VersionTLS12
 		cfg.CipherSuites = aeadSuitesTLS12
@@ -289,11 +293,17 @@ func (p *selfProbe) checker(addr string) healthz.Checker {
 	}
 }
 
-// readyChecker is the "webhook" readiness check: controller-runtime's
+// ReadyChecker is the "webhook" readiness check: controller-runtime's
 // StartedChecker, or the probe above when client certificates are required.
-func readyChecker(server webhook.Server, cas *clientCAs, host string, port int) healthz.Checker {
+func ReadyChecker(server webhook.Server, cas *ClientCAs, host string, port int) healthz.Checker {
 	if cas == nil {
 		return server.StartedChecker()
 	}
 	return cas.probe.checker(net.JoinHostPort(host, strconv.Itoa(port)))
 }
+
+// Digest is the first 12 hex digits of the bundle in force's SHA-256.
+func (s *ClientCAs) Digest() string { return s.cur.Load().digest }
+
+// Subject names the CAs of the bundle in force, for the logs.
+func (s *ClientCAs) Subject() string { return s.cur.Load().subject }

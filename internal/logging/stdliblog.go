@@ -1,4 +1,4 @@
-package main
+package logging
 
 import (
 	stdlog "log"
@@ -35,9 +35,9 @@ type stdlibLog struct {
 	suppressed  int
 }
 
-// routeStdlibLog sends the standard library's log output (net/http's
+// RouteStdlib sends the standard library's log output (net/http's
 // server errors) to log, bounded as above.
-func routeStdlibLog(log logr.Logger) {
+func RouteStdlib(log logr.Logger) {
 	stdlog.SetFlags(0) // the JSON line has its own time stamp
 	stdlog.SetOutput(&stdlibLog{log: log, now: time.Now})
 }
