@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"clusterip-policy/internal/server"
+
 	"clusterip-policy/internal/version"
 
 	"clusterip-policy/internal/cli"
@@ -50,7 +52,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return exitcode.OK
 			}
 		}
-		return serve(args, stderr)
+		return server.Serve(args, stderr)
 	case "review":
 		return cli.Review(args, stdin, stdout, stderr)
 	case "audit":

@@ -158,6 +158,7 @@ func TestBandsReproducesTheFactsTable(t *testing.T) {
 	}
 }
 
+// The example policy object reviews exactly as the example policy file.
 func TestReviewOfThePolicyObjectExample(t *testing.T) {
 	code, fromFile, _ := runCLI("", "review", "--policy", "../../examples/policy.yaml", "-o", "json", "../../examples/services/")
 	code2, fromObject, stderr := runCLI("", "review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "../../examples/services/")
