@@ -110,11 +110,17 @@ func TestReviewAllocatedFlag(t *testing.T) {
 func TestReviewInputErrorsNameTheFileAndTheProblem(t *testing.T) {
 	dir := t.TempDir()
 	typo := filepath.Join(dir, "typo.yaml")
-	os.WriteFile(typo, []byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIp: 10.96.0.30}\n"), 0o644)
+	if err := os.WriteFile(typo, []byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIp: 10.96.0.30}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	broken := filepath.Join(dir, "broken.yaml")
-	os.WriteFile(broken, []byte("apiVersion: v1\nkind: Service\nmetadata: [\n"), 0o644)
+	if err := os.WriteFile(broken, []byte("apiVersion: v1\nkind: Service\nmetadata: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	badPolicy := filepath.Join(dir, "policy.yaml")
-	os.WriteFile(badPolicy, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- ip: 10.96.0.300\n  service: kube-system/kube-dns\n"), 0o644)
+	if err := os.WriteFile(badPolicy, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- ip: 10.96.0.300\n  service: kube-system/kube-dns\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string

@@ -153,7 +153,7 @@ func parseAllocated(in []string) (map[netip.Addr]allocview.Holder, error) {
 		}
 		ip, err := allocview.ParseIP(ipStr)
 		if err != nil {
-			return nil, fmt.Errorf("--allocated %q: %v", s, err)
+			return nil, fmt.Errorf("--allocated %q: %w", s, err)
 		}
 		out[ip] = allocview.ServiceHolder(ns, name)
 	}
@@ -194,7 +194,7 @@ func readServices(paths []string, stdin io.Reader, stderr io.Writer) ([]*corev1.
 }
 
 func readFile(path string, stdin io.Reader, stderr io.Writer) ([]*corev1.Service, error) {
-	var r io.Reader = stdin
+	r := stdin
 	name := "stdin"
 	if path != "-" {
 		f, err := os.Open(path)
@@ -212,7 +212,7 @@ func readFile(path string, stdin io.Reader, stderr io.Writer) ([]*corev1.Service
 			if errors.Is(err, io.EOF) {
 				return out, nil
 			}
-			return nil, fmt.Errorf("%s: document %d: %v", name, doc, err)
+			return nil, fmt.Errorf("%s: document %d: %w", name, doc, err)
 		}
 		if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
 			continue
@@ -237,7 +237,7 @@ func servicesIn(raw []byte, where string, stderr io.Writer) ([]*corev1.Service, 
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
-		return nil, fmt.Errorf("%s: %v", where, err)
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	switch {
 	case head.Kind == "List" || strings.HasSuffix(head.Kind, "List") && head.Items != nil:
@@ -259,7 +259,7 @@ func servicesIn(raw []byte, where string, stderr io.Writer) ([]*corev1.Service, 
 			err = strict[0]
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: Service %q: %v", where, head.Metadata.Name, err)
+			return nil, fmt.Errorf("%s: Service %q: %w", where, head.Metadata.Name, err)
 		}
 		if svc.Name == "" {
 			return nil, fmt.Errorf("%s: a Service without metadata.name", where)

@@ -42,7 +42,7 @@ func benchReviews(b *testing.B) []struct {
 // TLS and the HTTP server cost both the same and are left out, so the
 // ratio ours/nop here is an upper bound of the ratio over the wire.
 //
-//	go test ./cmd/webhook -run '^$' -bench Endpoint -benchmem
+//	go test ./internal/server -run '^$' -bench Endpoint -benchmem
 func BenchmarkEndpoint(b *testing.B) {
 	tr := newTestReviewer(b, testPolicy, true)
 	tr.audit = logging.New(io.Discard).WithName("audit")
@@ -50,7 +50,7 @@ func BenchmarkEndpoint(b *testing.B) {
 		return admission.Allowed("")
 	})}
 	for _, rv := range benchReviews(b) {
-		var ours http.Handler = admissionEndpoint(validatingHandler{tr.reviewer})
+		ours := admissionEndpoint(validatingHandler{tr.reviewer})
 		if rv.stage == "mutate" {
 			ours = admissionEndpoint(mutatingHandler{tr.reviewer})
 		}

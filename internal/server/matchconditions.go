@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"clusterip-policy/internal/names"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -35,8 +37,8 @@ import (
 // The names of the webhook entries the managed condition goes in, as in
 // manifests/base/webhook-configurations.yaml.
 const (
-	mutatingServiceWebhook   = "mutate-services.clusterip-policy.io"
-	validatingServiceWebhook = "validate-services.clusterip-policy.io"
+	mutatingServiceWebhook   = names.MutatingServiceWebhook
+	validatingServiceWebhook = names.ValidatingServiceWebhook
 )
 
 // The annotations written with the conditions, in the same update: what

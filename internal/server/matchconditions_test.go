@@ -32,7 +32,7 @@ func conds(names ...string) []admissionregistrationv1.MatchCondition {
 	return out
 }
 
-func names(cs []admissionregistrationv1.MatchCondition) []string {
+func conditionNames(cs []admissionregistrationv1.MatchCondition) []string {
 	var out []string
 	for _, c := range cs {
 		out = append(out, c.Name)
@@ -43,23 +43,23 @@ func names(cs []admissionregistrationv1.MatchCondition) []string {
 func TestSetConditionTouchesOnlyTheManagedOne(t *testing.T) {
 	static := conds("not-default-kubernetes", "allocating-requests-only")
 	added, changed, err := setCondition(static, "x")
-	if err != nil || !changed || !slices.Equal(names(added), []string{"not-default-kubernetes", "allocating-requests-only", matchconditions.Name}) {
-		t.Fatalf("add: %v %v %v", names(added), changed, err)
+	if err != nil || !changed || !slices.Equal(conditionNames(added), []string{"not-default-kubernetes", "allocating-requests-only", matchconditions.Name}) {
+		t.Fatalf("add: %v %v %v", conditionNames(added), changed, err)
 	}
-	if names(static)[len(static)-1] != "allocating-requests-only" || len(static) != 2 {
+	if conditionNames(static)[len(static)-1] != "allocating-requests-only" || len(static) != 2 {
 		t.Fatal("the input list was modified")
 	}
 	same, changed, _ := setCondition(added, "x")
 	if changed || len(same) != 3 {
-		t.Fatalf("same expression reported as a change: %v", names(same))
+		t.Fatalf("same expression reported as a change: %v", conditionNames(same))
 	}
 	replaced, changed, _ := setCondition(added, "y")
 	if !changed || replaced[2].Expression != "y" || added[2].Expression != "x" || replaced[0] != static[0] || replaced[1] != static[1] {
 		t.Fatalf("replace: %+v (input now %+v)", replaced, added)
 	}
 	removed, changed, _ := setCondition(replaced, "")
-	if !changed || !slices.Equal(names(removed), names(static)) || len(replaced) != 3 {
-		t.Fatalf("remove: %v, input %v", names(removed), names(replaced))
+	if !changed || !slices.Equal(conditionNames(removed), conditionNames(static)) || len(replaced) != 3 {
+		t.Fatalf("remove: %v, input %v", conditionNames(removed), conditionNames(replaced))
 	}
 	if _, changed, _ := setCondition(static, ""); changed {
 		t.Fatal("removing an absent condition reported a change")
@@ -116,10 +116,10 @@ func TestWriteChangesOnlyTheManagedConditionAndAnnotations(t *testing.T) {
 	}
 	m, _ := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
 	v, _ := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
-	if got := names(m.Webhooks[0].MatchConditions); !slices.Equal(got, []string{"not-default-kubernetes", "allocating-requests-only", matchconditions.Name}) || m.Webhooks[0].MatchConditions[2].Expression != c.Mutating {
+	if got := conditionNames(m.Webhooks[0].MatchConditions); !slices.Equal(got, []string{"not-default-kubernetes", "allocating-requests-only", matchconditions.Name}) || m.Webhooks[0].MatchConditions[2].Expression != c.Mutating {
 		t.Fatalf("mutating conditions %v", m.Webhooks[0].MatchConditions)
 	}
-	if got := names(v.Webhooks[1].MatchConditions); !slices.Equal(got, []string{"not-default-servicecidr"}) {
+	if got := conditionNames(v.Webhooks[1].MatchConditions); !slices.Equal(got, []string{"not-default-servicecidr"}) {
 		t.Fatalf("the ServiceCIDR webhook was touched: %v", got)
 	}
 	if string(m.Webhooks[0].ClientConfig.CABundle) != "injected-by-cert-manager" || string(v.Webhooks[1].ClientConfig.CABundle) != "injected-by-cert-manager" {
@@ -134,11 +134,13 @@ func TestWriteChangesOnlyTheManagedConditionAndAnnotations(t *testing.T) {
 	if changed, err := k.write(ctx, c, "p2"); err != nil || !changed {
 		t.Fatalf("a new policy digest alone: %v, changed %v", err, changed)
 	}
-	k.removeManaged(ctx)
+	if _, err := k.removeManaged(ctx); err != nil {
+		t.Fatal(err)
+	}
 	m, _ = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
 	v, _ = client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
-	if !slices.Equal(names(m.Webhooks[0].MatchConditions), names(m0.Webhooks[0].MatchConditions)) || !slices.Equal(names(v.Webhooks[0].MatchConditions), names(v0.Webhooks[0].MatchConditions)) {
-		t.Fatalf("after removal: %v / %v", names(m.Webhooks[0].MatchConditions), names(v.Webhooks[0].MatchConditions))
+	if !slices.Equal(conditionNames(m.Webhooks[0].MatchConditions), conditionNames(m0.Webhooks[0].MatchConditions)) || !slices.Equal(conditionNames(v.Webhooks[0].MatchConditions), conditionNames(v0.Webhooks[0].MatchConditions)) {
+		t.Fatalf("after removal: %v / %v", conditionNames(m.Webhooks[0].MatchConditions), conditionNames(v.Webhooks[0].MatchConditions))
 	}
 	if _, ok := m.Annotations[conditionsPolicyAnnotation]; ok || m.Annotations["cert-manager.io/inject-ca-from"] != "x/y" {
 		t.Fatalf("annotations after removal: %v", m.Annotations)

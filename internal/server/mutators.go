@@ -34,9 +34,8 @@ type mutatorWatch struct {
 	ourConfig string // our MutatingWebhookConfiguration, whose Service webhook is left out
 	log       logr.Logger
 
-	mu    sync.Mutex
-	read  func() ([]matchconditions.Mutator, bool) // nil until the informers run
-	since time.Time                                // when the current informers started
+	mu   sync.Mutex
+	read func() ([]matchconditions.Mutator, bool) // nil until the informers run
 }
 
 // mapRediscoverInterval is how often the leader asks discovery again which
@@ -64,13 +63,6 @@ func (w *mutatorWatch) state() mutatorState {
 	}
 	n, names := matchconditions.ServiceMutators(ms)
 	return mutatorState{known: true, count: n, names: names}
-}
-
-// started reports when the informers of this term started (zero before).
-func (w *mutatorWatch) started() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.since
 }
 
 // run keeps the informers going until ctx (the leadership) ends, starting
@@ -106,7 +98,7 @@ func (w *mutatorWatch) run(ctx context.Context) {
 func (w *mutatorWatch) set(read func() ([]matchconditions.Mutator, bool)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.read, w.since = read, time.Now()
+	w.read = read
 }
 
 // policyVersion returns the newest admissionregistration.k8s.io version

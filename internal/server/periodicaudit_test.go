@@ -279,11 +279,19 @@ func TestAuditEventStaysWithinTheEventsAPILimits(t *testing.T) {
 func TestServeRefusesABadAuditInterval(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
-	os.WriteFile(good, []byte(testPolicy), 0o644)
+	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	certDir := filepath.Join(dir, "tls")
-	os.Mkdir(certDir, 0o755)
-	os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644)
-	os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644)
+	if err := os.Mkdir(certDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		args []string
 		want string

@@ -40,7 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"clusterip-policy/internal/exitcode"
-	"clusterip-policy/manifests"
+	"clusterip-policy/internal/names"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/holds"
@@ -305,10 +305,10 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", cas.Digest(), "cas", cas.Subject())
 	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsauth.Options(cas)})
-	server.Register(manifests.MutatePath, admissionEndpoint(mutatingHandler{rev}))
-	server.Register(manifests.ValidatePath, admissionEndpoint(validatingHandler{rev}))
-	server.Register(manifests.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
-	server.Register(manifests.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{view: view}))
+	server.Register(names.MutatePath, admissionEndpoint(mutatingHandler{rev}))
+	server.Register(names.ValidatePath, admissionEndpoint(validatingHandler{rev}))
+	server.Register(names.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
+	server.Register(names.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{view: view}))
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{

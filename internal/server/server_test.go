@@ -28,12 +28,22 @@ func runCLI(stdin string, args ...string) (int, string, string) {
 func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 	dir := t.TempDir()
 	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
-	os.WriteFile(good, []byte(testPolicy), 0o644)
-	os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644)
+	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	certDir := filepath.Join(dir, "tls") // only checked for presence before the hold flags
-	os.Mkdir(certDir, 0o755)
-	os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644)
-	os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644)
+	if err := os.Mkdir(certDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		want string

@@ -15,7 +15,7 @@ import (
 )
 
 // serviceCIDRHandler serves the validating webhook for ServiceCIDR objects
-// (manifests.ValidateServiceCIDRPath): a range is checked at the door, not
+// (names.ValidateServiceCIDRPath): a range is checked at the door, not
 // one allocation at a time once the apiserver hands out its addresses.
 type serviceCIDRHandler struct{ *reviewer }
 
