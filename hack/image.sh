@@ -34,7 +34,7 @@ mkdir -p "$OUT" "$BIN_OUT" _output/tools
 imagebuild=_output/tools/imagebuild
 (cd tools/imagebuild && CGO_ENABLED=0 go build -trimpath -o "$root/$imagebuild" .)
 
-ldflags="-s -w -X main.version=$VERSION -X main.commit=$COMMIT"
+ldflags="-s -w -X clusterip-policy/internal/version.version=$VERSION -X clusterip-policy/internal/version.commit=$COMMIT"
 bins=() pause_bins=()
 for p in $PLATFORMS; do
 	os=${p%/*} arch=${p#*/}

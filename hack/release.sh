@@ -44,7 +44,7 @@ cp "$IMAGE_OUT/clusterip-policy.spdx.json" "$OUT/clusterip-policy-$VERSION.spdx.
 # The CLI: review and audit are what users run in CI, on their laptops too.
 # The linux ones are the very binaries in the image (hack/image.sh built
 # them with the same flags); darwin is built here the same way.
-ldflags="-s -w -X main.version=$VERSION -X main.commit=$COMMIT"
+ldflags="-s -w -X clusterip-policy/internal/version.version=$VERSION -X clusterip-policy/internal/version.commit=$COMMIT"
 for arch in amd64 arm64; do
 	cp "_output/bin/linux_$arch/clusterip-policy" "$OUT/clusterip-policy-$VERSION-linux-$arch"
 	CGO_ENABLED=0 GOOS=darwin GOARCH=$arch go build -trimpath -ldflags "$ldflags" \

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -44,16 +45,25 @@ var externalMetrics = map[string]knownMetric{
 	"up": {source: "Prometheus (scrape health)"},
 }
 
-// projectMetricName matches a metric name where cmd/webhook defines one:
+// projectMetricName matches a metric name where the binary defines one:
 // prometheus.*Opts{Name: "..."} and prometheus.NewDesc("...".
 var projectMetricName = regexp.MustCompile(`(?:Name:\s*|NewDesc\(\s*)"(clusterip_policy_[a-z0-9_]+)"`)
 
-// projectMetrics reads the metric names cmd/webhook defines.
+// projectMetrics reads the metric names the binary defines: in the Go
+// files under cmd/ and internal/ (docs/architecture.md).
 func projectMetrics(t *testing.T) map[string]knownMetric {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "cmd", "webhook", "*.go"))
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, root := range []string{filepath.Join("..", "cmd"), filepath.Join("..", "internal")} {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
+				files = append(files, p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	out := map[string]knownMetric{}
 	for _, f := range files {
@@ -72,7 +82,7 @@ func projectMetrics(t *testing.T) map[string]knownMetric {
 	// report every metric as unknown, which says nothing useful.
 	for _, must := range []string{"clusterip_policy_decisions_total", "clusterip_policy_view_stale_seconds", "clusterip_policy_view_watch_restarts_total", "clusterip_policy_existing_violations"} {
 		if _, ok := out[must]; !ok {
-			t.Fatalf("found no definition of %s in cmd/webhook/*.go; projectMetricName no longer matches how metrics are defined", must)
+			t.Fatalf("found no definition of %s in cmd/ or internal/; projectMetricName no longer matches how metrics are defined", must)
 		}
 	}
 	return out
@@ -116,7 +126,7 @@ func checkExpr(where, expr string, known map[string]knownMetric) []string {
 	var p []string
 	for _, n := range names {
 		if _, ok := known[SeriesBase(n, histograms)]; !ok {
-			p = append(p, fmt.Sprintf("%s: reads %s, which neither cmd/webhook nor the listed external sources define", where, n))
+			p = append(p, fmt.Sprintf("%s: reads %s, which neither the binary (cmd/, internal/) nor the listed external sources define", where, n))
 		}
 	}
 	return p

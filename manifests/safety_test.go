@@ -115,7 +115,7 @@ func webhookSideEffects(o *objects) []string {
 	for _, w := range o.webhooks() {
 		// The mutating webhook deletes a reservation hold (an IPAddress of
 		// ours) before an owner's create, never on a dry run (see
-		// cmd/webhook/holds.go); the validating one changes nothing.
+		// internal/server/holds.go); the validating one changes nothing.
 		want, why := admv1.SideEffectClassNone, "dry-run requests reach it, and it changes nothing"
 		if w.mutating {
 			want, why = admv1.SideEffectClassNoneOnDryRun, "it releases a reservation hold for an owner's create, never on a dry run"
@@ -319,26 +319,6 @@ func webhookMatchAndReinvoke(o *objects) []string {
 		}
 	}
 	return p
-}
-
-type rbacRule struct {
-	where string
-	rule  rbacv1.PolicyRule
-}
-
-func (o *objects) rbacRules() []rbacRule {
-	var out []rbacRule
-	for _, r := range o.ClusterRoles {
-		for _, rule := range r.Rules {
-			out = append(out, rbacRule{"ClusterRole " + r.Name, rule})
-		}
-	}
-	for _, r := range o.Roles {
-		for _, rule := range r.Rules {
-			out = append(out, rbacRule{"Role " + r.Namespace + "/" + r.Name, rule})
-		}
-	}
-	return out
 }
 
 // rbacGrant is one thing the webhook may do, and why; rbacExact allows

@@ -6,21 +6,21 @@ import (
 	"errors"
 	"io"
 
+	"clusterip-policy/internal/names"
+
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
-// Paths of the webhook's admission endpoints: the binary serves them,
-// base/webhook-configurations.yaml sends the apiservers to them (checked by
-// webhookClientConfig in safety_test.go), and the e2e harness calls them.
+// Paths of the webhook's admission endpoints, as internal/names defines
+// them: the binary serves them, base/webhook-configurations.yaml sends the
+// apiservers to them (checked by webhookClientConfig in safety_test.go),
+// and the e2e harness calls them.
 const (
-	MutatePath   = "/mutate-v1-service"
-	ValidatePath = "/validate-v1-service"
-	// ValidateServiceCIDRPath reviews networking.k8s.io/v1 ServiceCIDRs.
-	ValidateServiceCIDRPath = "/validate-v1-servicecidr"
-	// ValidatePolicyObjectPath reviews clusterip-policy.io ClusterIPPolicy
-	// objects with the policy loader (cmd/webhook/policyobjectreview.go).
-	ValidatePolicyObjectPath = "/validate-v1alpha1-clusterippolicy"
+	MutatePath               = names.MutatePath
+	ValidatePath             = names.ValidatePath
+	ValidateServiceCIDRPath  = names.ValidateServiceCIDRPath
+	ValidatePolicyObjectPath = names.ValidatePolicyObjectPath
 )
 
 // SplitYAML returns the non-empty documents of a multi-document YAML

@@ -8,14 +8,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"strings"
-)
 
-// Set at link time by `make build` (-X main.version=... -X main.commit=...).
-var (
-	version = "dev"
-	commit  = "unknown"
+	"clusterip-policy/internal/server"
+
+	"clusterip-policy/internal/version"
+
+	"clusterip-policy/internal/cli"
+
+	"clusterip-policy/internal/exitcode"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
@@ -33,15 +34,6 @@ Usage:
 Run 'clusterip-policy COMMAND --help' for a command's flags.
 `
 
-// Exit codes. review uses exitDenied when any Service is denied, audit
-// when it finds any Service that breaks the policy (and exitUnreadable when
-// it cannot read the cluster).
-const (
-	exitOK      = 0
-	exitDenied  = 1
-	exitBadData = 2
-)
-
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd, named := "serve", false
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -57,28 +49,24 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "serve":
 		for _, a := range args {
 			if a == "--version" || a == "-version" {
-				fmt.Fprintln(stdout, versionString())
-				return exitOK
+				fmt.Fprintln(stdout, version.String())
+				return exitcode.OK
 			}
 		}
-		return serve(args, stderr)
+		return server.Serve(args, stderr)
 	case "review":
-		return review(args, stdin, stdout, stderr)
+		return cli.Review(args, stdin, stdout, stderr)
 	case "audit":
-		return clusterAudit(args, stdout, stderr)
+		return cli.Audit(args, stdout, stderr)
 	case "bands":
-		return bands(args, stdout, stderr)
+		return cli.Bands(args, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, versionString())
-		return exitOK
+		fmt.Fprintln(stdout, version.String())
+		return exitcode.OK
 	case "help":
 		fmt.Fprint(stdout, usage)
-		return exitOK
+		return exitcode.OK
 	}
 	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
-	return exitBadData
-}
-
-func versionString() string {
-	return fmt.Sprintf("clusterip-policy webhook %s (commit %s, %s, %s/%s)", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitcode.BadData
 }

@@ -12,7 +12,7 @@ import (
 	"clusterip-policy/pkg/allocview"
 )
 
-// RuleReservationNotHeld is a finding of `webhook audit` only: a
+// RuleReservationNotHeld is a finding of `clusterip-policy audit` only: a
 // reservation's owner Service exists and has an address of the
 // reservation's family, but not the reserved one. No admission request
 // breaks it (the owner was created before the reservation, or while the
@@ -259,8 +259,8 @@ func (a auditor) reservations(svc *corev1.Service, self Owner, held map[allocvie
 		})
 		problem := fmt.Sprintf("%s holds %s, but %s is reserved for it%s", self, has, res.IP, noteOf(res))
 		var fix string
-		switch pl := a.rs.Place(res.IP); {
-		case pl.Kind == allocview.Outside || pl.Kind == allocview.Unusable:
+		switch a.rs.Place(res.IP).Kind {
+		case allocview.Outside, allocview.Unusable:
 			fix = fmt.Sprintf("%s is not an address any active range can hand out (%s): correct the reservation in the policy, or the Service CIDRs", res.IP, a.rs.Describe())
 		default:
 			fix = fmt.Sprintf("delete %s and create it again without clusterIP: the webhook assigns %s", self, res.IP)

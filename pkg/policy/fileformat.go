@@ -6,7 +6,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// LoadForTools loads --policy for `webhook review` and `webhook audit`: the
+// LoadForTools loads --policy for `clusterip-policy review` and `clusterip-policy audit`: the
 // ClusterIPPolicy object manifest or, unchanged, the policy file. For a
 // file it also returns a note for stderr: the file's apiVersion
 // (clusterip-policy/v1alpha1) keeps working in these tools, but the
@@ -35,7 +35,7 @@ func LoadForTools(path string) (*Policy, string, error) {
 func FileFormatNote(path string) string {
 	return fmt.Sprintf("note: %q is a policy file (apiVersion %s), read as before; the webhook now takes its policy from the %s object (apiVersion %s/%s, named %s). "+
 		"To convert: drop apiVersion and kind, indent the rest under spec:, and add apiVersion: %s/%s, kind: %s and metadata: {name: %s} "+
-		"(docs/deploying.md, \"Migrating from the ConfigMap\")",
+		"(docs/policy.md, \"The retired file format\")",
 		Echo(path), APIVersion, Kind, ObjectGroup, ObjectVersion, ObjectName,
 		ObjectGroup, ObjectVersion, Kind, ObjectName)
 }

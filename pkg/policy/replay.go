@@ -7,7 +7,7 @@ import (
 )
 
 // Created is what a create of one Service comes to once both stages have
-// seen it: what `webhook review` reports.
+// seen it: what `clusterip-policy review` reports.
 type Created struct {
 	Allowed bool
 	// Outcome is the mutating stage's, unless the validating stage denied

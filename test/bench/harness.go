@@ -205,10 +205,10 @@ func (b *Bench) startNop(ctx context.Context) error {
 			return nil
 		}
 		if exited, werr := b.nop.Exited(); exited {
-			return fmt.Errorf("nop webhook exited (%v); last lines of %s:\n%s", werr, b.nop.LogPath, b.nop.Tail(20))
+			return fmt.Errorf("nop webhook exited (%v); last lines of %s:\n%s", werr, b.nop.LogPath, b.nop.Tail(20)) //nolint:errorlint // werr is nil after a clean exit, which %v prints as <nil>
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("nop webhook not serving TLS on %s within 30s: %v", b.nopAddr, err)
+			return fmt.Errorf("nop webhook not serving TLS on %s within 30s: %w", b.nopAddr, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

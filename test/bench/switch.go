@@ -119,7 +119,7 @@ func (b *Bench) probe(ctx context.Context, ip string) (probeResult, error) {
 // passes or ctx ends; the last reason is in the error.
 func waitFor(ctx context.Context, what string, check func() (bool, string, error)) error {
 	deadline := time.Now().Add(switchTimeout)
-	last := "not checked yet"
+	var last string
 	for {
 		done, why, err := check()
 		if err != nil {

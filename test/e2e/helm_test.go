@@ -297,7 +297,7 @@ func TestHelmChart(t *testing.T) {
 	})
 
 	// Non-default values reach the cluster; the CRD is upgraded the way
-	// docs/deploying.md says (helm never upgrades crds/); the documented
+	// docs/install.md says (helm never upgrades crds/); the documented
 	// uninstall leaves nothing of the project behind.
 	t.Run("non-default values, a CRD upgrade and an uninstall that leaves nothing", func(t *testing.T) {
 		if out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy",
@@ -340,7 +340,7 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("the policy object after the CRD upgrade: %q, %v", spec, err)
 		}
 
-		// Uninstall, as docs/deploying.md "Uninstalling the chart" says.
+		// Uninstall, as docs/install.md "Uninstalling the chart" says.
 		if _, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait"); err != nil {
 			t.Fatal(err)
 		}

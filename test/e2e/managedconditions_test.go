@@ -150,7 +150,7 @@ func TestManagedConditionsSendOnlyWhatTheWebhookMayChange(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	took := waitManaged(t, ctx, c, policyDigest(t, pol), 30*time.Second)
 	t.Logf("e2e: managed conditions: in both configurations %s after the webhook was ready and registered", took.Round(time.Millisecond))
-	// The check docs/deploying.md gives operators.
+	// The check docs/operations.md gives operators.
 	out, _, err := c.Kubectl(ctx, "", "get", "validatingwebhookconfiguration", "clusterip-policy", "-o", `jsonpath={.metadata.annotations.clusterip-policy\.io/match-conditions-policy}`)
 	if err != nil || out != policyDigest(t, pol) {
 		t.Fatalf("kubectl jsonpath of the policy annotation = %q (%v), want %s", out, err, policyDigest(t, pol))

@@ -217,7 +217,7 @@ func TestDeploymentManifests(t *testing.T) {
 		}
 	})
 
-	// docs/deploying.md applies the CRD first: kubectl maps each object's
+	// docs/install.md applies the CRD first: kubectl maps each object's
 	// kind with the discovery it read before applying, so in one apply the
 	// ClusterIPPolicy of a CRD created by that same apply is refused (the
 	// rest is applied, and pods reading the object stay not ready until a

@@ -309,7 +309,7 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 }
 
 // TestNodeKustomizeSelfSigned installs manifests/overlays/self-signed the
-// way docs/deploying.md says (make certs, the CRD, the overlay, the webhook
+// way docs/install.md says (make certs, the CRD, the overlay, the webhook
 // configurations once the pods are ready),
 // with the image from the loopback registry and the apiserver address the
 // pods need here in a wrapping overlay, and uninstalls it as documented.
@@ -375,7 +375,7 @@ patches:
 		t.Fatal(err)
 	}
 	start := time.Now()
-	// docs/deploying.md, "Install in seven commands".
+	// docs/install.md, "Install in seven commands".
 	n.run(t, ctx, kubectl, "apply", "--server-side", "-f", filepath.Join(n.root, "manifests", "base", "crd.yaml"))
 	n.run(t, ctx, kubectl, "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=1m")
 	n.run(t, ctx, kubectl, "apply", "--server-side", "-k", wrap, "-l", "app.kubernetes.io/component!=webhook-configuration")
@@ -393,7 +393,7 @@ patches:
 	if pod, _ := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second); pod == "" {
 		t.Errorf("no pod logged the denial of default/%s", svc)
 	}
-	// docs/deploying.md, "Uninstall": the configurations first, then the
+	// docs/install.md, "Uninstall": the configurations first, then the
 	// overlay (namespace, Lease and CRD with it), then the holds.
 	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "clusterip-policy")
 	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--ignore-not-found", "--wait", "--timeout=3m")
@@ -837,7 +837,7 @@ func (n *realNode) decisionInPodLogs(t *testing.T, ctx context.Context, ns, name
 
 func ptrTo[T any](v T) *T { return &v }
 
-// uninstall runs helm uninstall and checks what docs/deploying.md says:
+// uninstall runs helm uninstall and checks what docs/install.md says:
 // the webhook configurations and the Deployment go with the release; the
 // Lease and the holds, written by the pods, stay until the documented
 // commands delete them, after which nothing of ours is left.
@@ -852,7 +852,7 @@ func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
 	if _, err := adm.ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ValidatingWebhookConfiguration after helm uninstall: %v, want not found", err)
 	}
-	// The documented clean-up (docs/deploying.md, "Uninstalling the chart").
+	// The documented clean-up (docs/install.md, "Uninstalling the chart").
 	n.run(t, ctx, kubectl, "delete", "crd", "clusterippolicies.clusterip-policy.io", "--wait", "--timeout=2m")
 	n.run(t, ctx, kubectl, "-n", ns, "delete", "lease", "clusterip-policy-holds", "--ignore-not-found")
 	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)

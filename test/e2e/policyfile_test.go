@@ -19,7 +19,7 @@ import (
 )
 
 // An operator who keeps the policy in a file builds the layout
-// docs/deploying.md gives ("The policy as a file") with the real kubectl:
+// docs/policy.md gives ("The policy as a file") with the real kubectl:
 // the component switches the Deployment to --policy and the ConfigMap, the
 // operator's policy.yaml replaces the component's one layer up, and the
 // policy object is left out. In one layer kustomize refuses, as the
@@ -91,11 +91,11 @@ func TestPolicyFileComponentBuilds(t *testing.T) {
 		t.Errorf("the ConfigMap holds %q; want the operator's policy.yaml", policy)
 	}
 	if _, stderr, err := build("one-layer"); err == nil || !strings.Contains(stderr, "cannot merge or replace") {
-		t.Errorf("one layer: kubectl kustomize: %v %s; docs/deploying.md says it fails with \"cannot merge or replace\"", err, stderr)
+		t.Errorf("one layer: kubectl kustomize: %v %s; docs/policy.md says it fails with \"cannot merge or replace\"", err, stderr)
 	}
 }
 
-// The object's overlay of docs/deploying.md ("The policy"): a patch with
+// The object's overlay of docs/policy.md ("The policy"): a patch with
 // the whole ClusterIPPolicy. kustomize merges it as a JSON merge patch: a
 // list replaces the base's whole, a field left out keeps the base's value,
 // as the document warns.

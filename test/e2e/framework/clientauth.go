@@ -16,7 +16,7 @@ import (
 // (Options.WebhookClientAuth): a client CA the webhooks trust
 // (--client-ca-file) and a client certificate it signed, which every
 // apiserver presents through its admission configuration
-// (--admission-control-config-file), as docs/deploying.md describes for a
+// (--admission-control-config-file), as docs/operations.md describes for a
 // real cluster.
 type WebhookClientAuth struct {
 	Dir string

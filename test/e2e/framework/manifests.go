@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	"clusterip-policy/internal/names"
+
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,8 +24,8 @@ const WebhookConfigurationsFile = "manifests/base/webhook-configurations.yaml"
 
 // Webhook names and paths, as manifests/base and the webhook binary name them.
 const (
-	MutatingWebhookName   = "mutate-services.clusterip-policy.io"
-	ValidatingWebhookName = "validate-services.clusterip-policy.io"
+	MutatingWebhookName   = names.MutatingServiceWebhook
+	ValidatingWebhookName = names.ValidatingServiceWebhook
 	MutatePath            = manifests.MutatePath
 	ValidatePath          = manifests.ValidatePath
 )

@@ -183,7 +183,7 @@ var errExited = errors.New("process exited")
 
 func (p *Process) exitedErr() error {
 	if exited, err := p.Exited(); exited {
-		return fmt.Errorf("%s %w (%v); last lines of %s:\n%s", p.Name, errExited, err, p.LogPath, p.Tail(30))
+		return fmt.Errorf("%s %w (%v); last lines of %s:\n%s", p.Name, errExited, err, p.LogPath, p.Tail(30)) //nolint:errorlint // err is nil after a clean exit, which %v prints as <nil>
 	}
 	return nil
 }

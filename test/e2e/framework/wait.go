@@ -28,7 +28,7 @@ func poll(ctx context.Context, what string, timeout, interval time.Duration, wat
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not reached within %s: last error: %v", what, timeout, last)
+			return fmt.Errorf("%s not reached within %s: last error: %v", what, timeout, last) //nolint:errorlint // last may be nil, which %v prints as <nil>
 		case <-time.After(interval):
 		}
 	}

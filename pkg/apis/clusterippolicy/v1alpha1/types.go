@@ -260,7 +260,7 @@ type AuditStatus struct {
 	PolicyGeneration int64 `json:"policyGeneration,omitempty"`
 
 	// violatingServices is how many existing Services break the policy
-	// (each counted once, whatever the number of findings); `webhook audit`
+	// (each counted once, whatever the number of findings); `clusterip-policy audit`
 	// and the Warning Events on those Services name them.
 	// +required
 	// +kubebuilder:validation:Minimum=0

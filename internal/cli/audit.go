@@ -1,0 +1,212 @@
+// Package cli holds the offline commands of clusterip-policy: review
+// (Service manifests against a policy, as if created), audit (a cluster's
+// existing Services, read-only) and bands (a range's static and dynamic
+// band). They decide with pkg/policy exactly as the webhook does, and share
+// nothing with the server but that and the cluster reader.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"clusterip-policy/internal/version"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"clusterip-policy/internal/clusterread"
+	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/policy"
+)
+
+// cannotJudge is the footer of every audit: what a stored Service cannot tell.
+const cannotJudge = "A stored address does not say whether it was asked for or allocated: an address in a dynamic band that is not reserved for its Service breaks static-ip-in-dynamic-band only if someone named it, so the audit does not report it (review the manifests with `clusterip-policy review`). Exempt users and groups cannot be applied either: a Service does not record who created it."
+
+// auditJSON is the output of `audit -o json`; its keys are public API.
+type auditJSON struct {
+	Policy            string                `json:"policy"`
+	Ranges            string                `json:"ranges"`
+	Services          int                   `json:"services"`
+	Checked           int                   `json:"checked"`
+	Exempt            int                   `json:"exempt"`
+	NotJudgedDynamic  int                   `json:"notJudgedDynamic"`
+	TracksAllocations bool                  `json:"tracksAllocations"`
+	Counts            map[policy.RuleID]int `json:"counts"`
+	Findings          []policy.Finding      `json:"findings"`
+	Omitted           map[policy.RuleID]int `json:"omitted"`
+	CannotJudge       string                `json:"cannotJudge"`
+}
+
+type auditOptions struct {
+	policyPath   string
+	kubeconfig   string
+	context      string
+	serviceCIDRs []string
+	output       string
+	maxPerRule   int
+	timeout      time.Duration
+}
+
+// Audit is `clusterip-policy audit`: it lists the cluster's Services,
+// ServiceCIDRs and IPAddresses (read-only) and reports every Service whose
+// addresses break the policy (policy.Audit).
+func Audit(args []string, stdout, stderr io.Writer) int {
+	var o auditOptions
+	fs := pflag.NewFlagSet("audit", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file (or object manifest, clusterip-policy.io/v1alpha1) to audit against, the one you mean to enforce. Without it: the default policy (first address of the primary range reserved for default/kubernetes).")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig of the cluster to audit. Empty: $KUBECONFIG, else ~/.kube/config, as kubectl does; inside a pod without either, its service account.")
+	fs.StringVar(&o.context, "context", "", "Kubeconfig context to use. Empty: the current context.")
+	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster, as --service-cluster-ip-range (repeatable, primary family first); only for a cluster that serves no ServiceCIDR objects (before 1.33). Replaces the policy's serviceCIDRs.")
+	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text (a table for people) or json (one object, for scripts).")
+	fs.IntVar(&o.maxPerRule, "max-per-rule", 20, "Findings listed per rule (1-1000); the rest are counted in a \"... and N more\" line. Counts are always complete.")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "Time allowed for reading the cluster (1s-1h).")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: clusterip-policy audit [--policy FILE] [--kubeconfig FILE] [-o text|json]
+
+Reports every existing Service whose addresses break the policy, before you
+enforce it: an address outside the active or allowed ranges, an address
+reserved for another Service, an address whose IPAddress names another holder,
+and a reservation owner that holds another address than its reserved one. It
+only reads: it lists Services (all namespaces), ServiceCIDRs and IPAddresses.
+%s
+
+Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
+3 the cluster could not be read (unreachable, timed out, or forbidden).
+
+%s`, cannotJudge, fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return exitcode.OK
+		}
+		return exitcode.BadData
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "audit: "+format+"\n", a...)
+		return code
+	}
+	switch {
+	case o.output != "text" && o.output != "json":
+		return fail(exitcode.BadData, "-o %q: use text or json", o.output)
+	case fs.NArg() > 0:
+		return fail(exitcode.BadData, "unexpected argument %q: audit reads the cluster, not files (use `clusterip-policy review` for manifests)", fs.Arg(0))
+	case o.maxPerRule < 1 || o.maxPerRule > 1000:
+		return fail(exitcode.BadData, "--max-per-rule %d: use 1 to 1000", o.maxPerRule)
+	case o.timeout < time.Second || o.timeout > time.Hour:
+		return fail(exitcode.BadData, "--timeout %s: use 1s to 1h", o.timeout)
+	}
+	env, err := toolEnv("audit", o.policyPath, o.serviceCIDRs, stderr)
+	if err != nil {
+		return fail(exitcode.BadData, "%v", err)
+	}
+	pol := env.Policy
+	cfg, err := auditRESTConfig(o.kubeconfig, o.context)
+	if err != nil {
+		return fail(exitcode.BadData, "%v", err)
+	}
+	cfg.UserAgent = "clusterip-policy-audit/" + version.Version()
+	cfg.Timeout = o.timeout
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail(exitcode.BadData, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	services, snap, err := clusterread.Cluster(ctx, client)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fail(exitcode.Unreadable, "%v (no complete answer within --timeout %s; raise it for a large cluster)", err, o.timeout)
+		}
+		return fail(exitcode.Unreadable, "%v", err)
+	}
+	env.Snapshot = snap
+	if len(snap.ServiceCIDRs()) == 0 && len(env.StaticCIDRs) == 0 && len(pol.ServiceCIDRs) == 0 {
+		return fail(exitcode.BadData, "the cluster serves no ServiceCIDR objects: give --service-cidr (its --service-cluster-ip-range) or serviceCIDRs in the policy")
+	}
+	report := policy.Audit(env, services)
+	shown, omitted := report.Shown(o.maxPerRule)
+	if o.output == "json" {
+		out := auditJSON{Policy: pol.Digest, Ranges: env.Ranges().Describe(), Services: report.Services, Checked: report.Checked,
+			Exempt: report.Exempt, NotJudgedDynamic: report.NotJudged, TracksAllocations: report.TracksAllocations,
+			Counts: report.CountByRule(), Findings: shown, Omitted: omitted, CannotJudge: cannotJudge}
+		if out.Findings == nil {
+			out.Findings = []policy.Finding{}
+		}
+		_ = json.NewEncoder(stdout).Encode(out)
+	} else {
+		writeAuditText(stdout, pol, env.Ranges(), report, shown, omitted)
+	}
+	if len(report.Findings) > 0 {
+		return exitcode.Denied
+	}
+	return exitcode.OK
+}
+
+// auditRESTConfig loads a kubeconfig the way kubectl does ($KUBECONFIG,
+// else ~/.kube/config; --kubeconfig wins), and falls back to the pod's
+// service account when there is none.
+func auditRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+	if err != nil {
+		where := "$KUBECONFIG or ~/.kube/config"
+		if kubeconfig != "" {
+			where = "--kubeconfig " + kubeconfig
+		}
+		// client-go's own advice (KUBERNETES_MASTER) does not apply here.
+		msg := strings.TrimSuffix(err.Error(), ", try setting KUBERNETES_MASTER environment variable")
+		fix := "name one with --kubeconfig"
+		if kubeContext != "" {
+			fix = "check --context against the kubeconfig's contexts"
+		}
+		return nil, fmt.Errorf("kubeconfig (%s): %s; %s", where, msg, fix)
+	}
+	return cfg, nil
+}
+
+func writeAuditText(w io.Writer, pol *policy.Policy, rs allocview.RangeSet, r policy.AuditReport, shown []policy.Finding, omitted map[policy.RuleID]int) {
+	if len(shown) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SERVICE\tRULE\tADDRESS\tACTION\tPROBLEM\tFIX")
+		for i, f := range shown {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", f.Namespace, f.Name, f.Rule, f.IP, orDash(string(f.Action)), f.Problem, f.Fix)
+			if last := i == len(shown)-1 || shown[i+1].Rule != f.Rule; last && omitted[f.Rule] > 0 {
+				fmt.Fprintf(tw, "... and %d more %s\n", omitted[f.Rule], f.Rule)
+			}
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	counts := r.CountByRule()
+	var parts []string
+	for _, id := range policy.AuditRules {
+		if counts[id] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[id], id))
+		}
+	}
+	found := "no findings"
+	if len(parts) > 0 {
+		noun := "findings"
+		if len(r.Findings) == 1 {
+			noun = "finding"
+		}
+		found = fmt.Sprintf("%d %s (%s)", len(r.Findings), noun, strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(w, "%d Services, %d with a ClusterIP checked, %d in exempt namespaces not checked: %s.\n", r.Services, r.Checked, r.Exempt, found)
+	fmt.Fprintf(w, "Policy %s; active ranges: %s.\n", pol.Digest, rs.Describe())
+	if !r.TracksAllocations {
+		fmt.Fprintln(w, "already-allocated was not checked: the cluster serves no IPAddress objects.")
+	}
+	fmt.Fprintf(w, "Not judged: %d addresses in a dynamic band not reserved for their Service. %s\n", r.NotJudged, cannotJudge)
+}

@@ -1,0 +1,241 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"clusterip-policy/internal/exitcode"
+)
+
+// runCLI runs one offline command as main dispatches it.
+func runCLI(stdin string, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	var code int
+	switch args[0] {
+	case "review":
+		code = Review(args[1:], strings.NewReader(stdin), &out, &errb)
+	case "bands":
+		code = Bands(args[1:], &out, &errb)
+	case "audit":
+		code = Audit(args[1:], &out, &errb)
+	default:
+		panic("runCLI: not an offline command: " + args[0])
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestReviewOfTheShippedExamples(t *testing.T) {
+	code, out, stderr := runCLI("", "review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "../../examples/services/")
+	if code != exitcode.Denied {
+		t.Fatalf("exit %d, want 1 (the examples include denied Services); stderr %s", code, stderr)
+	}
+	want := map[string]struct {
+		decision string
+		ips      string
+		rules    string
+	}{
+		"kube-system/kube-dns":        {"allowed", "10.96.0.10", ""},
+		"default/my-service":          {"allowed", "", ""},
+		"default/ingress-vip":         {"allowed", "10.96.0.20", ""},
+		"default/early-bird":          {"denied", "", "reserved-for-other"},
+		"default/legacy-db":           {"denied", "", "static-ip-in-dynamic-band"},
+		"default/copied-from-staging": {"denied", "", "outside-service-cidrs"},
+		"default/db-peers":            {"allowed", "None", ""},
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for _, l := range lines {
+		var r reviewResult
+		dec := json.NewDecoder(strings.NewReader(l))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		w, ok := want[r.Namespace+"/"+r.Name]
+		if !ok {
+			t.Fatalf("unexpected Service %s/%s", r.Namespace, r.Name)
+		}
+		var rules []string
+		for _, id := range r.Rules {
+			rules = append(rules, string(id))
+		}
+		if string(r.Decision) != w.decision || strings.Join(r.ClusterIPs, ",") != w.ips || strings.Join(rules, ",") != w.rules || r.Allowed != (w.decision != "denied") {
+			t.Errorf("%s/%s: got %s %v %v, want %+v", r.Namespace, r.Name, r.Decision, r.ClusterIPs, r.Rules, w)
+		}
+	}
+}
+
+func TestReviewJSONKeysArePublicAPI(t *testing.T) {
+	_, out, _ := runCLI("apiVersion: v1\nkind: Service\nmetadata: {name: kube-dns, namespace: kube-system}\nspec: {ports: [{port: 53}]}\n",
+		"review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "-")
+	want := `{"namespace":"kube-system","name":"kube-dns","allowed":true,"decision":"patched","rules":[],"mutations":["assign-reserved"],"clusterIPs":["10.96.0.10"],"message":"assigned reserved 10.96.0.10","patch":[{"op":"add","path":"/spec/clusterIP","value":"10.96.0.10"},{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10"]}]}`
+	if strings.TrimSpace(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
+
+func TestReviewSeesEarlierServicesOfTheInput(t *testing.T) {
+	in := `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: a}
+  spec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: b}
+  spec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}
+`
+	code, out, _ := runCLI(in, "review", "--service-cidr", "10.96.0.0/16", "-o", "json", "-")
+	if code != exitcode.Denied || !strings.Contains(out, `is held by IPAddress 10.96.0.30 for Service default/a`) {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestReviewAllocatedFlag(t *testing.T) {
+	svc := "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.30, ports: [{port: 80}]}\n"
+	code, out, _ := runCLI(svc, "review", "--service-cidr", "10.96.0.0/16", "--allocated", "10.96.0.30=prod/db", "-")
+	if code != exitcode.Denied || !strings.Contains(out, "is held by IPAddress 10.96.0.30 for Service prod/db") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestReviewInputErrorsNameTheFileAndTheProblem(t *testing.T) {
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIp: 10.96.0.30}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(dir, "broken.yaml")
+	if err := os.WriteFile(broken, []byte("apiVersion: v1\nkind: Service\nmetadata: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badPolicy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(badPolicy, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- ip: 10.96.0.300\n  service: kube-system/kube-dns\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "a missing file", args: []string{"review", "--service-cidr", "10.96.0.0/16", filepath.Join(dir, "nope.yaml")}, want: "nope.yaml: no such file or directory"},
+		{name: "an unknown Service field", args: []string{"review", "--service-cidr", "10.96.0.0/16", typo}, want: `typo.yaml: document 1: Service "web": unknown field "spec.clusterIp"`},
+		{name: "malformed YAML", args: []string{"review", "--service-cidr", "10.96.0.0/16", broken}, want: "broken.yaml: document 1:"},
+		{name: "a bad policy", args: []string{"review", "--policy", badPolicy, "--service-cidr", "10.96.0.0/16", typo}, want: `reservations[0] (line 4): ip "10.96.0.300" is not an IP address`},
+		{name: "no ranges", args: []string{"review", typo}, want: "no Service CIDRs to review against"},
+		{name: "a bad --service-cidr", args: []string{"review", "--service-cidr", "10.96.0.1/16", typo}, want: "did you mean 10.96.0.0/16?"},
+		{name: "a bad --allocated", args: []string{"review", "--service-cidr", "10.96.0.0/16", "--allocated", "10.96.0.30", typo}, want: "write IP=NAMESPACE/NAME"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI("", tt.args...)
+			if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestBandsReproducesTheFactsTable(t *testing.T) {
+	code, out, _ := runCLI("", "bands", "-o", "json", "10.96.0.0/12", "10.96.0.0/27", "10.96.0.0/28", "10.96.0.0/31", "fd00::/64", "fd00::/120")
+	if code != exitcode.OK {
+		t.Fatalf("exit %d", code)
+	}
+	want := `{"cidr":"10.96.0.0/12","usable":"10.96.0.1-10.111.255.254","static":"10.96.0.1-10.96.1.0","dynamic":"10.96.1.1-10.111.255.254","offset":256}
+{"cidr":"10.96.0.0/27","usable":"10.96.0.1-10.96.0.30","static":"10.96.0.1-10.96.0.16","dynamic":"10.96.0.17-10.96.0.30","offset":16}
+{"cidr":"10.96.0.0/28","usable":"10.96.0.1-10.96.0.14","static":"none","dynamic":"10.96.0.1-10.96.0.14","offset":0}
+{"cidr":"10.96.0.0/31","usable":"none","static":"none","dynamic":"none","offset":0}
+{"cidr":"fd00::/64","usable":"fd00::1-fd00::ffff:ffff:ffff:ffff","static":"fd00::1-fd00::100","dynamic":"fd00::101-fd00::ffff:ffff:ffff:ffff","offset":256}
+{"cidr":"fd00::/120","usable":"fd00::1-fd00::ff","static":"fd00::1-fd00::10","dynamic":"fd00::11-fd00::ff","offset":16}
+`
+	if out != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+	if code, _, stderr := runCLI("", "bands", "10.96.0.5/16"); code != exitcode.BadData || !strings.Contains(stderr, "did you mean 10.96.0.0/16?") {
+		t.Fatalf("bad CIDR: exit %d %s", code, stderr)
+	}
+}
+
+// The example policy object reviews exactly as the same policy in the
+// retired file format.
+func TestReviewOfThePolicyObjectExample(t *testing.T) {
+	code, fromFile, _ := runCLI("", "review", "--policy", "testdata/retired-policy.yaml", "-o", "json", "../../examples/services/")
+	code2, fromObject, stderr := runCLI("", "review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "../../examples/services/")
+	if code2 != code || fromObject != fromFile {
+		t.Fatalf("the object (exit %d, stderr %s):\n%s\nthe file (exit %d):\n%s", code2, stderr, fromObject, code, fromFile)
+	}
+}
+
+// The old file apiVersion keeps working in review, with a note on stderr
+// that names the object's apiVersion and how to convert; the object gets
+// no note, and stdout (the public review output) is the same for both.
+func TestReviewNotesTheOldFileFormat(t *testing.T) {
+	code, fromFile, stderr := runCLI("", "review", "--policy", "testdata/retired-policy.yaml", "-o", "json", "../../examples/services/")
+	if code != exitcode.Denied {
+		t.Fatalf("exit %d with the policy file, want 1 (some example Services are denied); stderr %s", code, stderr)
+	}
+	for _, part := range []string{
+		`review: note: "testdata/retired-policy.yaml" is a policy file (apiVersion clusterip-policy/v1alpha1), read as before`,
+		"ClusterIPPolicy object (apiVersion clusterip-policy.io/v1alpha1, named default)",
+		"To convert: drop apiVersion and kind, indent the rest under spec:",
+		`docs/policy.md, "The retired file format"`,
+	} {
+		if !strings.Contains(stderr, part) {
+			t.Errorf("stderr lacks %q:\n%s", part, stderr)
+		}
+	}
+	if n := strings.Count(stderr, "\n"); n != 1 {
+		t.Errorf("the note takes %d lines, want 1:\n%s", n, stderr)
+	}
+	code2, fromObject, stderr2 := runCLI("", "review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "../../examples/services/")
+	if code2 != code || fromObject != fromFile {
+		t.Errorf("the object reviews differently (exit %d):\n%s\nthe file (exit %d):\n%s", code2, fromObject, code, fromFile)
+	}
+	if stderr2 != "" {
+		t.Errorf("the object manifest got a note: %s", stderr2)
+	}
+	// A file that does not load gets its error, not the note.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations: [{ip: 10.96.0.300, service: a/b}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI("", "review", "--policy", bad, "../../examples/services/")
+	if code != exitcode.BadData || strings.Contains(stderr, "note:") || !strings.Contains(stderr, "10.96.0.300") {
+		t.Errorf("a bad policy file: exit %d, stderr %s; want exit 2 with the error and no note", code, stderr)
+	}
+	// The note stays one bounded line whatever the path.
+	long := filepath.Join(t.TempDir(), strings.Repeat("p", 200)+".yaml")
+	data, err := os.ReadFile("testdata/retired-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(long, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, stderr = runCLI("", "review", "--policy", long, "../../examples/services/")
+	if !strings.Contains(stderr, "more bytes") || len(stderr) > 1024 {
+		t.Errorf("a long path: note of %d bytes, want it clipped:\n%s", len(stderr), stderr)
+	}
+}
+
+// audit takes --policy as review does, and notes the old file format the
+// same way, before it reads the cluster.
+func TestAuditNotesTheOldFileFormat(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-kubeconfig")
+	code, _, stderr := runCLI("", "audit", "--policy", "testdata/retired-policy.yaml", "--kubeconfig", missing)
+	if code != exitcode.BadData || !strings.Contains(stderr, `audit: note: "testdata/retired-policy.yaml" is a policy file (apiVersion clusterip-policy/v1alpha1)`) || !strings.Contains(stderr, "no-kubeconfig") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 for the kubeconfig, after the note", code, stderr)
+	}
+	_, _, stderr = runCLI("", "audit", "--policy", "../../examples/clusterippolicy.yaml", "--kubeconfig", missing)
+	if strings.Contains(stderr, "note:") {
+		t.Errorf("the object manifest got a note: %s", stderr)
+	}
+}

@@ -1,0 +1,124 @@
+// Package clusterread lists what an audit reads of a cluster, page by page:
+// the Services (only the fields the audit reads), and the ServiceCIDRs and
+// IPAddresses as a snapshot built the way kubesource builds the webhook's
+// view. The audit command and the leader's periodic audit both read the
+// cluster through it.
+package clusterread
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/allocview/kubesource"
+)
+
+// pageSize and maxPages bound each list, as kubesource's do: a page of 500
+// objects, and at most 5 million objects of a kind.
+const (
+	pageSize = 500
+	maxPages = 10000
+)
+
+// Cluster lists the Services, ServiceCIDRs and IPAddresses, page by
+// page, and returns the Services (only the fields the audit reads) and a
+// snapshot built the way kubesource builds the webhook's view. A cluster
+// that does not serve ServiceCIDRs or IPAddresses gives a snapshot without
+// them, as kubesource's fallback does.
+func Cluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, *allocview.Snapshot, error) {
+	services, err := Services(ctx, client)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cidrs []allocview.ServiceCIDR
+	cidrErr := Pages(ctx, "servicecidrs", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
+		l, err := client.NetworkingV1().ServiceCIDRs().List(ctx, opts)
+		if err != nil {
+			return metav1.ListMeta{}, err
+		}
+		for i := range l.Items {
+			cidrs = append(cidrs, kubesource.ToServiceCIDR(&l.Items[i]))
+		}
+		return l.ListMeta, nil
+	})
+	allocs := map[netip.Addr]allocview.Holder{}
+	ipErr := Pages(ctx, "ipaddresses", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
+		l, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
+		if err != nil {
+			return metav1.ListMeta{}, err
+		}
+		for i := range l.Items {
+			if ip, err := netip.ParseAddr(l.Items[i].Name); err == nil {
+				allocs[ip] = kubesource.HolderOf(&l.Items[i])
+			}
+		}
+		return l.ListMeta, nil
+	})
+	for _, err := range []error{cidrErr, ipErr} {
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, nil, err
+		}
+	}
+	tracks := ipErr == nil
+	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
+		tx.ReplaceServiceCIDRs(cidrs)
+		tx.ReplaceAllocations(allocs)
+		tx.MarkSynced(tracks)
+	})
+	return services, snap, nil
+}
+
+// Services lists the Services of all namespaces page by page, keeping
+// only the fields the audit reads; the server's periodic audit reads them
+// the same way.
+func Services(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, error) {
+	var services []*corev1.Service
+	err := Pages(ctx, "services", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
+		l, err := client.CoreV1().Services("").List(ctx, opts)
+		if err != nil {
+			return metav1.ListMeta{}, err
+		}
+		for i := range l.Items {
+			services = append(services, AuditedFields(&l.Items[i]))
+		}
+		return l.ListMeta, nil
+	})
+	return services, err
+}
+
+// AuditedFields keeps what the audit reads of a Service, so that a cluster
+// of many Services is not held in memory whole.
+func AuditedFields(s *corev1.Service) *corev1.Service {
+	return &corev1.Service{
+		// UID: the periodic audit's Events name the Service by it, as
+		// `kubectl describe service` finds them.
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID},
+		Spec: corev1.ServiceSpec{Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs,
+			IPFamilies: s.Spec.IPFamilies, IPFamilyPolicy: s.Spec.IPFamilyPolicy},
+	}
+}
+
+// Pages calls list for each page until the list is complete, at most
+// maxPages times; an error names the resource and what to check.
+func Pages(ctx context.Context, resource string, list func(context.Context, metav1.ListOptions) (metav1.ListMeta, error)) error {
+	opts := metav1.ListOptions{Limit: pageSize}
+	for range maxPages {
+		meta, err := list(ctx, opts)
+		switch {
+		case apierrors.IsForbidden(err):
+			return fmt.Errorf("list %s: %w; the audit needs list on services (all namespaces), servicecidrs and ipaddresses (networking.k8s.io)", resource, err)
+		case err != nil:
+			return fmt.Errorf("list %s: %w; check that the kubeconfig's cluster is reachable", resource, err)
+		case meta.Continue == "":
+			return nil
+		}
+		opts.Continue = meta.Continue
+	}
+	return fmt.Errorf("list %s: more than %d pages of %d; the apiserver kept answering \"continue\"", resource, maxPages, pageSize)
+}

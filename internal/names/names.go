@@ -1,0 +1,27 @@
+// Package names holds the names the binary shares with the manifests: the
+// paths of the admission endpoints and the names of the Service webhooks in
+// the webhook configurations. The binary serves and edits them by these
+// names, manifests/base/webhook-configurations.yaml sends the apiservers to
+// them (manifests/safety_test.go holds the two equal), and the e2e harness
+// calls and finds them by them. The manifests package re-exports the paths;
+// the binary never imports manifests.
+package names
+
+// Paths of the admission endpoints.
+const (
+	MutatePath   = "/mutate-v1-service"
+	ValidatePath = "/validate-v1-service"
+	// ValidateServiceCIDRPath reviews networking.k8s.io/v1 ServiceCIDRs.
+	ValidateServiceCIDRPath = "/validate-v1-servicecidr"
+	// ValidatePolicyObjectPath reviews clusterip-policy.io ClusterIPPolicy
+	// objects with the policy loader (internal/server/policyobjectreview.go).
+	ValidatePolicyObjectPath = "/validate-v1alpha1-clusterippolicy"
+)
+
+// The Service webhooks' names in the webhook configurations: the managed
+// matchCondition is written into these entries, and the kube-apiserver
+// prefixes each auditAnnotation with them.
+const (
+	MutatingServiceWebhook   = "mutate-services.clusterip-policy.io"
+	ValidatingServiceWebhook = "validate-services.clusterip-policy.io"
+)

@@ -1,0 +1,232 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/go-logr/logr"
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"clusterip-policy/pkg/policy"
+)
+
+// A request's path through the webhook, top to bottom:
+//
+//	admissionEndpoint   body budget and response cap (boundedResponse), then
+//	                    controller-runtime's webhook.Admission decodes the review
+//	mutatingHandler.Handle, validatingHandler.Handle  pick the stage
+//	                    (serviceCIDRHandler: ServiceCIDR objects, servicecidr.go)
+//	reviewer.handle     times the request, answers it, adds the apiserver's
+//	                    auditAnnotations (auditannotations.go), records the answer
+//	reviewer.answer     parse, check readiness, decide, respond:
+//	  malformed           a review no apiserver sends: 400
+//	  policy.OperationSkip  DELETE, CONNECT: allowed, nothing to allocate
+//	  (kind check)        anything but a core/v1 Service: 400
+//	  decodeServiceFields the fields a decision reads (servicefields.go)
+//	  policy.TooMany      more IPs than the apiserver allows: one short denial
+//	  decodeOldService    the stored Service, on UPDATE
+//	  readiness.check     policy loaded, view synced and fresh, or 503
+//	  policy.Mutate, policy.Validate  the decision (pkg/policy)
+//	  respond             the decision as an admission response
+//	newAuditLine, reviewer.record  one audit line and the metrics, from the answer
+
+// reviewer is what both admission handlers share: it turns an
+// AdmissionReview into a policy.Request, asks pkg/policy for the decision,
+// writes the audit line and counts the decision.
+type reviewer struct {
+	readiness
+	staticCIDRs []netip.Prefix
+	audit       logr.Logger
+	metrics     *metrics
+	// releaser runs on an allowed mutating decision, before it is
+	// recorded (holds.go); nil when reservation holds are off.
+	releaser allocationHook
+}
+
+var (
+	_ admission.Handler = mutatingHandler{}
+	_ admission.Handler = validatingHandler{}
+)
+
+// answered is how one request was answered: all its audit line and metrics
+// need. decision is nil when no policy decision was made (a malformed
+// request, an operation that allocates nothing, not ready); outcome,
+// skipped and message then stand in for it.
+type answered struct {
+	decision *policy.Decision
+	outcome  policy.Outcome
+	skipped  string
+	message  string
+	// name is the Service's name as decoded (the request may not carry it).
+	name string
+	// service is the Service the decision was made on; nil without one.
+	service *corev1.Service
+	// state is what the decision was made against, as far as it was checked.
+	state readyState
+}
+
+// refused answers a request without deciding it: a malformed one is
+// refused, never waved through.
+func refused(message string) answered { return answered{outcome: policy.Denied, message: message} }
+
+// handle answers one request and records the answer it gives. hook, when
+// not nil, runs on an allowed decision before anything is recorded (the
+// holds' release, holds.go): if it refuses, the refusal is the answer, and
+// the audit line, the counters and the auditAnnotations say so.
+func (r *reviewer) handle(ctx context.Context, stage policy.Stage, req admission.Request, hook allocationHook) admission.Response {
+	start := time.Now()
+	var resp admission.Response
+	var a answered
+	if stage == policy.StageServiceCIDR {
+		resp, a = r.answerServiceCIDR(req)
+	} else {
+		resp, a = r.answer(stage, req)
+	}
+	if hook != nil && a.decision != nil && a.decision.Allowed() && a.service != nil {
+		if refusal := hook.beforeAllocation(ctx, req, a.service, a.decision); refusal != "" {
+			resp = notReady(refusal)
+			a = answered{outcome: policy.Denied, message: refusal, name: a.name, state: a.state}
+		}
+	}
+	resp.AuditAnnotations = auditAnnotations(a)
+	r.record(newAuditLine(stage, req, a, time.Since(start)), a.decision)
+	return resp
+}
+
+// answer parses the request, checks readiness, decides and builds the
+// response.
+func (r *reviewer) answer(stage policy.Stage, req admission.Request) (admission.Response, answered) {
+	if err := malformed(req); err != nil {
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
+	}
+	if skip := policy.OperationSkip(policy.Operation(req.Operation)); skip != "" {
+		return admission.Allowed(skip), answered{outcome: policy.Allowed, skipped: skip}
+	}
+	if req.Kind.Kind != "Service" || req.Kind.Group != "" {
+		kind := policy.Echo(req.Kind.String())
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", kind)),
+			refused(fmt.Sprintf("expected a core/v1 Service, got %s", kind))
+	}
+	fields, err := decodeServiceFields(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
+	}
+	if fields.Spec == nil {
+		err := fmt.Errorf("the Service in the admission request has no spec; the apiserver always sends one")
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
+	}
+	if d, tooMany := policy.TooMany(stage, fields.Spec.ClusterIPs.n, fields.Spec.IPFamilies.n, fields.Spec.ClusterIPs.head); tooMany {
+		return respond(d), answered{decision: &d, name: fields.Metadata.Name}
+	}
+	svc := fields.service() // complete: TooMany refused longer lists
+	if svc.Namespace == "" {
+		svc.Namespace = req.Namespace // the apiserver may send it only beside the object
+	}
+	if svc.Name == "" {
+		svc.Name = req.Name
+	}
+	var old *corev1.Service
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		if old, err = decodeOldService(req.OldObject.Raw); err != nil {
+			a := refused(err.Error())
+			a.name = svc.Name
+			return admission.Errored(http.StatusBadRequest, err), a
+		}
+	}
+	state, err := r.check(time.Now())
+	if err != nil {
+		return notReady(err.Error()), answered{outcome: policy.Denied, message: err.Error(), name: svc.Name, state: state}
+	}
+
+	env := policy.Env{Policy: state.policy.policy, Snapshot: state.snap, StaticCIDRs: r.staticCIDRs}
+	preq := policy.Request{
+		Operation: policy.Operation(req.Operation), Service: svc, OldService: old,
+		User: req.UserInfo.Username, Groups: req.UserInfo.Groups, DryRun: isDryRun(req),
+	}
+	var d policy.Decision
+	if stage == policy.StageMutate {
+		d = policy.Mutate(env, preq)
+	} else {
+		d = policy.Validate(env, preq)
+	}
+	return respond(d), answered{decision: &d, name: svc.Name, service: svc, state: state}
+}
+
+func isDryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }
+
+// respond turns a decision into the admission response.
+func respond(d policy.Decision) admission.Response {
+	var resp admission.Response
+	if d.Allowed() {
+		resp = admission.Allowed(d.Message)
+	} else {
+		resp = admission.Denied(d.Message)
+		resp.Result.Reason = metav1.StatusReasonInvalid
+	}
+	resp.Warnings = d.Warnings
+	for _, op := range d.Patch {
+		resp.Patches = append(resp.Patches, jsonpatch.JsonPatchOperation{Operation: op.Op, Path: op.Path, Value: op.Value})
+	}
+	return resp
+}
+
+// notReady is a denial with 503, which tells the client to retry.
+func notReady(message string) admission.Response {
+	resp := admission.Denied(message)
+	resp.Result.Code = http.StatusServiceUnavailable
+	resp.Result.Reason = metav1.StatusReasonServiceUnavailable
+	return resp
+}
+
+// decodeOldService decodes the stored Service of an UPDATE. The apiserver
+// never stores more than two clusterIPs or ipFamilies; should an old
+// object hold more, it is decoded whole, as sent, rather than cut.
+func decodeOldService(raw []byte) (*corev1.Service, error) {
+	fields, err := decodeServiceFields(raw)
+	if err != nil {
+		return nil, err
+	}
+	if fields.complete() {
+		return fields.service(), nil
+	}
+	svc := &corev1.Service{}
+	if err := json.Unmarshal(raw, svc); err != nil {
+		return nil, fmt.Errorf("decode the Service in the admission request: %s", policy.Clip(err.Error(), policy.MaxMessageBytes))
+	}
+	return svc, nil
+}
+
+// record writes the audit line and counts the decision.
+func (r *reviewer) record(line auditLine, d *policy.Decision) {
+	writeAudit(r.audit, line)
+	decision := string(line.Decision)
+	if d == nil || len(d.Rules()) == 0 {
+		r.metrics.decisionCounters.inc(string(line.Stage), decision, "")
+		return
+	}
+	for _, rule := range d.Rules() {
+		r.metrics.decisionCounters.inc(string(line.Stage), decision, string(rule))
+	}
+}
+
+// mutatingHandler serves the MutatingWebhookConfiguration.
+type mutatingHandler struct{ *reviewer }
+
+func (h mutatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.handle(ctx, policy.StageMutate, req, h.releaser)
+}
+
+// validatingHandler serves the ValidatingWebhookConfiguration.
+type validatingHandler struct{ *reviewer }
+
+func (h validatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.handle(ctx, policy.StageValidate, req, nil)
+}

@@ -1,0 +1,412 @@
+// Package server is clusterip-policy's one composition root: it parses and
+// checks the serve flags, builds the policy source, the view, the admission
+// handlers and the leader-only loops, and runs them until a signal.
+// docs/architecture.md has the map.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"clusterip-policy/internal/leader"
+
+	"clusterip-policy/internal/logging"
+	"clusterip-policy/internal/tlsauth"
+
+	"clusterip-policy/internal/version"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/internal/names"
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/holds"
+	"clusterip-policy/pkg/matchconditions"
+	"clusterip-policy/pkg/policy"
+)
+
+type serveOptions struct {
+	policyPath     string
+	policySource   string
+	kubeconfig     string
+	certDir        string
+	bindAddress    string
+	port           int
+	healthAddr     string
+	metricsAddr    string
+	serviceCIDRs   []string
+	reloadInterval time.Duration
+	shutdownDelay  time.Duration
+	maxStaleness   time.Duration
+	clientCAFile   string
+	holds          holdOptions
+	lease          leader.Options
+	audit          periodicAuditOptions
+	conditions     matchConditionOptions
+}
+
+func serveFlags(o *serveOptions) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	fs.StringVar(&o.policyPath, "policy", "", "Path of the ClusterIPPolicy YAML file (required). It is re-read when it changes, so a ConfigMap mounted as a directory takes effect without a restart; a file that fails to load is refused and the last good policy stays.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for reaching the apiserver. Empty: the in-cluster service account.")
+	fs.StringVar(&o.certDir, "cert-dir", "/tls", "Directory holding the serving certificate as tls.crt and tls.key (a kubernetes.io/tls Secret mounted as a volume). The files are reloaded when they change, so certificates rotate without a restart.")
+	fs.StringVar(&o.bindAddress, "bind-address", "", "Address the webhook listens on; empty means all interfaces.")
+	fs.IntVar(&o.port, "port", 9443, "Port of the HTTPS webhook endpoints /mutate-v1-service, /validate-v1-service and /validate-v1-servicecidr.")
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz (liveness: the process answers) and /readyz (ready: webhook serving, policy loaded, view of ServiceCIDRs and IPAddresses synced).")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; \"0\" turns it off.")
+	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR to use when the cluster serves no ServiceCIDR objects (before Kubernetes 1.33). Repeatable, primary family first; replaces the policy's serviceCIDRs.")
+	fs.StringVar(&o.policySource, "policy-source", policySourceFile, "Where the policy comes from: file (--policy, the default) or crd (the cluster-scoped ClusterIPPolicy object named default, manifests/base/crd.yaml; its status shows whether its generation is in force). With crd, leave --policy unset.")
+	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
+	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
+	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
+	fs.BoolVar(&o.holds.enabled, "hold-reservations", false, "Keep an IPAddress (label "+holds.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
+	fs.DurationVar(&o.holds.grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
+	fs.DurationVar(&o.audit.interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+auditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
+	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there.")
+	fs.StringVar(&o.lease.Name, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
+	fs.StringVar(&o.lease.Identity, "leader-election-identity", leader.DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
+	fs.BoolVar(&o.conditions.manage, "manage-match-conditions", false, "Keep the matchCondition "+matchconditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
+	fs.DurationVar(&o.conditions.settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
+	fs.StringVar(&o.conditions.mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+mutatingServiceWebhook+" gets the managed matchCondition.")
+	fs.StringVar(&o.conditions.validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+validatingServiceWebhook+" gets the managed matchCondition.")
+	return fs
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+// validate checks every flag before anything starts, naming the flag, the
+// value and the fix.
+func (o *serveOptions) validate() ([]netip.Prefix, error) {
+	switch o.policySource {
+	case policySourceFile:
+	case policySourceCRD:
+		if o.policyPath != "" {
+			return nil, fmt.Errorf("--policy %s and --policy-source=crd exclude each other: with crd the policy is the ClusterIPPolicy object %q; drop --policy, or use --policy-source=file", o.policyPath, policy.ObjectName)
+		}
+	default:
+		return nil, fmt.Errorf("--policy-source %q is not a policy source; use file or crd", o.policySource)
+	}
+	if o.policySource == policySourceFile && o.policyPath == "" {
+		return nil, errors.New("--policy is required: the path of a ClusterIPPolicy object manifest (see examples/clusterippolicy.yaml), or --policy-source=crd")
+	}
+	if o.policySource == policySourceFile {
+		if _, err := policy.LoadFile(o.policyPath); err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+	}
+	if o.port <= 0 || o.port > 65535 {
+		return nil, fmt.Errorf("--port %d is not a TCP port; use 1-65535", o.port)
+	}
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if _, err := os.Stat(filepath.Join(o.certDir, f)); err != nil {
+			return nil, fmt.Errorf("--cert-dir %s: %w; mount the serving certificate there or run `make certs`", o.certDir, err)
+		}
+	}
+	if o.reloadInterval <= 0 {
+		return nil, fmt.Errorf("--policy-reload-interval %s must be positive", o.reloadInterval)
+	}
+	if o.maxStaleness <= 0 {
+		return nil, fmt.Errorf("--max-view-staleness %s must be positive", o.maxStaleness)
+	}
+	if o.shutdownDelay < 0 {
+		return nil, fmt.Errorf("--shutdown-delay %s must not be negative", o.shutdownDelay)
+	}
+	if o.clientCAFile != "" {
+		if _, err := tlsauth.ParseBundle(o.clientCAFile, time.Now()); err != nil {
+			return nil, fmt.Errorf("--client-ca-file: %w", err)
+		}
+	}
+	if err := o.holds.validate(); err != nil {
+		return nil, err
+	}
+	// The Lease is checked where each leader-only loop is: holds first, so
+	// the first flag named is the one the operator turned on.
+	if o.holds.enabled {
+		if err := o.lease.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := o.audit.validate(); err != nil {
+		return nil, err
+	}
+	if o.audit.interval > 0 || o.conditions.manage {
+		if err := o.lease.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := o.conditions.validate(); err != nil {
+		return nil, err
+	}
+	var cidrs []netip.Prefix
+	for _, s := range o.serviceCIDRs {
+		p, err := allocview.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--service-cidr: %w", err)
+		}
+		cidrs = append(cidrs, p)
+	}
+	return cidrs, nil
+}
+
+// Serve is `clusterip-policy serve`; it returns the exit code.
+func Serve(args []string, stderr io.Writer) int {
+	var o serveOptions
+	fs := serveFlags(&o)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return exitcode.OK
+		}
+		return exitcode.BadData
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", fs.Args())
+		return exitcode.BadData
+	}
+	log := logging.New(stderr)
+	staticCIDRs, err := o.validate()
+	if err != nil {
+		log.Error(err, "invalid flags")
+		return exitcode.BadData
+	}
+	ctrl.SetLogger(log)
+	klog.SetLogger(log.WithName("client")) // client-go's warnings and errors, as JSON too
+	flags := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) { flags[f.Name] = f.Value.String() })
+	log.Info("starting clusterip-policy webhook", "version", version.Version(), "commit", version.Commit(), "flags", flags)
+
+	logging.RouteStdlib(log.WithName("http"))
+	if err := runServer(o, staticCIDRs, log); err != nil {
+		log.Error(err, "webhook stopped")
+		return exitcode.Denied
+	}
+	return exitcode.OK
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) error {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "clusterip-policy/" + version.Version()
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+
+	view := allocview.NewView()
+	m := newMetrics(defaultRegistry, view)
+	var crd *crdPolicy
+	var status *policyStatus // the ClusterIPPolicy status; nil with --policy-source=file
+	var policies *policyStore
+	if o.policySource == policySourceCRD {
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		policies = newPolicyStore(policy.ObjectResource+"/"+policy.ObjectName, log.WithName("policy"), m)
+		status = newPolicyStatus(dyn, log.WithName("policy-status"))
+		crd = &crdPolicy{client: dyn, store: policies, status: status, log: log.WithName("policy")}
+	} else {
+		policies = newPolicyStore(o.policyPath, log.WithName("policy"), m)
+		if err := policies.reload(); err != nil {
+			return err // no good policy to fall back to at start
+		}
+	}
+	source := kubesource.New(client, view, log.WithName("view"))
+	registerViewMetrics(defaultRegistry, source)
+	ready := readiness{policies: policies, view: view, staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
+	rev := &reviewer{readiness: ready, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
+	var leaderWorks []leader.Work
+	if o.holds.enabled {
+		hm := newHoldMetrics(defaultRegistry)
+		rev.releaser = newHoldReleaser(client, policies, log.WithName("holds"), hm)
+		keeper := &holdKeeper{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
+			skip: []string{o.lease.Namespace}, grace: o.holds.grace, log: log.WithName("holds"), metrics: hm}
+		leaderWorks = append(leaderWorks, keeper.lead)
+	}
+	var pa *periodicAudit
+	if o.audit.interval > 0 {
+		pa = &periodicAudit{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
+			skip: []string{o.lease.Namespace}, interval: o.audit.interval, instance: o.lease.Identity,
+			log: log.WithName("periodic-audit"), metrics: newPeriodicAuditMetrics(defaultRegistry), now: time.Now}
+		leaderWorks = append(leaderWorks, pa.lead)
+	}
+	ck := &conditionKeeper{client: client, ready: ready, staticCIDRs: staticCIDRs, o: o.conditions,
+		log: log.WithName("match-conditions"), metrics: newConditionMetrics(defaultRegistry),
+		mutators: &mutatorWatch{client: client, ourConfig: o.conditions.mutating, log: log.WithName("match-conditions")}}
+	// The ClusterIPPolicy status has one writer, the leader
+	// (policystatus.go): in CRD mode this replica campaigns even when no
+	// other leader work is on.
+	if status != nil {
+		status.auditOn, status.conditionsOn = o.audit.interval > 0, o.conditions.manage
+		ck.inForce, ck.writeFailed = status.conditionsInForce, status.conditionsWriteFailed
+		if pa != nil {
+			pa.report = status.auditDone
+		}
+		leaderWorks = append(leaderWorks, status.lead)
+	}
+	if o.conditions.manage {
+		ck.metrics.managed.Set(1)
+		leaderWorks = append(leaderWorks, ck.lead)
+	}
+
+	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
+	// only from inside --cert-dir (see internal/tlsauth).
+	var cas *tlsauth.ClientCAs
+	if o.clientCAFile != "" {
+		if cas, err = tlsauth.NewClientCAs(o.clientCAFile, log.WithName("tls")); err != nil {
+			return fmt.Errorf("--client-ca-file: %w", err)
+		}
+		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", cas.Digest(), "cas", cas.Subject())
+	}
+	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsauth.Options(cas)})
+	server.Register(names.MutatePath, admissionEndpoint(mutatingHandler{rev}))
+	server.Register(names.ValidatePath, admissionEndpoint(validatingHandler{rev}))
+	server.Register(names.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
+	server.Register(names.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{view: view}))
+
+	var draining atomic.Bool
+	readyChecks := map[string]healthz.Checker{
+		"webhook": tlsauth.ReadyChecker(server, cas, o.bindAddress, o.port),
+		// The same answer every review gets: policy loaded, view synced
+		// and not stale for longer than --max-view-staleness.
+		"reviews": func(*http.Request) error {
+			_, err := ready.check(time.Now())
+			return err
+		},
+		"shutdown": func(*http.Request) error {
+			if draining.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		},
+	}
+	probes := http.NewServeMux()
+	probes.Handle("/healthz", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
+	probes.Handle("/healthz/", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
+	probes.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: readyChecks}))
+	probes.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: readyChecks}))
+
+	signals, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+	// Two contexts: the webhook keeps serving through the shutdown delay,
+	// everything else stops after it.
+	webhookCtx, stopWebhook := context.WithCancel(context.Background())
+	defer stopWebhook()
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+
+	errs := make(chan error, 8) // one per goroutine below, so none blocks on exit
+	var wg sync.WaitGroup
+	goRun := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	goRun("view", func() error { return source.Run(bgCtx) })
+	if crd != nil {
+		goRun("policy object watcher", func() error { return crd.run(bgCtx) })
+	} else {
+		goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
+	}
+	goRun("webhook server", func() error { return server.Start(webhookCtx) })
+	if !o.conditions.manage {
+		// Every replica, with or without a Lease: a managed condition left
+		// from when management was on must go whatever else is on.
+		goRun("managed matchConditions removal", func() error { ck.keepRemoved(bgCtx); return nil })
+	}
+	if len(leaderWorks) > 0 {
+		goRun("leader election", func() error { return leader.Run(bgCtx, client, o.lease, log.WithName("leader"), leaderWorks...) })
+	}
+	if cas != nil {
+		goRun("client CA watcher", func() error { cas.Watch(bgCtx, tlsauth.ReloadInterval); return nil })
+	}
+	goRun("health probes", func() error { return serveHTTP(bgCtx, o.healthAddr, probes) })
+	if o.metricsAddr != "0" {
+		metricsMux := http.NewServeMux()
+		metricsMux.Handle("/metrics", promhttp.HandlerFor(defaultRegistry, promhttp.HandlerOpts{}))
+		goRun("metrics", func() error { return serveHTTP(bgCtx, o.metricsAddr, metricsMux) })
+	}
+
+	var failure error
+	select {
+	case <-signals.Done():
+		log.Info("shutting down: reporting not ready, then finishing in-flight reviews", "delay", o.shutdownDelay.String())
+		draining.Store(true)
+		time.Sleep(o.shutdownDelay)
+	case failure = <-errs:
+	}
+	stopWebhook() // waits for in-flight requests (up to a minute) inside Start
+	stopBackground()
+	wg.Wait()
+	log.Info("stopped")
+	return failure
+}
+
+// serveHTTP serves plain HTTP on addr until ctx ends.
+func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

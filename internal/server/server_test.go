@@ -1,0 +1,121 @@
+package server
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"clusterip-policy/certs"
+	"clusterip-policy/internal/exitcode"
+)
+
+// runCLI runs `clusterip-policy serve ARGS...` as main dispatches it; only
+// flags that fail their checks are given, so it returns before starting.
+func runCLI(stdin string, args ...string) (int, string, string) {
+	if args[0] != "serve" {
+		panic("runCLI: the server runs serve only, not " + args[0])
+	}
+	var errb bytes.Buffer
+	code := Serve(args[1:], &errb)
+	return code, "", errb.String()
+}
+
+func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	certDir := filepath.Join(dir, "tls") // only checked for presence before the hold flags
+	if err := os.Mkdir(certDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve"}, "--policy is required"},
+		{[]string{"serve", "--policy-source", "configmap"}, `--policy-source \"configmap\" is not a policy source; use file or crd`},
+		{[]string{"serve", "--policy-source", "crd", "--policy", good}, "--policy " + good + " and --policy-source=crd exclude each other"},
+		{[]string{"serve", "--policy-source", "crd", "--port", "70000"}, "--port 70000 is not a TCP port"},
+		{[]string{"serve", "--policy", "nope.yaml"}, "--policy: read policy: open nope.yaml: no such file or directory"},
+		{[]string{"serve", "--policy", bad}, `--policy: policy ` + bad + `: line 3: unknown field \"reservation\"`},
+		{[]string{"serve", "--policy", good, "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there or run `make certs`"},
+		{[]string{"serve", "--policy", good, "--port", "70000"}, "--port 70000 is not a TCP port"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--hold-grace", "0s"}, "--hold-grace 0s is outside 100ms-1m"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--leader-election-namespace", ""}, "--leader-election-namespace is empty"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--validating-webhook-configuration", ""}, "--validating-webhook-configuration must name the configurations"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--match-conditions-settle", "2m"}, "--match-conditions-settle 2m0s is outside 0-1m"},
+	}
+	for _, tt := range tests {
+		code, _, stderr := runCLI("", tt.args...)
+		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d stderr %s; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+// pflag shows the first `quoted` word of a flag's help as its type, so a
+// help text may quote nothing: --audit-interval once showed "webhook audit"
+// where "duration" belongs.
+func TestFlagHelpShowsTheFlagsOwnType(t *testing.T) {
+	var so serveOptions
+	fs := serveFlags(&so)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if strings.Contains(f.Usage, "`") {
+			t.Errorf("--%s: its help quotes a word with backticks, which pflag would show as the flag's type: %q", f.Name, f.Usage)
+		}
+	})
+	if typ, _ := pflag.UnquoteUsage(fs.Lookup("audit-interval")); typ != "duration" {
+		t.Errorf("--audit-interval shows the type %q, want duration", typ)
+	}
+}
+
+func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certs.NewCA("client-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := ca.Sign(certs.Options{CommonName: "x", DNSNames: []string{"localhost"}, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.WriteServing(dir, ca, kp); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, certs.CAKeyFile)
+	for _, tt := range []struct{ file, want string }{
+		{filepath.Join(dir, "nope.crt"), "--client-ca-file: open " + filepath.Join(dir, "nope.crt") + ": no such file or directory"},
+		{keyFile, "--client-ca-file: " + keyFile + ": PEM block 1 is a EC PRIVATE KEY"},
+		{filepath.Join(dir, certs.CertFile), "is not a CA certificate"},
+	} {
+		code, _, stderr := runCLI("", "serve", "--policy", good, "--cert-dir", dir, "--client-ca-file", tt.file)
+		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
+			t.Errorf("--client-ca-file %s: exit %d stderr %s; want 2 and %q", tt.file, code, stderr, tt.want)
+		}
+	}
+}
+
+// tlsTestServer is controller-runtime's webhook server with tlsOptions on a
+// loopback port, answering 200 on /ok.
