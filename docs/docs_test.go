@@ -405,7 +405,7 @@ var binary = sync.OnceValues(func() (string, error) {
 	cmd := exec.Command("go", "build", "-o", bin, cliPackage)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %v\n%s", cliPackage, err, out)
+		return "", fmt.Errorf("go build %s: %w\n%s", cliPackage, err, out)
 	}
 	return bin, nil
 })

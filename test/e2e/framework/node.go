@@ -287,7 +287,7 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 		}
 		for _, cond := range node.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
+				return cond.Status == corev1.ConditionTrue, fmt.Errorf("node Ready=%s: %s", cond.Status, cond.Message)
 			}
 		}
 		return false, nil

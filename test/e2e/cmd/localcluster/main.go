@@ -169,7 +169,7 @@ func applyPolicy(ctx context.Context, c *framework.Cluster, path string) error {
 	kubectl := func(args ...string) error {
 		out, errOut, err := c.Kubectl(ctx, "", args...)
 		if err != nil {
-			return fmt.Errorf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+			return fmt.Errorf("kubectl %s: %w\n%s%s", strings.Join(args, " "), err, out, errOut)
 		}
 		return nil
 	}
