@@ -27,8 +27,8 @@ Usage:
   clusterip-policy [serve] [flags]        run the admission webhook (the default)
   clusterip-policy review [flags] FILE... evaluate Service manifests offline, as if created
   clusterip-policy audit [flags]          report existing Services that break the policy (read-only)
-  clusterip-policy bands [-o json] CIDR...  print each range's static and dynamic band
-  clusterip-policy version                print version information
+  clusterip-policy bands [flags] CIDR...  print each range's static and dynamic band
+  clusterip-policy version [-o json]      print version information
   clusterip-policy help                   print this list
 
 Run 'clusterip-policy COMMAND --help' for a command's flags.
@@ -61,8 +61,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "bands":
 		return cli.Bands(args, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, version.String())
-		return exitcode.OK
+		return cli.Version(args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return exitcode.OK

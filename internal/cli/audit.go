@@ -7,7 +7,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +30,7 @@ import (
 // cannotJudge is the footer of every audit: what a stored Service cannot tell.
 const cannotJudge = "A stored address does not say whether it was asked for or allocated: an address in a dynamic band that is not reserved for its Service breaks static-ip-in-dynamic-band only if someone named it, so the audit does not report it (review the manifests with `clusterip-policy review`). Exempt users and groups cannot be applied either: a Service does not record who created it."
 
-// auditJSON is the output of `audit -o json`; its keys are public API.
+// auditJSON is the output of `audit -o json|yaml`; its keys are public API.
 type auditJSON struct {
 	Policy            string                `json:"policy"`
 	Ranges            string                `json:"ranges"`
@@ -67,11 +66,11 @@ func Audit(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig of the cluster to audit. Empty: $KUBECONFIG, else ~/.kube/config, as kubectl does; inside a pod without either, its service account.")
 	fs.StringVar(&o.context, "context", "", "Kubeconfig context to use. Empty: the current context.")
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster, as --service-cluster-ip-range (repeatable, primary family first); only for a cluster that serves no ServiceCIDR objects (before 1.33). Replaces the policy's serviceCIDRs.")
-	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text (a table for people) or json (one object, for scripts).")
+	fs.StringVarP(&o.output, "output", "o", "text", outputHelp)
 	fs.IntVar(&o.maxPerRule, "max-per-rule", 20, "Findings listed per rule (1-1000); the rest are counted in a \"... and N more\" line. Counts are always complete.")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "Time allowed for reading the cluster (1s-1h).")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: clusterip-policy audit [--policy FILE] [--kubeconfig FILE] [-o text|json]
+		fmt.Fprintf(stderr, `Usage: clusterip-policy audit [--policy FILE] [--kubeconfig FILE] [-o text|json|yaml]
 
 Reports every existing Service whose addresses break the policy, before you
 enforce it: an address outside the active or allowed ranges, an address
@@ -96,8 +95,8 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 		return code
 	}
 	switch {
-	case o.output != "text" && o.output != "json":
-		return fail(exitcode.BadData, "-o %q: use text or json", o.output)
+	case checkOutput(o.output) != nil:
+		return fail(exitcode.BadData, "%v", checkOutput(o.output))
 	case fs.NArg() > 0:
 		return fail(exitcode.BadData, "unexpected argument %q: audit reads the cluster, not files (use `clusterip-policy review` for manifests)", fs.Arg(0))
 	case o.maxPerRule < 1 || o.maxPerRule > 1000:
@@ -135,14 +134,16 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	}
 	report := policy.Audit(env, services)
 	shown, omitted := report.Shown(o.maxPerRule)
-	if o.output == "json" {
+	if o.output != "text" {
 		out := auditJSON{Policy: pol.Digest, Ranges: env.Ranges().Describe(), Services: report.Services, Checked: report.Checked,
 			Exempt: report.Exempt, NotJudgedDynamic: report.NotJudged, TracksAllocations: report.TracksAllocations,
 			Counts: report.CountByRule(), Findings: shown, Omitted: omitted, CannotJudge: cannotJudge}
 		if out.Findings == nil {
 			out.Findings = []policy.Finding{}
 		}
-		_ = json.NewEncoder(stdout).Encode(out)
+		if err := writeDocument(stdout, o.output, out); err != nil {
+			return fail(exitcode.BadData, "%v", err)
+		}
 	} else {
 		writeAuditText(stdout, pol, env.Ranges(), report, shown, omitted)
 	}

@@ -42,7 +42,7 @@ current-context: x
 		code   int
 		stderr []string
 	}{
-		{"an unknown output format", []string{"-o", "yaml", "--kubeconfig", unreachable}, exitcode.BadData, []string{`-o "yaml": use text or json`}},
+		{"an unknown output format", []string{"-o", "table", "--kubeconfig", unreachable}, exitcode.BadData, []string{`-o "table": use text, json or yaml`}},
 		{"a file argument, as review takes", []string{"--kubeconfig", unreachable, "svc.yaml"}, exitcode.BadData, []string{`unexpected argument "svc.yaml"`, "clusterip-policy review"}},
 		{"a cap out of bounds", []string{"--max-per-rule", "0", "--kubeconfig", unreachable}, exitcode.BadData, []string{"--max-per-rule 0: use 1 to 1000"}},
 		{"a timeout out of bounds", []string{"--timeout", "10h", "--kubeconfig", unreachable}, exitcode.BadData, []string{"--timeout 10h0m0s: use 1s to 1h"}},

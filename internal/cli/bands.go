@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,7 @@ import (
 	"clusterip-policy/pkg/allocview"
 )
 
-// bandsRow is one line of `bands -o json`; its keys are public.
+// bandsRow is one range of `bands -o json|yaml`; its keys are public.
 type bandsRow struct {
 	CIDR    string `json:"cidr"`
 	Usable  string `json:"usable"`
@@ -26,9 +25,9 @@ type bandsRow struct {
 func Bands(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("bands", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	output := fs.StringP("output", "o", "text", "Output format: text (a table) or json (one object per line).")
+	output := fs.StringP("output", "o", "text", outputHelp+" The document: ranges (one object per CIDR, in order).")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: clusterip-policy bands [-o text|json] CIDR...\n\nPrints each range's usable addresses and its static and dynamic band, as the\napiserver's allocator computes them.\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(stderr, "Usage: clusterip-policy bands [-o text|json|yaml] CIDR...\n\nPrints each range's usable addresses and its static and dynamic band, as the\napiserver's allocator computes them.\n\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -36,8 +35,8 @@ func Bands(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitcode.BadData
 	}
-	if *output != "text" && *output != "json" {
-		fmt.Fprintf(stderr, "-o %q: use text or json\n", *output)
+	if err := checkOutput(*output); err != nil {
+		fmt.Fprintf(stderr, "bands: %v\n", err)
 		return exitcode.BadData
 	}
 	if fs.NArg() == 0 {
@@ -58,12 +57,12 @@ func Bands(args []string, stdout, stderr io.Writer) int {
 		}
 		rows = append(rows, bandsRow{CIDR: p.String(), Usable: r.Usable().String(), Static: r.Static().String(), Dynamic: r.Dynamic().String(), Offset: r.Offset()})
 	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		for _, row := range rows {
-			if err := enc.Encode(row); err != nil {
-				return exitcode.BadData
-			}
+	if *output != "text" {
+		if err := writeDocument(stdout, *output, struct {
+			Ranges []bandsRow `json:"ranges"`
+		}{rows}); err != nil {
+			fmt.Fprintf(stderr, "bands: %v\n", err)
+			return exitcode.BadData
 		}
 		return exitcode.OK
 	}

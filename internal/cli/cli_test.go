@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"clusterip-policy/internal/exitcode"
 )
@@ -22,6 +25,8 @@ func runCLI(stdin string, args ...string) (int, string, string) {
 		code = Bands(args[1:], &out, &errb)
 	case "audit":
 		code = Audit(args[1:], &out, &errb)
+	case "version":
+		code = Version(args[1:], &out, &errb)
 	default:
 		panic("runCLI: not an offline command: " + args[0])
 	}
@@ -46,17 +51,20 @@ func TestReviewOfTheShippedExamples(t *testing.T) {
 		"default/copied-from-staging": {"denied", "", "outside-service-cidrs"},
 		"default/db-peers":            {"allowed", "None", ""},
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != len(want) {
-		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
+	// One document per run, on one line; its keys are public API.
+	if strings.Count(out, "\n") != 1 {
+		t.Fatalf("-o json printed %d lines, want one document on one line:\n%s", strings.Count(out, "\n"), out)
 	}
-	for _, l := range lines {
-		var r reviewResult
-		dec := json.NewDecoder(strings.NewReader(l))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&r); err != nil {
-			t.Fatalf("%v: %s", err, l)
-		}
+	var doc reviewDocument
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(doc.Services) != len(want) || doc.Allowed != 4 || doc.Denied != 3 {
+		t.Fatalf("%d services, %d allowed, %d denied; want %d, 4, 3:\n%s", len(doc.Services), doc.Allowed, doc.Denied, len(want), out)
+	}
+	for _, r := range doc.Services {
 		w, ok := want[r.Namespace+"/"+r.Name]
 		if !ok {
 			t.Fatalf("unexpected Service %s/%s", r.Namespace, r.Name)
@@ -74,7 +82,7 @@ func TestReviewOfTheShippedExamples(t *testing.T) {
 func TestReviewJSONKeysArePublicAPI(t *testing.T) {
 	_, out, _ := runCLI("apiVersion: v1\nkind: Service\nmetadata: {name: kube-dns, namespace: kube-system}\nspec: {ports: [{port: 53}]}\n",
 		"review", "--policy", "../../examples/clusterippolicy.yaml", "-o", "json", "-")
-	want := `{"namespace":"kube-system","name":"kube-dns","allowed":true,"decision":"patched","rules":[],"mutations":["assign-reserved"],"clusterIPs":["10.96.0.10"],"message":"assigned reserved 10.96.0.10","patch":[{"op":"add","path":"/spec/clusterIP","value":"10.96.0.10"},{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10"]}]}`
+	want := `{"services":[{"namespace":"kube-system","name":"kube-dns","allowed":true,"decision":"patched","rules":[],"mutations":["assign-reserved"],"clusterIPs":["10.96.0.10"],"message":"assigned reserved 10.96.0.10","patch":[{"op":"add","path":"/spec/clusterIP","value":"10.96.0.10"},{"op":"add","path":"/spec/clusterIPs","value":["10.96.0.10"]}]}],"allowed":1,"denied":0}`
 	if strings.TrimSpace(out) != want {
 		t.Fatalf("got  %s\nwant %s", out, want)
 	}
@@ -149,12 +157,13 @@ func TestBandsReproducesTheFactsTable(t *testing.T) {
 	if code != exitcode.OK {
 		t.Fatalf("exit %d", code)
 	}
-	want := `{"cidr":"10.96.0.0/12","usable":"10.96.0.1-10.111.255.254","static":"10.96.0.1-10.96.1.0","dynamic":"10.96.1.1-10.111.255.254","offset":256}
-{"cidr":"10.96.0.0/27","usable":"10.96.0.1-10.96.0.30","static":"10.96.0.1-10.96.0.16","dynamic":"10.96.0.17-10.96.0.30","offset":16}
-{"cidr":"10.96.0.0/28","usable":"10.96.0.1-10.96.0.14","static":"none","dynamic":"10.96.0.1-10.96.0.14","offset":0}
-{"cidr":"10.96.0.0/31","usable":"none","static":"none","dynamic":"none","offset":0}
-{"cidr":"fd00::/64","usable":"fd00::1-fd00::ffff:ffff:ffff:ffff","static":"fd00::1-fd00::100","dynamic":"fd00::101-fd00::ffff:ffff:ffff:ffff","offset":256}
-{"cidr":"fd00::/120","usable":"fd00::1-fd00::ff","static":"fd00::1-fd00::10","dynamic":"fd00::11-fd00::ff","offset":16}
+	want := `{"ranges":[` +
+		`{"cidr":"10.96.0.0/12","usable":"10.96.0.1-10.111.255.254","static":"10.96.0.1-10.96.1.0","dynamic":"10.96.1.1-10.111.255.254","offset":256},` +
+		`{"cidr":"10.96.0.0/27","usable":"10.96.0.1-10.96.0.30","static":"10.96.0.1-10.96.0.16","dynamic":"10.96.0.17-10.96.0.30","offset":16},` +
+		`{"cidr":"10.96.0.0/28","usable":"10.96.0.1-10.96.0.14","static":"none","dynamic":"10.96.0.1-10.96.0.14","offset":0},` +
+		`{"cidr":"10.96.0.0/31","usable":"none","static":"none","dynamic":"none","offset":0},` +
+		`{"cidr":"fd00::/64","usable":"fd00::1-fd00::ffff:ffff:ffff:ffff","static":"fd00::1-fd00::100","dynamic":"fd00::101-fd00::ffff:ffff:ffff:ffff","offset":256},` +
+		`{"cidr":"fd00::/120","usable":"fd00::1-fd00::ff","static":"fd00::1-fd00::10","dynamic":"fd00::11-fd00::ff","offset":16}]}
 `
 	if out != want {
 		t.Fatalf("got\n%s\nwant\n%s", out, want)
@@ -237,5 +246,42 @@ func TestAuditNotesTheOldFileFormat(t *testing.T) {
 	_, _, stderr = runCLI("", "audit", "--policy", "../../examples/clusterippolicy.yaml", "--kubeconfig", missing)
 	if strings.Contains(stderr, "note:") {
 		t.Errorf("the object manifest got a note: %s", stderr)
+	}
+}
+
+// -o yaml prints the same document as -o json, in YAML, for every command
+// that takes -o; an unknown format is refused naming the three.
+func TestEveryCommandPrintsOneJSONOrYAMLDocument(t *testing.T) {
+	for _, args := range [][]string{
+		{"review", "--policy", "../../examples/clusterippolicy.yaml", "../../examples/services/"},
+		{"bands", "10.96.0.0/16", "fd00::/108"},
+		{"version"},
+	} {
+		_, asJSON, _ := runCLI("", append(args, "-o", "json")...)
+		_, asYAML, stderr := runCLI("", append(args, "-o", "yaml")...)
+		var fromJSON, fromYAML any
+		if err := json.Unmarshal([]byte(asJSON), &fromJSON); err != nil {
+			t.Fatalf("%s -o json is not one JSON document: %v\n%s", args[0], err, asJSON)
+		}
+		if err := sigsyaml.Unmarshal([]byte(asYAML), &fromYAML); err != nil {
+			t.Fatalf("%s -o yaml is not one YAML document: %v\n%s%s", args[0], err, asYAML, stderr)
+		}
+		if !reflect.DeepEqual(fromJSON, fromYAML) {
+			t.Errorf("%s: -o yaml differs from -o json:\n%s\n%s", args[0], asYAML, asJSON)
+		}
+		code, _, stderr := runCLI("", append(args, "-o", "toml")...)
+		if code != exitcode.BadData || !strings.Contains(stderr, `-o "toml": use text, json or yaml`) {
+			t.Errorf("%s -o toml: exit %d, stderr %q; want 2 naming the formats", args[0], code, stderr)
+		}
+	}
+	_, out, _ := runCLI("", "version", "-o", "json")
+	var v versionDocument
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil || v.Version == "" || v.Commit == "" || !strings.HasPrefix(v.Go, "go") || !strings.Contains(v.Platform, "/") {
+		t.Errorf("version -o json: %+v, %v", v, err)
+	}
+	if code, _, stderr := runCLI("", "version", "extra"); code != exitcode.BadData || !strings.Contains(stderr, `unexpected argument "extra"`) {
+		t.Errorf("version extra: exit %d, %q", code, stderr)
 	}
 }

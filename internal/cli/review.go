@@ -25,7 +25,8 @@ import (
 	"clusterip-policy/pkg/policy"
 )
 
-// reviewResult is one line of `review -o json`; its keys are public API.
+// reviewResult is one Service of `review -o json|yaml`; its keys are
+// public API.
 type reviewResult struct {
 	Namespace  string           `json:"namespace"`
 	Name       string           `json:"name"`
@@ -53,9 +54,9 @@ func Review(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file, or a ClusterIPPolicy object manifest (clusterip-policy.io/v1alpha1, loaded as the webhook loads the object). Without it: the default policy (deny, first address of the primary range reserved for default/kubernetes).")
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster to review against, as --service-cluster-ip-range (repeatable, primary family first). Replaces the policy's serviceCIDRs.")
 	fs.StringArrayVar(&o.allocated, "allocated", nil, "An IP the cluster already has allocated, as IP=NAMESPACE/NAME (repeatable), to check already-allocated.")
-	fs.StringVarP(&o.output, "output", "o", "text", "Output format: text (a table for people) or json (one object per Service, one per line).")
+	fs.StringVarP(&o.output, "output", "o", "text", outputHelp+" The document: services (one object per Service, in order), allowed, denied.")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: clusterip-policy review [--policy FILE] [--service-cidr CIDR]... [--allocated IP=NAMESPACE/NAME]... [-o json|text] FILE...
+		fmt.Fprintf(stderr, `Usage: clusterip-policy review [--policy FILE] [--service-cidr CIDR]... [--allocated IP=NAMESPACE/NAME]... [-o text|json|yaml] FILE...
 
 Evaluates Service manifests offline, as if each were created in order (a
 Service allowed earlier holds its IPs for the ones after it). FILE holds YAML
@@ -78,8 +79,8 @@ cannot be read.
 		fmt.Fprintf(stderr, "review: "+format+"\n", a...)
 		return exitcode.BadData
 	}
-	if o.output != "text" && o.output != "json" {
-		return fail("-o %q: use text or json", o.output)
+	if err := checkOutput(o.output); err != nil {
+		return fail("%v", err)
 	}
 	if fs.NArg() == 0 {
 		return fail("no input: name one or more files of Service manifests, or - for stdin")
@@ -123,10 +124,10 @@ cannot be read.
 			})
 		}
 	}
-	if o.output == "json" {
-		writeJSON(stdout, results)
-	} else {
+	if o.output == "text" {
 		writeTable(stdout, results)
+	} else if err := writeDocument(stdout, o.output, newReviewDocument(results)); err != nil {
+		return fail("%v", err)
 	}
 	if slices.ContainsFunc(results, func(r reviewResult) bool { return !r.Allowed }) {
 		return exitcode.Denied
@@ -278,11 +279,23 @@ func servicesIn(raw []byte, where string, stderr io.Writer) ([]*corev1.Service, 
 	return nil, nil
 }
 
-func writeJSON(w io.Writer, results []reviewResult) {
-	enc := json.NewEncoder(w)
+// reviewDocument is `review -o json|yaml`: one document per run.
+type reviewDocument struct {
+	Services []reviewResult `json:"services"`
+	Allowed  int            `json:"allowed"`
+	Denied   int            `json:"denied"`
+}
+
+func newReviewDocument(results []reviewResult) reviewDocument {
+	d := reviewDocument{Services: results}
 	for _, r := range results {
-		_ = enc.Encode(r)
+		if r.Allowed {
+			d.Allowed++
+		} else {
+			d.Denied++
+		}
 	}
+	return d
 }
 
 func writeTable(w io.Writer, results []reviewResult) {
