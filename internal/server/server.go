@@ -70,7 +70,7 @@ type serveOptions struct {
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	fs.StringVar(&o.policyPath, "policy", "", "Path of the ClusterIPPolicy YAML file (required). It is re-read when it changes, so a ConfigMap mounted as a directory takes effect without a restart; a file that fails to load is refused and the last good policy stays.")
+	fs.StringVar(&o.policyPath, "policy", "", "Path of the ClusterIPPolicy object manifest (required unless --policy-source=crd; the retired policy file format still loads). It is re-read when it changes, so a ConfigMap mounted as a directory takes effect without a restart; a file that fails to load is refused and the last good policy stays.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for reaching the apiserver. Empty: the in-cluster service account.")
 	fs.StringVar(&o.certDir, "cert-dir", "/tls", "Directory holding the serving certificate as tls.crt and tls.key (a kubernetes.io/tls Secret mounted as a volume). The files are reloaded when they change, so certificates rotate without a restart.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address the webhook listens on; empty means all interfaces.")
