@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/pkg/policy"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -113,6 +114,9 @@ func up(args []string, stdout io.Writer) error {
 	if err == nil {
 		err = c.RegisterWebhooks(ctx)
 	}
+	if err == nil {
+		err = waitSettled(ctx, c, *policy, logf)
+	}
 	if err != nil {
 		if c != nil {
 			fmt.Fprintf(stdout, "logs:%s\n", c.LogsSince(framework.LogMarks{}, 40))
@@ -159,6 +163,49 @@ stop with: make down
 `, time.Since(start).Round(time.Millisecond), c.APIServers[0].URL, *serviceCIDR, w.Addr(), rel(*policy),
 		rel(*kubeconfig), rel(w.LogPath), rel(filepath.Join(*dir, "logs")), w.MetricsAddr, w.HealthAddr, rel(*kubeconfig), rel(*policy))
 	return nil
+}
+
+// waitSettled returns once the leader has done what a deployment's leader
+// does right after start: every reserved address is held (an IPAddress
+// exists for it) and the managed matchCondition is in both webhook
+// configurations, so what `make demo` shows next is the steady state.
+func waitSettled(ctx context.Context, c *framework.Cluster, path string, logf func(string, ...any)) error {
+	p, err := policy.LoadFile(path)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	deadline := start.Add(time.Minute)
+	for {
+		missing := ""
+		for _, r := range p.Reservations {
+			if _, _, err := c.Kubectl(ctx, "", "get", "ipaddress", r.IP.String(), "-o", "name"); err != nil {
+				missing = "no IPAddress holds " + r.IP.String()
+				break
+			}
+		}
+		if missing == "" {
+			for _, kind := range []string{"mutatingwebhookconfiguration", "validatingwebhookconfiguration"} {
+				out, _, err := c.Kubectl(ctx, "", "get", kind, "clusterip-policy", "-o", "jsonpath={.webhooks[0].matchConditions[*].name}")
+				if err != nil || !strings.Contains(out, "policy-may-apply") {
+					missing = "the managed matchCondition is not in the " + kind + " yet"
+					break
+				}
+			}
+		}
+		if missing == "" {
+			logf("holds and managed matchConditions in place %s after registration", time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s after %s: see the webhook's log", missing, time.Since(start).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // applyPolicy installs the ClusterIPPolicy CRD from manifests/base and
