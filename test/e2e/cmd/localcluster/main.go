@@ -120,6 +120,9 @@ func up(args []string, stdout io.Writer) error {
 	if err != nil {
 		if c != nil {
 			fmt.Fprintf(stdout, "logs:%s\n", c.LogsSince(framework.LogMarks{}, 40))
+			// Nothing is recorded in DIR/pids yet, so make down could not
+			// stop what started: stop it here.
+			c.Stop()
 		}
 		return err
 	}
@@ -214,11 +217,8 @@ func waitSettled(ctx context.Context, c *framework.Cluster, path string, logf fu
 // by the CRD's schema, with kubectl's message.
 func applyPolicy(ctx context.Context, c *framework.Cluster, path string) error {
 	kubectl := func(args ...string) error {
-		out, errOut, err := c.Kubectl(ctx, "", args...)
-		if err != nil {
-			return fmt.Errorf("kubectl %s: %w\n%s%s", strings.Join(args, " "), err, out, errOut)
-		}
-		return nil
+		_, _, err := c.Kubectl(ctx, "", args...) // its error carries kubectl's message
+		return err
 	}
 	if err := kubectl("apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
 		return err
