@@ -370,8 +370,14 @@ patches:
               value: %q
             - name: KUBERNETES_SERVICE_PORT
               value: %q
+- path: my-policy.yaml
 `, repo, digest, ns, n.env["NODE_APISERVER_HOST"], n.env["NODE_APISERVER_PORT"])
 	if err := os.WriteFile(filepath.Join(wrap, "kustomization.yaml"), []byte(wrapper), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The base's policy states no address and warns; the user's overlay
+	// reserves the DNS address and denies (docs/install.md).
+	if err := os.WriteFile(filepath.Join(wrap, "my-policy.yaml"), []byte(myPolicyPatch), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
