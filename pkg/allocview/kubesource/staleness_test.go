@@ -252,6 +252,11 @@ func TestARefusedReWatchKeepsTheViewStaleAndLogsTheOutageOnce(t *testing.T) {
 		}
 		last = d
 	}
+	// The fifth refusal is counted just after the watch call returns: wait
+	// for it (bounded) rather than race the reflector.
+	waitFor(t, "the fifth refused re-watch was never counted", 5*time.Second, func() bool {
+		return src.Feeds()[ipAddresses].Restarts[ReasonError] >= 5
+	})
 	feeds := src.Feeds()
 	if got := feeds[ipAddresses].Restarts; got[ReasonClosed] != 1 || got[ReasonError] < 5 || got[ReasonExpired] != 0 {
 		t.Errorf("restarts of ipaddresses %v, want closed 1, error >= 5, expired 0", got)
