@@ -315,6 +315,7 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "webhook.shutdownDelaySeconds=600"}, "at '/webhook/shutdownDelaySeconds': maximum: got 600, want 120"},
 		{[]string{"--set", "webhook.shutdownDelaySeconds=600", "--skip-schema-validation"}, "webhook.shutdownDelaySeconds: 600 is outside 0-120"},
 		{[]string{"--set", "webhook.shutdownDelaySeconds=15s", "--skip-schema-validation"}, "webhook.shutdownDelaySeconds: 15s is not a whole number of seconds"},
+		{[]string{"--set", "extraArgs={--shutdown-delay=60s}"}, `extraArgs: "--shutdown-delay=60s" would override the --shutdown-delay the chart sets`},
 		{[]string{"--set", "securityContext.runAsUser=0"}, "runAsUser 0 is root"},
 		{[]string{"--set", "podSecurityContext.runAsNonRoot=false"}, "runAsNonRoot false would let the webhook run as root"},
 		{[]string{"--set", "securityContext.privileged=true"}, "securityContext.privileged: true"},

@@ -185,6 +185,11 @@ terminationGracePeriodSeconds is this delay, then the longest review
 cuts a review short.
 */}}
 {{- define "clusterip-policy.shutdownDelaySeconds" -}}
+{{- range .Values.extraArgs -}}
+{{- if or (eq . "--shutdown-delay") (hasPrefix "--shutdown-delay=" .) -}}
+{{- fail (printf "extraArgs: %q would override the --shutdown-delay the chart sets with the pods' terminationGracePeriodSeconds; set webhook.shutdownDelaySeconds instead" .) -}}
+{{- end -}}
+{{- end -}}
 {{- $v := .Values.webhook.shutdownDelaySeconds -}}
 {{- if eq (kindOf $v) "invalid" -}}{{- $v = 15 -}}{{- end -}}
 {{- if not (or (kindIs "int" $v) (kindIs "int64" $v) (and (kindIs "float64" $v) (eq (floor $v) $v))) -}}
