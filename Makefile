@@ -13,7 +13,7 @@ VERSION ?= $(shell if [ "$$(git describe --exact-match --tags 2>/dev/null)" = "$
 COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c)
 LDFLAGS := -s -w -X clusterip-policy/internal/version.version=$(VERSION) -X clusterip-policy/internal/version.commit=$(COMMIT)
 
-.PHONY: generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release vulncheck e2e-versions node-tools node-up node-down node-e2e
+.PHONY: generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release release-check vulncheck e2e-versions node-tools node-up node-down node-e2e
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -133,6 +133,13 @@ image: ## build the linux/amd64+arm64 image, the pause image and the SBOM into _
 IMAGE_REPO ?= clusterip-policy
 release: image tools ## image, chart package, CLI binaries, SBOM and SHA256SUMS into _output/release/
 	VERSION=$(VERSION) COMMIT=$(COMMIT) IMAGE_REPO=$(IMAGE_REPO) hack/release.sh
+# make release, then a test of what it wrote (test/e2e/release_test.go):
+# sha256sum -c SHA256SUMS, the CLI's version and commit, the chart's
+# version/appVersion and image digest, a second image build's digest, and
+# docs/release.md's skopeo copy into Debian's docker-registry on loopback,
+# pulled back by digest. CI (.ci/run) runs it.
+release-check: release ## make release, then check it: checksums, CLI version, chart digest, reproducibility, skopeo copy to a loopback registry
+	RELEASE_DIR=_output/release $(GO) test -tags e2e -count=1 -timeout 15m -v -run '^TestReleaseArtefacts$$' ./test/e2e/
 
 vulncheck: ## known-vulnerability scan (govulncheck, database built from the golang.org/x/vulndb module)
 	hack/vulncheck.sh

@@ -158,10 +158,9 @@ type how struct {
 }
 
 const (
-	noKubelet     = "needs the webhook's pods running: the e2e harness has no kubelet, so the tests run the binary as the Deployment does instead"
-	realCluster   = "changes a real cluster that runs the webhook; "
-	needsRegistry = "needs a registry the cluster pulls from; TestInstallFromRegistry pushes with _output/tools/imagebuild, not skopeo"
-	certManager   = "needs cert-manager in the cluster; the overlay is only built (manifests/overlays_test.go)"
+	noKubelet   = "needs the webhook's pods running: the e2e harness has no kubelet, so the tests run the binary as the Deployment does instead"
+	realCluster = "changes a real cluster that runs the webhook; "
+	certManager = "needs cert-manager in the cluster; the overlay is only built (manifests/overlays_test.go)"
 )
 
 // documented maps every command line of a sh, bash or console block in the
@@ -172,8 +171,8 @@ var documented = map[string]how{
 	// README
 	"make demo": {test: "TestMakeUpDemoDown", evidence: `"demo.sh"`},
 	"make test": {file: ".ci/run", evidence: "\nmake test\n"},
-	"skopeo copy --all oci-archive:_output/release/clusterip-policy-v0.1.0.oci.tar docker://registry.example.com/clusterip-policy:v0.1.0": {notRun: needsRegistry},
-	"skopeo copy --all oci-archive:clusterip-policy-v0.1.0.oci.tar docker://registry.example.com/clusterip-policy:v0.1.0":                 {notRun: needsRegistry},
+	"skopeo copy --all oci-archive:_output/release/clusterip-policy-v0.1.0.oci.tar docker://registry.example.com/clusterip-policy:v0.1.0": {test: "TestReleaseArtefacts", evidence: `"copy", "--all", "--dest-tls-verify=false", "oci-archive:"+tars[0]`},
+	"skopeo copy --all oci-archive:clusterip-policy-v0.1.0.oci.tar docker://registry.example.com/clusterip-policy:v0.1.0":                 {test: "TestReleaseArtefacts", evidence: `"copy", "--all", "--dest-tls-verify=false", "oci-archive:"+tars[0]`},
 	"helm push _output/release/clusterip-policy-0.1.0.tgz oci://registry.example.com/charts":                                              {test: "TestInstallFromRegistry", evidence: `"push"`},
 	"helm push clusterip-policy-0.1.0.tgz oci://registry.example.com/charts":                                                              {test: "TestInstallFromRegistry", evidence: `"push"`},
 	"kubectl create namespace clusterip-policy":                                                                                           {notRun: "the e2e tests let helm create it (--create-namespace) or apply the base's Namespace"},

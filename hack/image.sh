@@ -41,7 +41,11 @@ for p in $PLATFORMS; do
 	dir=$BIN_OUT/${os}_$arch
 	mkdir -p "$dir"
 	CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$dir/clusterip-policy" ./cmd/webhook
-	(cd tools/imagebuild && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$root/$dir/pause" ./pause)
+	# Built from tools/imagebuild's module: the output path must not depend
+	# on that directory (BIN_OUT may be relative to the root or absolute).
+	pause_out=$dir/pause
+	[[ $pause_out == /* ]] || pause_out=$root/$pause_out
+	(cd tools/imagebuild && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$pause_out" ./pause)
 	bins+=(--binary "$p=$dir/clusterip-policy")
 	pause_bins+=(--binary "$p=$dir/pause")
 done

@@ -312,6 +312,10 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "image.digest=sha256:abc", "--skip-schema-validation"}, `image.digest: "sha256:abc" is not a digest`},
 		{[]string{"--set", "webhook.timeoutSeconds=30"}, "at '/webhook/timeoutSeconds': maximum: got 30, want 10"},
 		{[]string{"--set", "webhook.timeoutSeconds=30", "--skip-schema-validation"}, "webhook.timeoutSeconds: 30 is outside 1-10"},
+		{[]string{"--set", "webhook.shutdownDelaySeconds=600"}, "at '/webhook/shutdownDelaySeconds': maximum: got 600, want 120"},
+		{[]string{"--set", "webhook.shutdownDelaySeconds=600", "--skip-schema-validation"}, "webhook.shutdownDelaySeconds: 600 is outside 0-120"},
+		{[]string{"--set", "webhook.shutdownDelaySeconds=15s", "--skip-schema-validation"}, "webhook.shutdownDelaySeconds: 15s is not a whole number of seconds"},
+		{[]string{"--set", "extraArgs={--shutdown-delay=60s}"}, `extraArgs: "--shutdown-delay=60s" would override the --shutdown-delay the chart sets`},
 		{[]string{"--set", "securityContext.runAsUser=0"}, "runAsUser 0 is root"},
 		{[]string{"--set", "podSecurityContext.runAsNonRoot=false"}, "runAsNonRoot false would let the webhook run as root"},
 		{[]string{"--set", "securityContext.privileged=true"}, "securityContext.privileged: true"},
@@ -357,7 +361,7 @@ func TestChartConventionalValues(t *testing.T) {
 		"--set", "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
 		"--set", "podAnnotations.team=net", "--set", "podLabels.team=net", "--set", "podLabels.app\\.kubernetes\\.io/name=hijack",
 		"--set", "extraArgs={--max-view-staleness=1m}", "--set", "extraEnv[0].name=GODEBUG", "--set", "extraEnv[0].value=x509sha1=0",
-		"--set", "webhook.timeoutSeconds=3", "--set", "webhook.configurationAnnotations.team=net",
+		"--set", "webhook.timeoutSeconds=3", "--set", "webhook.configurationAnnotations.team=net", "--set", "webhook.shutdownDelaySeconds=40",
 		"--set", "dns.clusterIP=10.43.0.10", "--set", "enforcement=deny")
 	o := r.objects
 	d := o.Deployments[0]
@@ -380,6 +384,10 @@ func TestChartConventionalValues(t *testing.T) {
 	}
 	if l := d.Spec.Template.Labels; l["team"] != "net" || l["app.kubernetes.io/name"] != "clusterip-policy-webhook" || d.Spec.Template.Annotations["team"] != "net" {
 		t.Errorf("pod labels %v (the selector's label must win over podLabels), annotations %v", l, d.Spec.Template.Annotations)
+	}
+	// The grace period follows the delay: 40 s, then a 3 s review, then 10 s.
+	if v, _ := flagValue(&ctr, "shutdown-delay"); v != "40s" || pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds != 53 {
+		t.Errorf("--shutdown-delay=%s, terminationGracePeriodSeconds %v; want 40s and 53", v, pod.TerminationGracePeriodSeconds)
 	}
 	if v, ok := flagValue(&ctr, "max-view-staleness"); !ok || v != "1m" {
 		t.Errorf("extraArgs did not reach the container: %v", ctr.Args)

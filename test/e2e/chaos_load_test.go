@@ -96,7 +96,13 @@ type loadResult struct {
 	// FailedAttempts are the times of attempts that failed and were
 	// retried, to measure how long a fault disturbed the clients.
 	FailedAttempts []time.Time
+	// FailedAttemptErrs are the first few errors of those attempts (at
+	// most maxFailedAttemptErrs), for a failure message that says what the
+	// clients saw.
+	FailedAttemptErrs []string
 }
+
+const maxFailedAttemptErrs = 5
 
 // tally counts the records.
 type tally struct {
@@ -276,6 +282,9 @@ func (w *loadClient) attempt(ctx context.Context, do func() error) (int, error) 
 		}
 		w.mu.Lock()
 		w.res.FailedAttempts = append(w.res.FailedAttempts, time.Now())
+		if len(w.res.FailedAttemptErrs) < maxFailedAttemptErrs {
+			w.res.FailedAttemptErrs = append(w.res.FailedAttemptErrs, fmt.Sprintf("%s: %.300s", time.Now().Format("15:04:05.000"), err))
+		}
 		w.mu.Unlock()
 		select {
 		case <-ctx.Done():

@@ -412,7 +412,15 @@ patches:
 // denies) for at most d, while fault runs; it fails the test on any real
 // error (an allowed request that failed) or a forbidden create admitted, and
 // logs the figures.
-func (n *realNode) underLoad(t *testing.T, ctx context.Context, scenario string, d time.Duration, fault func() error) {
+//
+// With podsLeave, the webhook's namespace (a rolling update, an eviction:
+// the caller's fault makes webhook pods there go away
+// gracefully, which the chart's --shutdown-delay is there to make invisible),
+// one attempt that failed and was retried fails the test too (a client
+// that does not retry would have seen it fail), and the timeline of each
+// pod that left is logged: when the apiserver stopped choosing it and when
+// it stopped serving.
+func (n *realNode) underLoad(t *testing.T, ctx context.Context, scenario string, d time.Duration, podsLeave string, fault func() error) {
 	t.Helper()
 	ns := fmt.Sprintf("load-%s-%d", scenario, time.Now().Unix()%100000)
 	if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -442,13 +450,30 @@ func (n *realNode) underLoad(t *testing.T, ctx context.Context, scenario string,
 		done <- runLoad(ctx, t, nil, loadOptions{Namespace: ns, Clients: 8, Duration: d, MaxOps: 3000, StaticPool: pools, Config: cfgFor})
 	}()
 	time.Sleep(3 * time.Second) // the load runs before the fault
+	var leaves *leaveWatch
+	var qBefore queueReading
+	var qErrBefore error
+	if podsLeave != "" {
+		leaves = n.watchLeaving(t, ctx, podsLeave)
+		qBefore, qErrBefore = n.endpointSliceQueue(ctx)
+	}
 	faultStart := time.Now()
+	if leaves != nil {
+		leaves.faultStarts()
+	}
 	ferr := fault()
 	faultTook := time.Since(faultStart)
 	res := <-done
 	took := time.Since(start)
 	if ferr != nil {
 		t.Errorf("the fault: %v", ferr)
+	}
+	if podsLeave != "" {
+		qAfter, qErrAfter := n.endpointSliceQueue(ctx)
+		for _, l := range leaves.settle(30 * time.Second) {
+			t.Logf("e2e: node %s: %s", scenario, &l)
+		}
+		t.Logf("e2e: node %s: %s", scenario, queueFigures(qBefore, qAfter, qErrBefore, qErrAfter))
 	}
 	tl := res.tally()
 	var longest time.Duration
@@ -463,6 +488,10 @@ func (n *realNode) underLoad(t *testing.T, ctx context.Context, scenario string,
 		faultTook.Round(time.Millisecond), res.disruption(faultStart).Round(time.Millisecond), longest.Round(time.Millisecond), longestOp)
 	if tl.RealErrors > 0 {
 		t.Errorf("%d requests the policy allows failed: %s", tl.RealErrors, strings.Join(res.realErrors(5), "; "))
+	}
+	if podsLeave != "" && tl.RetriedAttempts > 0 {
+		t.Errorf("%d attempts failed while webhook pods left gracefully (each succeeded only when retried; a client that does not retry sees it fail); the first: %s",
+			tl.RetriedAttempts, strings.Join(res.FailedAttemptErrs, "; "))
 	}
 	if len(res.AdmittedOutside) > 0 {
 		t.Errorf("forbidden creates admitted: %v", res.AdmittedOutside)
@@ -492,7 +521,7 @@ func (n *realNode) rollingUpdate(t *testing.T, ctx context.Context, ns string) {
 		t.Fatal(err)
 	}
 	chart := "oci://" + n.env["NODE_REGISTRY"] + "/charts/clusterip-policy"
-	n.underLoad(t, ctx, "rolling-update", 100*time.Second, func() error {
+	n.underLoad(t, ctx, "rolling-update", 100*time.Second, ns, func() error {
 		_, err := n.try(ctx, n.helm, "upgrade", "clusterip-policy", chart, "--version", strings.TrimPrefix(tag, "v"), "--plain-http",
 			"--namespace", ns, "--reuse-values", "--set", "image.tag="+newTag, "--wait", "--timeout", "4m")
 		return err
@@ -513,13 +542,7 @@ func (n *realNode) rollingUpdate(t *testing.T, ctx context.Context, ns string) {
 // once on a second: the PodDisruptionBudget (maxUnavailable 1) lets the
 // first go and refuses the second until the replacement is ready.
 func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
-	var timeline chan string
-	defer func() {
-		if timeline != nil {
-			t.Logf("e2e: node: eviction timeline: %s", <-timeline)
-		}
-	}()
-	n.underLoad(t, ctx, "eviction", 60*time.Second, func() error {
+	n.underLoad(t, ctx, "eviction", 60*time.Second, ns, func() error {
 		pods := n.checkPods(t, ctx, ns, 3)
 		if len(pods) < 2 {
 			return fmt.Errorf("%d ready pods, want at least 2", len(pods))
@@ -527,29 +550,10 @@ func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
 		evict := func(name string) error {
 			return n.cs.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
 		}
-		evictedIP, evictedUID := pods[0].Status.PodIP, string(pods[0].UID)
 		if err := evict(pods[0].Name); err != nil {
 			return fmt.Errorf("evict %s: %v", pods[0].Name, err)
 		}
 		evicted := time.Now()
-		// When the evicted pod's address stops being a ready endpoint (what
-		// the apiserver routes by), and when its process exits: the
-		// shutdown delay covers the gap only if the first comes first.
-		timeline = make(chan string, 1)
-		go func() {
-			var notReady, exited time.Duration
-			for time.Since(evicted) < 60*time.Second && (notReady == 0 || exited == 0) {
-				if notReady == 0 && !n.readyEndpoint(ctx, ns, evictedIP) {
-					notReady = time.Since(evicted)
-				}
-				if _, err := containerProcess(evictedUID); exited == 0 && err != nil {
-					exited = time.Since(evicted)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			timeline <- fmt.Sprintf("after the eviction, its endpoint %s was no longer ready at +%s, its process was gone at +%s",
-				evictedIP, notReady.Round(10*time.Millisecond), exited.Round(10*time.Millisecond))
-		}()
 		err := evict(pods[1].Name)
 		if !apierrors.IsTooManyRequests(err) {
 			return fmt.Errorf("a second eviction right after the first: %v, want 429 from the PodDisruptionBudget", err)
@@ -580,7 +584,7 @@ func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
 // shims keep the containers running, the kubelet reconnects.
 func (n *realNode) restartContainerd(t *testing.T, ctx context.Context, ns string) {
 	pidsFile := filepath.Join(n.env["NODE_DIR"], "pids")
-	n.underLoad(t, ctx, "containerd-restart", 45*time.Second, func() error {
+	n.underLoad(t, ctx, "containerd-restart", 45*time.Second, "", func() error {
 		raw, err := os.ReadFile(pidsFile)
 		if err != nil {
 			return err

@@ -171,6 +171,10 @@ func build(o buildOptions) (v1.Hash, error) {
 	if len(o.labels) > 0 {
 		idx = mutate.Annotations(idx, o.labels).(v1.ImageIndex)
 	}
+	idx, err := withoutArtifactTypes(idx)
+	if err != nil {
+		return v1.Hash{}, err
+	}
 	digest, err := idx.Digest()
 	if err != nil {
 		return v1.Hash{}, err
@@ -194,6 +198,54 @@ func build(o buildOptions) (v1.Hash, error) {
 	}
 	return digest, nil
 }
+
+// withoutArtifactTypes returns idx with no artifactType on its entries.
+// go-containerregistry copies each image's config media type there, which
+// OCI image-spec 1.1 allows for artifacts but an image does not need; and
+// skopeo 1.9 (Debian 12) does not know the field: `skopeo copy --all`
+// rewrites such an index without it, so the registry would serve another
+// index digest than the one the chart's values pin, and the pods could not
+// pull it. Without the field skopeo copies the index byte for byte.
+func withoutArtifactTypes(idx v1.ImageIndex) (v1.ImageIndex, error) {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	m = m.DeepCopy()
+	for i := range m.Manifests {
+		m.Manifests[i].ArtifactType = ""
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	digest, _, err := v1.SHA256(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	return &plainIndex{base: idx, manifest: m, raw: raw, digest: digest}, nil
+}
+
+// plainIndex serves its own manifest and delegates the images to the index
+// it was made from (the entries' digests are unchanged).
+type plainIndex struct {
+	base     v1.ImageIndex
+	manifest *v1.IndexManifest
+	raw      []byte
+	digest   v1.Hash
+}
+
+func (p *plainIndex) IndexManifest() (*v1.IndexManifest, error) { return p.manifest.DeepCopy(), nil }
+func (p *plainIndex) RawManifest() ([]byte, error)              { return p.raw, nil }
+func (p *plainIndex) Digest() (v1.Hash, error)                  { return p.digest, nil }
+func (p *plainIndex) Size() (int64, error)                      { return int64(len(p.raw)), nil }
+func (p *plainIndex) MediaType() (types.MediaType, error)       { return p.base.MediaType() }
+func (p *plainIndex) Image(h v1.Hash) (v1.Image, error)         { return p.base.Image(h) }
+func (p *plainIndex) ImageIndex(h v1.Hash) (v1.ImageIndex, error) {
+	return p.base.ImageIndex(h)
+}
+
+var _ v1.ImageIndex = &plainIndex{}
 
 func platformImage(o buildOptions, b platformBinary) (v1.Image, error) {
 	if err := checkStaticBinary(b.file, b.platform); err != nil {

@@ -3,8 +3,10 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -94,6 +96,15 @@ func TestImageContents(t *testing.T) {
 	m, _ := idx.IndexManifest()
 	if len(m.Manifests) != 2 {
 		t.Fatalf("index has %d manifests, want 2", len(m.Manifests))
+	}
+	// skopeo 1.9 rewrites an index whose entries carry artifactType, which
+	// changes its digest (withoutArtifactTypes).
+	raw, _ := idx.RawManifest()
+	if bytes.Contains(raw, []byte("artifactType")) {
+		t.Errorf("the index names an artifactType: %s", raw)
+	}
+	if d, _ := idx.Digest(); d.String() != fmt.Sprintf("sha256:%x", sha256.Sum256(raw)) {
+		t.Errorf("the index's digest %s is not the SHA-256 of its bytes", d)
 	}
 	for _, d := range m.Manifests {
 		img, err := idx.Image(d.Digest)

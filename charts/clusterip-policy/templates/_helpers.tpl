@@ -178,6 +178,34 @@ Service create and needs no privilege.
 {{- end -}}
 {{- end -}}
 
+{{/*
+webhook.shutdownDelaySeconds, 0-120: --shutdown-delay. The pod's
+terminationGracePeriodSeconds is this delay, then the longest review
+(timeoutSeconds), then 10 s for the process to finish, so SIGKILL never
+cuts a review short.
+*/}}
+{{- define "clusterip-policy.shutdownDelaySeconds" -}}
+{{- range .Values.extraArgs -}}
+{{- if or (eq . "--shutdown-delay") (hasPrefix "--shutdown-delay=" .) -}}
+{{- fail (printf "extraArgs: %q would override the --shutdown-delay the chart sets with the pods' terminationGracePeriodSeconds; set webhook.shutdownDelaySeconds instead" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $v := .Values.webhook.shutdownDelaySeconds -}}
+{{- if eq (kindOf $v) "invalid" -}}{{- $v = 15 -}}{{- end -}}
+{{- if not (or (kindIs "int" $v) (kindIs "int64" $v) (and (kindIs "float64" $v) (eq (floor $v) $v))) -}}
+{{- fail (printf "webhook.shutdownDelaySeconds: %v is not a whole number of seconds; give one in 0-120, for example 15" $v) -}}
+{{- end -}}
+{{- $d := int $v -}}
+{{- if or (lt $d 0) (gt $d 120) -}}
+{{- fail (printf "webhook.shutdownDelaySeconds: %v is outside 0-120; 15 covers the endpoint propagation measured under load (RELIABILITY.md)" $v) -}}
+{{- end -}}
+{{- $d -}}
+{{- end -}}
+
+{{- define "clusterip-policy.terminationGracePeriodSeconds" -}}
+{{- add (int (include "clusterip-policy.shutdownDelaySeconds" .)) (int (include "clusterip-policy.timeoutSeconds" .)) 10 -}}
+{{- end -}}
+
 {{/* webhook.timeoutSeconds, 1-10 (the apiserver's own bounds for v1). */}}
 {{- define "clusterip-policy.timeoutSeconds" -}}
 {{- $t := int (.Values.webhook.timeoutSeconds | default 5) -}}
