@@ -27,8 +27,11 @@ review: build ## review the shipped example Services against the example policy,
 
 test: vet fmt-check lint unit e2e chaos bench-smoke ## everything CI runs: vet, gofmt, lint (package import rules), unit tests, end-to-end tests, fault scenarios, benchmark smoke
 
-unit: ## unit and handler tests (fast, no cluster)
+# tools/imagebuild is a module of its own (go test ./... does not reach it);
+# its tests pin the image's reproducibility and the index skopeo copies as is.
+unit: ## unit and handler tests (fast, no cluster), and the image builder's
 	$(GO) test -count=1 ./...
+	cd tools/imagebuild && $(GO) test -count=1 ./...
 
 vet:
 	$(GO) vet ./...
