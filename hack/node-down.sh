@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make node-down`: stops what `make node-up` started and puts the host back.
 # In order: the workloads (so the kubelet tears their sandboxes down through
-# CNI while it still runs), the processes in reverse start order (as
-# hack/local-down.sh does), the containerd shims of this node's socket, the
+# CNI while it still runs), the processes in reverse start order
+# (hack/stop-pids.sh, as hack/local-down.sh), the containerd shims of this node's socket, the
 # pod network namespaces and links left behind, the bridge, the mounts under
 # .local/node, the kubelet's cgroups, the kernel tunables the kubelet changed.
 # Then it compares hack/node-state.sh with what node-up recorded and exits 1
@@ -34,29 +34,9 @@ if [[ -f $dir/kubeconfig && -f $dir/pids ]] && .local/bin/kubectl --kubeconfig "
 fi
 
 if [[ -f $dir/pids ]]; then
-	mapfile -t lines < <(tac "$dir/pids")
-	for line in "${lines[@]}"; do
-		read -r name pid binary <<<"$line"
-		if ! kill -0 "$pid" 2>/dev/null; then
-			echo "$name (pid $pid) is not running"
-			continue
-		fi
-		if ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$binary"; then
-			echo "pid $pid no longer runs $name ($binary); leaving it alone"
-			continue
-		fi
-		echo "stopping $name (pid $pid)"
-		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-		for _ in $(seq 100); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		if kill -0 "$pid" 2>/dev/null; then
-			echo "$name (pid $pid) ignored SIGTERM for 10s: killing it"
-			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-		fi
-	done
-	rm -f "$dir/pids"
+	# shellcheck source=hack/stop-pids.sh
+	. "$root/hack/stop-pids.sh"
+	stop_pids "$dir/pids"
 fi
 
 # Shims outlive containerd by design (pods survive its restart). Only the
