@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"clusterip-policy/internal/readiness"
 	"clusterip-policy/pkg/policy"
 )
 
@@ -22,9 +22,10 @@ import (
 //
 //	admissionEndpoint   body budget and response cap (boundedResponse), then
 //	                    controller-runtime's webhook.Admission decodes the review
-//	mutatingHandler.Handle, validatingHandler.Handle  pick the stage
-//	                    (serviceCIDRHandler: ServiceCIDR objects, servicecidr.go)
-//	reviewer.handle     times the request, answers it, adds the apiserver's
+//	mutatingHandler, validatingHandler, serviceCIDRHandler  one per path: the
+//	                    handler's type is its stage, and it hands its answer
+//	                    to the one wrapper that records it
+//	reviewer.recorded   times the request, answers it, adds the apiserver's
 //	                    auditAnnotations (auditannotations.go), records the answer
 //	reviewer.answer     parse, check readiness, decide, respond:
 //	  malformed           a review no apiserver sends: 400
@@ -33,22 +34,32 @@ import (
 //	  decodeServiceFields the fields a decision reads (servicefields.go)
 //	  policy.TooMany      more IPs than the apiserver allows: one short denial
 //	  decodeOldService    the stored Service, on UPDATE
-//	  readiness.check     policy loaded, view synced and fresh, or 503
+//	  readiness.Gate.Check  policy loaded, view synced and fresh, or 503
 //	  policy.Mutate, policy.Validate  the decision (pkg/policy)
 //	  respond             the decision as an admission response
+//	AllocationHook      mutating only: the holds' release, before recording
 //	newAuditLine, reviewer.record  one audit line and the metrics, from the answer
 
-// reviewer is what both admission handlers share: it turns an
-// AdmissionReview into a policy.Request, asks pkg/policy for the decision,
-// writes the audit line and counts the decision.
+// reviewer is what the admission handlers share: it turns an
+// AdmissionReview into a pkg/policy request, asks pkg/policy for the
+// decision, writes the audit line and counts the decision.
 type reviewer struct {
-	readiness
-	staticCIDRs []netip.Prefix
-	audit       logr.Logger
-	metrics     *metrics
-	// releaser runs on an allowed mutating decision, before it is
-	// recorded (holds.go); nil when reservation holds are off.
-	releaser allocationHook
+	gate    *readiness.Gate
+	audit   logr.Logger
+	metrics *metrics
+	// hook runs on an allowed mutating decision, before it is recorded
+	// (the holds' release); nil when reservation holds are off.
+	hook AllocationHook
+}
+
+// AllocationHook is what the mutating stage calls with an allowed
+// decision, before the apiserver allocates and before the answer is
+// recorded: the holds' release (internal/controllers/holds.Releaser),
+// which this package never imports. It gets the Service the decision read,
+// the decision and what it was made against, and returns "" to let the
+// answer stand, else the message of the 503 that replaces it.
+type AllocationHook interface {
+	BeforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision, env policy.Env) (refusal string)
 }
 
 var (
@@ -70,40 +81,27 @@ type answered struct {
 	// service is the Service the decision was made on; nil without one.
 	service *corev1.Service
 	// state is what the decision was made against, as far as it was checked.
-	state readyState
+	state readiness.State
 }
 
 // refused answers a request without deciding it: a malformed one is
 // refused, never waved through.
 func refused(message string) answered { return answered{outcome: policy.Denied, message: message} }
 
-// handle answers one request and records the answer it gives. hook, when
-// not nil, runs on an allowed decision before anything is recorded (the
-// holds' release, holds.go): if it refuses, the refusal is the answer, and
-// the audit line, the counters and the auditAnnotations say so.
-func (r *reviewer) handle(ctx context.Context, stage policy.Stage, req admission.Request, hook allocationHook) admission.Response {
+// recorded is the one wrapper every Service and ServiceCIDR handler
+// answers through: it times answer, adds the auditAnnotations and records
+// the answer it returns, once, as sent: the audit line and the counters.
+func (r *reviewer) recorded(stage policy.Stage, req admission.Request, answer func() (admission.Response, answered)) admission.Response {
 	start := time.Now()
-	var resp admission.Response
-	var a answered
-	if stage == policy.StageServiceCIDR {
-		resp, a = r.answerServiceCIDR(req)
-	} else {
-		resp, a = r.answer(stage, req)
-	}
-	if hook != nil && a.decision != nil && a.decision.Allowed() && a.service != nil {
-		if refusal := hook.beforeAllocation(ctx, req, a.service, a.decision); refusal != "" {
-			resp = notReady(refusal)
-			a = answered{outcome: policy.Denied, message: refusal, name: a.name, state: a.state}
-		}
-	}
+	resp, a := answer()
 	resp.AuditAnnotations = auditAnnotations(a)
 	r.record(newAuditLine(stage, req, a, time.Since(start)), a.decision)
 	return resp
 }
 
-// answer parses the request, checks readiness, decides and builds the
-// response.
-func (r *reviewer) answer(stage policy.Stage, req admission.Request) (admission.Response, answered) {
+// answer parses the request, checks readiness, asks decide (policy.Mutate
+// or policy.Validate: the handler's stage) and builds the response.
+func (r *reviewer) answer(stage policy.Stage, decide func(policy.Env, policy.Request) policy.Decision, req admission.Request) (admission.Response, answered) {
 	if err := malformed(req); err != nil {
 		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
 	}
@@ -141,22 +139,14 @@ func (r *reviewer) answer(stage policy.Stage, req admission.Request) (admission.
 			return admission.Errored(http.StatusBadRequest, err), a
 		}
 	}
-	state, err := r.check(time.Now())
+	state, err := r.gate.Check(time.Now())
 	if err != nil {
 		return notReady(err.Error()), answered{outcome: policy.Denied, message: err.Error(), name: svc.Name, state: state}
 	}
-
-	env := policy.Env{Policy: state.policy.policy, Snapshot: state.snap, StaticCIDRs: r.staticCIDRs}
-	preq := policy.Request{
+	d := decide(state.Env, policy.Request{
 		Operation: policy.Operation(req.Operation), Service: svc, OldService: old,
 		User: req.UserInfo.Username, Groups: req.UserInfo.Groups, DryRun: isDryRun(req),
-	}
-	var d policy.Decision
-	if stage == policy.StageMutate {
-		d = policy.Mutate(env, preq)
-	} else {
-		d = policy.Validate(env, preq)
-	}
+	})
 	return respond(d), answered{decision: &d, name: svc.Name, service: svc, state: state}
 }
 
@@ -217,16 +207,30 @@ func (r *reviewer) record(line auditLine, d *policy.Decision) {
 	}
 }
 
-// mutatingHandler serves the MutatingWebhookConfiguration.
+// mutatingHandler serves the MutatingWebhookConfiguration. An allowed
+// decision goes to the hook before it is recorded: if the hook refuses
+// (the hold's release failed, or its budget is spent), its 503 is the
+// answer, and the audit line, the counters and the auditAnnotations say so.
 type mutatingHandler struct{ *reviewer }
 
 func (h mutatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return h.handle(ctx, policy.StageMutate, req, h.releaser)
+	return h.recorded(policy.StageMutate, req, func() (admission.Response, answered) {
+		resp, a := h.answer(policy.StageMutate, policy.Mutate, req)
+		if h.hook == nil || a.decision == nil || !a.decision.Allowed() || a.service == nil {
+			return resp, a
+		}
+		if refusal := h.hook.BeforeAllocation(ctx, req, a.service, a.decision, a.state.Env); refusal != "" {
+			return notReady(refusal), answered{outcome: policy.Denied, message: refusal, name: a.name, state: a.state}
+		}
+		return resp, a
+	})
 }
 
 // validatingHandler serves the ValidatingWebhookConfiguration.
 type validatingHandler struct{ *reviewer }
 
-func (h validatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return h.handle(ctx, policy.StageValidate, req, nil)
+func (h validatingHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	return h.recorded(policy.StageValidate, req, func() (admission.Response, answered) {
+		return h.answer(policy.StageValidate, policy.Validate, req)
+	})
 }

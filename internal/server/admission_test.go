@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,57 +12,35 @@ import (
 	"time"
 
 	"clusterip-policy/internal/logging"
+	"clusterip-policy/internal/readiness"
+	"clusterip-policy/internal/readiness/readinesstest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-
-	"clusterip-policy/pkg/allocview"
 )
 
-const testPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-`
+const testPolicy = readinesstest.Policy
 
-// testReviewer is a reviewer over a synced view of 10.96.0.0/16 with
-// 10.96.0.1 held by default/kubernetes and the static-band 10.96.0.40 by
-// team-a/db, whose audit log goes to a buffer.
+// testReviewer is a reviewer over readinesstest's gate (a synced view of
+// 10.96.0.0/16 with 10.96.0.1 held by default/kubernetes and the
+// static-band 10.96.0.40 by team-a/db), whose audit log goes to a buffer.
 type testReviewer struct {
 	*reviewer
+	readinesstest.Fixture
 	auditBuf *bytes.Buffer
 	reg      *prometheus.Registry
 }
 
 func newTestReviewer(t testing.TB, policyYAML string, synced bool) testReviewer {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(path, []byte(policyYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	view := allocview.NewView()
-	if synced {
-		view.Update(func(tx *allocview.Tx) {
-			tx.SetServiceCIDR(allocview.ServiceCIDR{Name: "kubernetes", CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Ready: true})
-			tx.SetAllocation(netip.MustParseAddr("10.96.0.1"), allocview.ServiceHolder("default", "kubernetes"))
-			tx.SetAllocation(netip.MustParseAddr("10.96.0.40"), allocview.ServiceHolder("team-a", "db"))
-			tx.MarkSynced(true)
-		})
-	}
-	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, view)
 	var buf bytes.Buffer
 	log := logging.New(&buf)
-	ps := newPolicyStore(path, log, m)
-	if err := ps.reload(); err != nil {
-		t.Fatal(err)
-	}
+	f := readinesstest.New(t, policyYAML, synced, log)
 	buf.Reset()
-	return testReviewer{&reviewer{readiness: readiness{policies: ps, view: view}, audit: log.WithName("audit"), metrics: m}, &buf, reg}
+	reg := prometheus.NewRegistry()
+	return testReviewer{&reviewer{gate: f.Gate, audit: log.WithName("audit"), metrics: newMetrics(reg)}, f, &buf, reg}
 }
 
 // loadReview reads a recorded AdmissionReview and applies tweaks to its
@@ -264,10 +241,10 @@ func TestHandlersDenyUntilTheViewHasSynced(t *testing.T) {
 	for _, h := range []webhook.AdmissionHandler{mutatingHandler{r.reviewer}, validatingHandler{r.reviewer}} {
 		r.auditBuf.Reset()
 		resp := post(t, h, loadReview(t, "mutate-001-create-wh-auto.json"))
-		if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != notReadyMessage {
+		if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != readiness.NotReadyMessage {
 			t.Fatalf("want a not-ready denial, got %+v", resp.Result)
 		}
-		if line := auditOf(t, r.auditBuf); line["decision"] != "denied" || line["message"] != notReadyMessage {
+		if line := auditOf(t, r.auditBuf); line["decision"] != "denied" || line["message"] != readiness.NotReadyMessage {
 			t.Fatalf("audit = %v", line)
 		}
 	}
@@ -294,35 +271,6 @@ func TestWarnModeAllowsWithAnAdmissionWarning(t *testing.T) {
 	}
 }
 
-func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
-	r := newTestReviewer(t, testPolicy, true)
-	path := r.policies.path
-	if err := os.WriteFile(path, []byte(testPolicy+"bogus: 1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.policies.reload(); err == nil || !strings.Contains(err.Error(), `line 7: unknown field "bogus"`) {
-		t.Fatalf("reload err = %v", err)
-	}
-	if cur := r.policies.Current(); cur.generation != 1 || len(cur.policy.Reservations) != 1 {
-		t.Fatalf("policy changed after a bad reload: %+v", cur)
-	}
-	if got := testutil.ToFloat64(r.metrics.policyReloads.WithLabelValues("failure")); got != 1 {
-		t.Fatalf("failed reloads = %v", got)
-	}
-	if !strings.Contains(r.auditBuf.String(), "refused the changed policy") {
-		t.Fatalf("refusal not logged: %s", r.auditBuf)
-	}
-	if err := os.WriteFile(path, []byte(testPolicy+"enforcement: {default: warn}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.policies.reload(); err != nil {
-		t.Fatal(err)
-	}
-	if cur := r.policies.Current(); cur.generation != 2 || cur.policy.DefaultAction != "warn" {
-		t.Fatalf("good reload not applied: generation %d action %s", cur.generation, cur.policy.DefaultAction)
-	}
-}
-
 func TestHandlersAllowOperationsThatAllocateNothing(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, true)
 	body := loadReview(t, "mutate-001-create-wh-auto.json")
@@ -339,9 +287,9 @@ func TestHandlersAllowOperationsThatAllocateNothing(t *testing.T) {
 
 func TestHandlersDenyOnAViewStaleForTooLong(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, true)
-	r.maxStaleness = 30 * time.Second
+	r.Gate.MaxStaleness = 30 * time.Second
 	stale := 10 * time.Second
-	r.staleFor = func(time.Time) (time.Duration, string) { return stale, "ipaddresses" }
+	r.Gate.StaleFor = func(time.Time) (time.Duration, string) { return stale, "ipaddresses" }
 	resp := post(t, validatingHandler{r.reviewer}, loadReview(t, "validate-002-create-wh-auto.json"))
 	if !resp.Allowed {
 		t.Fatalf("denied within the tolerated staleness: %+v", resp.Result)

@@ -65,13 +65,13 @@ func newAuditLine(stage policy.Stage, req admission.Request, a answered, took ti
 	} else {
 		l.Decision, l.Skipped, l.Message = a.outcome, a.skipped, a.message
 	}
-	if a.state.snap != nil {
-		l.ViewGeneration = a.state.snap.Generation
+	if a.state.Snap != nil {
+		l.ViewGeneration = a.state.Snap.Generation
 	}
-	if p := a.state.policy; p != nil {
-		l.PolicyGeneration, l.PolicyDigest = p.generation, p.policy.Digest
+	if p := a.state.Policy; p != nil {
+		l.PolicyGeneration, l.PolicyDigest = p.Generation, p.Policy.Digest
 	}
-	l.ViewStale = a.state.stale
+	l.ViewStale = a.state.Stale
 	return l
 }
 

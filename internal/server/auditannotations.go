@@ -37,8 +37,8 @@ func auditAnnotations(a answered) map[string]string {
 			out[annotationRules] = strings.Join(ids, ",")
 		}
 	}
-	if p := a.state.policy; p != nil && p.policy != nil {
-		out[annotationPolicyDigest] = p.policy.Digest
+	if p := a.state.Policy; p != nil && p.Policy != nil {
+		out[annotationPolicyDigest] = p.Policy.Digest
 	}
 	return out
 }

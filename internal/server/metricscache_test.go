@@ -5,12 +5,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"clusterip-policy/pkg/allocview"
 )
 
 func TestCachedDecisionCountersCountIntoTheMetric(t *testing.T) {
-	m := newMetrics(prometheus.NewRegistry(), allocview.NewView())
+	m := newMetrics(prometheus.NewRegistry())
 	if n := testutil.CollectAndCount(m.decisions); n != 0 {
 		t.Fatalf("%d series before any decision, want none", n)
 	}

@@ -21,8 +21,8 @@ type serviceCIDRHandler struct{ *reviewer }
 
 var _ admission.Handler = serviceCIDRHandler{}
 
-func (h serviceCIDRHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return h.handle(ctx, policy.StageServiceCIDR, req, nil)
+func (h serviceCIDRHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	return h.recorded(policy.StageServiceCIDR, req, func() (admission.Response, answered) { return h.answerServiceCIDR(req) })
 }
 
 // answerServiceCIDR is reviewer.answer for a ServiceCIDR: parse, check
@@ -55,7 +55,7 @@ func (r *reviewer) answerServiceCIDR(req admission.Request) (admission.Response,
 			return admission.Errored(http.StatusBadRequest, err), a
 		}
 	}
-	state, err := r.check(time.Now())
+	state, err := r.gate.Check(time.Now())
 	if err != nil {
 		return notReady(err.Error()), answered{outcome: policy.Denied, message: err.Error(), name: cidr.Name, state: state}
 	}
@@ -66,7 +66,7 @@ func (r *reviewer) answerServiceCIDR(req admission.Request) (admission.Response,
 	if old != nil {
 		creq.OldCIDRs = old.Spec.CIDRs
 	}
-	d := policy.ReviewServiceCIDR(policy.Env{Policy: state.policy.policy, Snapshot: state.snap, StaticCIDRs: r.staticCIDRs}, creq)
+	d := policy.ReviewServiceCIDR(state.Env, creq)
 	return respond(d), answered{decision: &d, name: cidr.Name, state: state}
 }
 

@@ -99,7 +99,7 @@ func TestServiceCIDRHandler(t *testing.T) {
 			}
 			want := tt.annotations
 			if tt.code != 400 {
-				want[annotationPolicyDigest] = r.policies.Current().policy.Digest
+				want[annotationPolicyDigest] = r.Store.Current().Policy.Digest
 			}
 			if fmt.Sprint(resp.AuditAnnotations) != fmt.Sprint(want) {
 				t.Errorf("auditAnnotations %v, want %v", resp.AuditAnnotations, want)
@@ -130,7 +130,7 @@ func TestServiceCIDRHandler(t *testing.T) {
 // rules and the policy digest, few and short whatever the request.
 func TestAuditAnnotations(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, true)
-	digest := r.policies.Current().policy.Digest
+	digest := r.Store.Current().Policy.Digest
 	tests := []struct {
 		name string
 		h    func() (resp map[string]string)

@@ -1,4 +1,4 @@
-package server
+package matchconditions
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/poll"
 	"clusterip-policy/pkg/matchconditions"
 )
 
@@ -74,7 +76,7 @@ func (w *mutatorWatch) run(ctx context.Context) {
 		if err != nil {
 			w.log.Error(err, "cannot tell which MutatingAdmissionPolicy version the apiservers serve; every Service create is sent to the mutating webhook meanwhile")
 			w.set(nil)
-			if !sleepCtx(ctx, 5*time.Second) {
+			if !poll.Sleep(ctx, 5*time.Second) {
 				return
 			}
 			continue
@@ -82,7 +84,7 @@ func (w *mutatorWatch) run(ctx context.Context) {
 		tctx, cancel := context.WithCancel(ctx)
 		w.set(w.start(tctx, version))
 		for {
-			if !sleepCtx(ctx, mapRediscoverInterval) {
+			if !poll.Sleep(ctx, mapRediscoverInterval) {
 				cancel()
 				return
 			}
@@ -169,7 +171,7 @@ func (w *mutatorWatch) start(ctx context.Context, policyVersion string) func() (
 		if err != nil {
 			return nil, false
 		}
-		ms := matchconditions.WebhookMutators(cfgs, w.ourConfig, mutatingServiceWebhook)
+		ms := matchconditions.WebhookMutators(cfgs, w.ourConfig, names.MutatingServiceWebhook)
 		if policies != nil {
 			ps, err := policies()
 			if err != nil {
@@ -226,16 +228,4 @@ func ruleOf[R namedRule](r R) admissionregistrationv1.RuleWithOperations {
 		return r.RuleWithOperations
 	}
 	return admissionregistrationv1.RuleWithOperations{}
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

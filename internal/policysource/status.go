@@ -1,4 +1,4 @@
-package server
+package policysource
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"clusterip-policy/internal/names"
 	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 	"clusterip-policy/pkg/policy"
 )
@@ -27,7 +28,7 @@ import (
 // the others write theirs back, forever. The leader also runs the periodic
 // audit and writes the managed matchConditions, the two other things the
 // status reports, so its view is the one worth showing. In CRD mode the
-// webhook therefore always takes part in the election (serve.go), even
+// webhook therefore always takes part in the election (internal/server), even
 // when no other leader work is on.
 
 const (
@@ -39,19 +40,19 @@ const (
 	maxDigestGenerations = 16
 )
 
-// policyStatus collects what the status reports and, on the leader, writes
+// Status collects what the status reports and, on the leader, writes
 // it. Its inputs come from the policy object watcher (observe), the
 // periodic audit (auditDone) and the matchConditions keeper
 // (conditionsInForce); each may arrive on any goroutine.
-type policyStatus struct {
+type Status struct {
 	client dynamic.Interface
 	log    logr.Logger
 	now    func() time.Time
 
-	// auditOn and conditionsOn say whether the periodic audit and the
+	// AuditOn and ConditionsOn say whether the periodic audit and the
 	// managed matchConditions run at all, so the status does not carry a
-	// condition nothing will ever update.
-	auditOn, conditionsOn bool
+	// condition nothing will ever update. Set before Lead runs.
+	AuditOn, ConditionsOn bool
 
 	mu        sync.Mutex
 	obj       *unstructured.Unstructured // the object last observed
@@ -67,11 +68,12 @@ type policyStatus struct {
 	poke chan struct{} // a buffered slot: something changed
 }
 
-func newPolicyStatus(client dynamic.Interface, log logr.Logger) *policyStatus {
-	return &policyStatus{client: client, log: log, now: time.Now, digestGen: map[string]int64{}, poke: make(chan struct{}, 1)}
+// NewStatus is the status of the object client serves.
+func NewStatus(client dynamic.Interface, log logr.Logger) *Status {
+	return &Status{client: client, log: log, now: time.Now, digestGen: map[string]int64{}, poke: make(chan struct{}, 1)}
 }
 
-func (s *policyStatus) changed() {
+func (s *Status) changed() {
 	select {
 	case s.poke <- struct{}{}:
 	default:
@@ -80,7 +82,7 @@ func (s *policyStatus) changed() {
 
 // observed records the object as last seen and what the loader made of its
 // generation. inForce and digest describe the policy this replica enforces.
-func (s *policyStatus) observed(u *unstructured.Unstructured, loadErr error, inForce int64, digest string) {
+func (s *Status) observed(u *unstructured.Unstructured, loadErr error, inForce int64, digest string) {
 	s.mu.Lock()
 	s.obj, s.loadErr, s.inForce = u, loadErr, inForce
 	if digest != "" {
@@ -94,8 +96,8 @@ func (s *policyStatus) observed(u *unstructured.Unstructured, loadErr error, inF
 	s.changed()
 }
 
-// auditDone records a periodic audit pass (periodicAudit.report).
-func (s *policyStatus) auditDone(at time.Time, policyDigest string, report policy.AuditReport) {
+// AuditDone records a periodic audit pass (periodicaudit.Audit.Report).
+func (s *Status) AuditDone(at time.Time, policyDigest string, report policy.AuditReport) {
 	services := map[policy.Owner]bool{}
 	for _, f := range report.Findings {
 		if f.Rule != policy.RuleReservationNotHeld { // a missing owner is not a Service breaking the policy
@@ -113,18 +115,18 @@ func (s *policyStatus) auditDone(at time.Time, policyDigest string, report polic
 	s.changed()
 }
 
-// conditionsInForce records the policy digest the managed matchConditions
-// encode once they are in force (conditionKeeper.inForce).
-func (s *policyStatus) conditionsInForce(policyDigest string) {
+// ConditionsInForce records the policy digest the managed matchConditions
+// encode once they are in force (matchconditions.Keeper.InForce).
+func (s *Status) ConditionsInForce(policyDigest string) {
 	s.mu.Lock()
 	s.condDig = policyDigest
 	s.mu.Unlock()
 	s.changed()
 }
 
-// conditionsWriteFailed records why the leader could not write the
-// managed matchConditions, "" once it could (conditionKeeper.writeFailed).
-func (s *policyStatus) conditionsWriteFailed(reason string) {
+// ConditionsWriteFailed records why the leader could not write the
+// managed matchConditions, "" once it could (matchconditions.Keeper.WriteFailed).
+func (s *Status) ConditionsWriteFailed(reason string) {
 	s.mu.Lock()
 	changed := s.condErr != reason
 	s.condErr = reason
@@ -134,9 +136,9 @@ func (s *policyStatus) conditionsWriteFailed(reason string) {
 	}
 }
 
-// lead writes the status while this replica leads (a leader.Work): at once,
+// Lead writes the status while this replica leads (a leader.Work): at once,
 // then whenever an input changes, and again after a failed write.
-func (s *policyStatus) lead(ctx context.Context) {
+func (s *Status) Lead(ctx context.Context) {
 	s.log.Info("leading: writing the ClusterIPPolicy status")
 	retry := time.NewTimer(0)
 	defer retry.Stop()
@@ -161,7 +163,7 @@ func (s *policyStatus) lead(ctx context.Context) {
 
 // desired computes the status for the object last observed, and the
 // object; nil while none was observed.
-func (s *policyStatus) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolicyStatus, v1alpha1.ClusterIPPolicyStatus) {
+func (s *Status) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolicyStatus, v1alpha1.ClusterIPPolicyStatus) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.obj == nil {
@@ -195,7 +197,7 @@ func (s *policyStatus) desired() (*unstructured.Unstructured, *v1alpha1.ClusterI
 	}
 	meta.SetStatusCondition(&next.Conditions, ready)
 
-	if s.auditOn {
+	if s.AuditOn {
 		audited := metav1.Condition{Type: v1alpha1.ConditionAudited, ObservedGeneration: gen}
 		if s.audit != nil {
 			a := *s.audit
@@ -208,7 +210,7 @@ func (s *policyStatus) desired() (*unstructured.Unstructured, *v1alpha1.ClusterI
 			audited.Message = fmt.Sprintf("no periodic audit has checked the existing Services against generation %d yet", inForce)
 		case s.audit.ViolatingServices > 0:
 			audited.Status, audited.Reason = metav1.ConditionFalse, "ViolationsFound"
-			audited.Message = fmt.Sprintf("%d existing Services break generation %d of the policy; `clusterip-policy audit` names them, and each has a Warning Event (reason %s)", s.audit.ViolatingServices, inForce, auditEventReason)
+			audited.Message = fmt.Sprintf("%d existing Services break generation %d of the policy; `clusterip-policy audit` names them, and each has a Warning Event (reason %s)", s.audit.ViolatingServices, inForce, names.AuditEventReason)
 		default:
 			audited.Status, audited.Reason = metav1.ConditionTrue, "NoViolations"
 			audited.Message = fmt.Sprintf("no existing Service breaks generation %d of the policy", inForce)
@@ -218,7 +220,7 @@ func (s *policyStatus) desired() (*unstructured.Unstructured, *v1alpha1.ClusterI
 		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionAudited)
 	}
 
-	if s.conditionsOn {
+	if s.ConditionsOn {
 		mc := metav1.Condition{Type: v1alpha1.ConditionMatchConditionsInForce, ObservedGeneration: gen}
 		if s.condDig != "" {
 			next.MatchConditions = &v1alpha1.MatchConditionsStatus{Generation: s.digestGen[s.condDig], PolicyDigest: s.condDig}
@@ -246,7 +248,7 @@ func (s *policyStatus) desired() (*unstructured.Unstructured, *v1alpha1.ClusterI
 
 // write updates the status unless it already says the same, so the update
 // event it causes does not write again.
-func (s *policyStatus) write(ctx context.Context) error {
+func (s *Status) write(ctx context.Context) error {
 	obj, old, next := s.desired()
 	if obj == nil || statusEqual(*old, next) {
 		return nil

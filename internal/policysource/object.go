@@ -1,4 +1,4 @@
-package server
+package policysource
 
 import (
 	"context"
@@ -18,22 +18,16 @@ import (
 	"clusterip-policy/pkg/policy"
 )
 
-// The --policy-source values.
-const (
-	policySourceFile = "file"
-	policySourceCRD  = "crd"
-)
-
 var policyGVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: v1alpha1.Resource}
 
-// crdPolicy feeds the policy store from the ClusterIPPolicy object named
-// default and tells the status (policystatus.go) what became of each
+// ObjectSource feeds the policy store from the ClusterIPPolicy object named
+// default and tells the status (status.go) what became of each
 // generation; the leader writes it. It watches only that name (the CRD's
 // schema refuses any other).
-type crdPolicy struct {
+type ObjectSource struct {
 	client dynamic.Interface
-	store  *policyStore
-	status *policyStatus
+	store  *Store
+	status *Status
 	log    logr.Logger
 	// inForce is the object generation of the policy in force; 0: none
 	// (no object yet, or every one so far refused). Used only from the
@@ -45,9 +39,15 @@ type crdPolicy struct {
 	seen string
 }
 
-// run watches the object until ctx ends. The informer relists and rewatches
+// NewObjectSource watches the object through client, publishes into store
+// and reports to status.
+func NewObjectSource(client dynamic.Interface, store *Store, status *Status, log logr.Logger) *ObjectSource {
+	return &ObjectSource{client: client, store: store, status: status, log: log}
+}
+
+// Run watches the object until ctx ends. The informer relists and rewatches
 // on its own, with backoff, so the loop is bounded by the apiserver's pace.
-func (c *crdPolicy) run(ctx context.Context) error {
+func (c *ObjectSource) Run(ctx context.Context) error {
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.client, 0, "", func(o *metav1.ListOptions) {
 		o.FieldSelector = "metadata.name=" + policy.ObjectName
 	})
@@ -70,7 +70,7 @@ func (c *crdPolicy) run(ctx context.Context) error {
 // observe loads the object's spec through the file loader (the same
 // messages), publishes it when it loads, and hands the outcome to the
 // status writer.
-func (c *crdPolicy) observe(obj any) {
+func (c *ObjectSource) observe(obj any) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok || u.GetName() != policy.ObjectName {
 		return
@@ -95,7 +95,7 @@ func (c *crdPolicy) observe(obj any) {
 	}
 	digest := ""
 	if cur := c.store.Current(); cur != nil {
-		digest = cur.policy.Digest
+		digest = cur.Policy.Digest
 	}
 	c.status.observed(u, err, c.inForce, digest)
 }

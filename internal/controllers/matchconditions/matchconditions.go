@@ -1,15 +1,23 @@
-package server
+// Package matchconditions is the leader's loop that keeps one
+// matchCondition of each Service webhook
+// (matchconditions.Name) in step with the policy and the active ranges, so
+// the apiservers call the webhook only where its answer can differ from
+// "allowed, unchanged" (docs/matchconditions.md). It changes nothing else
+// in the two configurations: clientConfig, the caBundle cert-manager
+// injects and the static conditions stay as they are. That is why it reads
+// each configuration (get) before it writes it back (update): the update
+// carries what was read, and a conflict (someone wrote meanwhile) is
+// retried on a fresh read. With management off every replica removes a
+// condition left behind (Keeper.KeepRemoved).
+package matchconditions
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
-
-	"clusterip-policy/internal/names"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,26 +28,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"clusterip-policy/internal/leader"
+	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/readiness"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
-	"clusterip-policy/pkg/policy"
-)
-
-// The leader keeps one matchCondition of each Service webhook
-// (matchconditions.Name) in step with the policy and the active ranges, so
-// the apiservers call the webhook only where its answer can differ from
-// "allowed, unchanged" (docs/matchconditions.md). It changes nothing else
-// in the two configurations: clientConfig, the caBundle cert-manager
-// injects and the static conditions stay as they are. That is why it reads
-// each configuration (get) before it writes it back (update): the update
-// carries what was read, and a conflict (someone wrote meanwhile) is
-// retried on a fresh read.
-
-// The names of the webhook entries the managed condition goes in, as in
-// manifests/base/webhook-configurations.yaml.
-const (
-	mutatingServiceWebhook   = names.MutatingServiceWebhook
-	validatingServiceWebhook = names.ValidatingServiceWebhook
 )
 
 // The annotations written with the conditions, in the same update: what
@@ -70,28 +64,31 @@ const (
 	conditionsAbsentPoll = time.Second
 )
 
-type matchConditionOptions struct {
-	manage     bool
-	mutating   string
-	validating string
-	// settle is how long after a write the leader waits before it reports
+// Options are the managed matchConditions' flags.
+type Options struct {
+	Manage     bool
+	Mutating   string
+	Validating string
+	// Settle is how long after a write the leader waits before it reports
 	// the new conditions in force: the apiservers load a changed webhook
 	// configuration from their own informer (measured on one loaded
 	// apiserver: 5-53 ms; docs/matchconditions.md).
-	settle time.Duration
+	Settle time.Duration
 }
 
-func (o *matchConditionOptions) validate() error {
-	if o.mutating == "" || o.validating == "" {
+// Validate checks the flags, naming the flag, the value and the fix.
+func (o *Options) Validate() error {
+	if o.Mutating == "" || o.Validating == "" {
 		return errors.New("--mutating-webhook-configuration and --validating-webhook-configuration must name the configurations (clusterip-policy in manifests/base)")
 	}
-	if o.settle < 0 || o.settle > time.Minute {
-		return fmt.Errorf("--match-conditions-settle %s is outside 0-1m; give the time your apiservers take to load a changed webhook configuration, with a margin (default 1s)", o.settle)
+	if o.Settle < 0 || o.Settle > time.Minute {
+		return fmt.Errorf("--match-conditions-settle %s is outside 0-1m; give the time your apiservers take to load a changed webhook configuration, with a margin (default 1s)", o.Settle)
 	}
 	return nil
 }
 
-type conditionMetrics struct {
+// Metrics are the managed matchConditions'.
+type Metrics struct {
 	managed       prometheus.Gauge
 	synced        prometheus.Gauge
 	updates       *prometheus.CounterVec
@@ -100,8 +97,9 @@ type conditionMetrics struct {
 	leftBehind    prometheus.Gauge
 }
 
-func newConditionMetrics(reg prometheus.Registerer) *conditionMetrics {
-	m := &conditionMetrics{
+// NewMetrics registers the metrics in reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		synced: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "clusterip_policy_match_conditions_synced",
 			Help: "1 on the leader while both webhook configurations carry the managed matchCondition for the policy and ServiceCIDRs in force; 0 while they lag (a change not yet written, a write failing) and on other replicas.",
@@ -135,22 +133,32 @@ func newConditionMetrics(reg prometheus.Registerer) *conditionMetrics {
 	return m
 }
 
-// conditionKeeper writes the managed conditions while its replica leads.
-type conditionKeeper struct {
-	client      kubernetes.Interface
-	ready       readiness
-	staticCIDRs []netip.Prefix
-	o           matchConditionOptions
-	log         logr.Logger
-	metrics     *conditionMetrics
-	mutators    *mutatorWatch
-	// inForce, if set, is told the policy digest each time the written
+// Keeper writes the managed conditions while its replica leads, and
+// removes them while management is off.
+type Keeper struct {
+	client   kubernetes.Interface
+	gate     *readiness.Gate
+	o        Options
+	log      logr.Logger
+	metrics  *Metrics
+	mutators *mutatorWatch
+	// InForce, if set, is told the policy digest each time the written
 	// conditions are reported in force (the ClusterIPPolicy status,
-	// policystatus.go, says which generation they encode).
-	inForce func(policyDigest string)
-	// writeFailed, if set, is told why a write failed (refusal's text),
+	// internal/policysource, says which generation they encode).
+	InForce func(policyDigest string)
+	// WriteFailed, if set, is told why a write failed (refusal's text),
 	// and "" once one succeeds: the ClusterIPPolicy status names it.
-	writeFailed func(reason string)
+	WriteFailed func(reason string)
+}
+
+// New keeps the conditions the gate's policy and view call for in the
+// configurations o names.
+func New(client kubernetes.Interface, gate *readiness.Gate, o Options, log logr.Logger, m *Metrics) *Keeper {
+	if o.Manage {
+		m.managed.Set(1)
+	}
+	return &Keeper{client: client, gate: gate, o: o, log: log, metrics: m,
+		mutators: &mutatorWatch{client: client, ourConfig: o.Mutating, log: log}}
 }
 
 // wantedConditions is what the leader writes at one moment.
@@ -185,17 +193,27 @@ const readyHold = time.Second
 // admission can set a ClusterIP after ours, or while that cannot be told,
 // the mutating condition sends every create (see
 // pkg/matchconditions/mutators.go).
-func (k *conditionKeeper) wanted(now time.Time) wantedConditions {
-	st, err := k.ready.check(now)
+func (k *Keeper) wanted(now time.Time) wantedConditions {
+	// The conditions encode what a review would answer, so they ask the
+	// gate what a review asks: a stale view is not ready here.
+	st, err := k.gate.Check(now)
 	if err != nil {
 		return wantedConditions{conds: matchconditions.Compute(nil, allocview.RangeSet{}), failSafe: true}
 	}
-	env := policy.Env{Policy: st.policy.policy, Snapshot: st.snap, StaticCIDRs: k.staticCIDRs}
+	env := st.Env
 	w := wantedConditions{conds: matchconditions.Compute(env.Policy, env.Ranges()), policyDigest: env.Policy.Digest, others: k.mutators.state()}
 	if !w.others.known || w.others.count > 0 {
 		w.conds = w.conds.CallEveryCreate()
 	}
 	return w
+}
+
+// Work keeps the conditions in step while this replica leads; at the
+// term's end the gauges say nothing is kept here.
+func (k *Keeper) Work() leader.Work {
+	return leader.Term(k.log, "leading: keeping the managed matchConditions",
+		[]any{"mutatingWebhookConfiguration", k.o.Mutating, "validatingWebhookConfiguration", k.o.Validating}, k.lead,
+		func() { k.metrics.otherMutators.Set(-1) }, func() { k.metrics.synced.Set(0) })
 }
 
 // lead keeps the conditions in step until ctx (the leadership) ends.
@@ -206,10 +224,7 @@ func (k *conditionKeeper) wanted(now time.Time) wantedConditions {
 // changed configuration (docs/matchconditions.md has the figures). Until
 // then requests skipped under the previous conditions follow the previous
 // policy, which the configurations' annotation still names.
-func (k *conditionKeeper) lead(ctx context.Context) {
-	k.log.Info("leading: keeping the managed matchConditions", "mutatingWebhookConfiguration", k.o.mutating, "validatingWebhookConfiguration", k.o.validating)
-	defer k.metrics.synced.Set(0)
-	defer k.metrics.otherMutators.Set(-1)
+func (k *Keeper) lead(ctx context.Context) {
 	go k.mutators.run(ctx)
 	var written string // key of the conditions last written (or found in place)
 	var verified, retryAt, settledAt, readySince time.Time
@@ -261,15 +276,15 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 				}
 				k.metrics.updates.WithLabelValues("failed").Inc()
 				k.log.Error(errors.New(refusal(err)), "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
-				if k.writeFailed != nil {
-					k.writeFailed(refusal(err))
+				if k.WriteFailed != nil {
+					k.WriteFailed(refusal(err))
 				}
 				retryAt = now.Add(backoff)
 				backoff = min(2*backoff, conditionsMaxBackoff)
 			case err == nil:
 				absent = false
-				if k.writeFailed != nil {
-					k.writeFailed("")
+				if k.WriteFailed != nil {
+					k.WriteFailed("")
 				}
 				failSafeWritten = want.failSafe
 				if changed {
@@ -282,12 +297,12 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 							"allowListCapped", want.conds.AllowListCapped, "owners", len(want.conds.Owners), "ownersCapped", want.conds.OwnersCapped,
 							"mutatingSendsEveryCreate", want.conds.Mutating == "true")
 					}
-					settledAt, reported = now.Add(k.o.settle), false
+					settledAt, reported = now.Add(k.o.Settle), false
 				}
 				if key != written && !changed {
 					// Found in place (a new leader): the previous leader may
 					// have written it a moment ago, so it settles too.
-					settledAt, reported = now.Add(k.o.settle), false
+					settledAt, reported = now.Add(k.o.Settle), false
 				}
 				written, verified, backoff = key, now, conditionsPollInterval
 				k.metrics.prefixes.Set(float64(len(want.conds.AllowList)))
@@ -297,8 +312,8 @@ func (k *conditionKeeper) lead(ctx context.Context) {
 			reported = true
 			k.metrics.synced.Set(1)
 			k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest)
-			if k.inForce != nil {
-				k.inForce(want.policyDigest)
+			if k.InForce != nil {
+				k.InForce(want.policyDigest)
 			}
 		}
 		select {
@@ -328,7 +343,7 @@ func refusal(err error) string {
 }
 
 // noteOthers logs and exposes a change in the other mutating admissions.
-func (k *conditionKeeper) noteOthers(now mutatorState, last *mutatorState) {
+func (k *Keeper) noteOthers(now mutatorState, last *mutatorState) {
 	n := now.count
 	if !now.known {
 		n = -1
@@ -353,26 +368,26 @@ func (k *conditionKeeper) noteOthers(now mutatorState, last *mutatorState) {
 // for every request its webhook would act on under the policy it encodes,
 // and the policy annotation says which one that is. It reports whether
 // anything was changed.
-func (k *conditionKeeper) write(ctx context.Context, c matchconditions.Conditions, policyDigest string) (bool, error) {
+func (k *Keeper) write(ctx context.Context, c matchconditions.Conditions, policyDigest string) (bool, error) {
 	ann := map[string]string{conditionsDigestAnnotation: c.Digest, conditionsPolicyAnnotation: policyDigest}
-	v, err := k.updateValidating(ctx, c.Validating, ann)
+	v, err := update(ctx, k.validating(), c.Validating, ann)
 	if err != nil {
 		return false, err
 	}
-	m, err := k.updateMutating(ctx, c.Mutating, ann)
+	m, err := update(ctx, k.mutating(), c.Mutating, ann)
 	return v || m, err
 }
 
 // removeManaged takes the managed condition out of both configurations,
 // if it is there, and reports whether it changed anything. NotFound (no
 // such configuration) counts as done: there is nothing to remove.
-func (k *conditionKeeper) removeManaged(ctx context.Context) (bool, error) {
+func (k *Keeper) removeManaged(ctx context.Context) (bool, error) {
 	ann := map[string]string{conditionsDigestAnnotation: "", conditionsPolicyAnnotation: ""}
-	v, err := k.updateValidating(ctx, "", ann)
+	v, err := update(ctx, k.validating(), "", ann)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return v, err
 	}
-	m, err := k.updateMutating(ctx, "", ann)
+	m, err := update(ctx, k.mutating(), "", ann)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return v || m, err
 	}
@@ -384,14 +399,14 @@ func (k *conditionKeeper) removeManaged(ctx context.Context) (bool, error) {
 // a rollout, or a backup restores, goes within it.
 const removerRecheck = time.Minute
 
-// keepRemoved runs on every replica while --manage-match-conditions is off
+// KeepRemoved runs on every replica while --manage-match-conditions is off
 // (no Lease needed, so it runs whatever else is on): it removes a managed
 // condition left from when management was on, retrying with backoff until
 // it succeeds, and checks again every removerRecheck. A condition nobody
 // keeps would skip requests under a policy that may since have narrowed;
 // clusterip_policy_match_conditions_left_behind is 1 until the removal is
 // confirmed, and an alert reads it.
-func (k *conditionKeeper) keepRemoved(ctx context.Context) {
+func (k *Keeper) KeepRemoved(ctx context.Context) {
 	backoff := time.Second
 	k.metrics.leftBehind.Set(1)
 	var lastErr string
@@ -418,13 +433,13 @@ func (k *conditionKeeper) keepRemoved(ctx context.Context) {
 			k.metrics.leftBehind.Set(0)
 			lastErr, backoff = "", time.Second
 		}
-		if !sleepCtx(ctx, wait) {
+		if !poll.Sleep(ctx, wait) {
 			return
 		}
 	}
 }
 
-func (k *conditionKeeper) logRemoveError(err error) {
+func (k *Keeper) logRemoveError(err error) {
 	if apierrors.IsForbidden(err) {
 		k.log.Error(err, "--manage-match-conditions is off and the webhook configurations cannot be read or written; if it was on before, remove the matchCondition "+matchconditions.Name+" from both (or apply manifests/base/webhook-configurations.yaml with kubectl replace); retrying")
 		return
@@ -436,68 +451,81 @@ func (k *conditionKeeper) logRemoveError(err error) {
 // within about 0.7 s (20 ms doubling, with jitter).
 var conflictBackoff = wait.Backoff{Steps: 6, Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2}
 
-func (k *conditionKeeper) updateValidating(ctx context.Context, expr string, ann map[string]string) (bool, error) {
-	api := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	written := false
-	err := retry.RetryOnConflict(conflictBackoff, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		cfg, err := api.Get(rctx, k.o.validating, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("ValidatingWebhookConfiguration %s: %w", k.o.validating, err)
-		}
-		found, changed := false, false
-		for i := range cfg.Webhooks {
-			if cfg.Webhooks[i].Name == validatingServiceWebhook {
-				found = true
-				var ch bool
-				if cfg.Webhooks[i].MatchConditions, ch, err = setCondition(cfg.Webhooks[i].MatchConditions, expr); err != nil {
-					return fmt.Errorf("ValidatingWebhookConfiguration %s, webhook %s: %w", k.o.validating, validatingServiceWebhook, err)
-				}
-				changed = changed || ch
-			}
-		}
-		if !found {
-			return fmt.Errorf("ValidatingWebhookConfiguration %s has no webhook %s; apply manifests/base/webhook-configurations.yaml or fix --validating-webhook-configuration", k.o.validating, validatingServiceWebhook)
-		}
-		if annChanged := setAnnotations(&cfg.ObjectMeta, ann); !changed && !annChanged {
-			return nil
-		}
-		_, err = api.Update(rctx, cfg, metav1.UpdateOptions{FieldManager: "clusterip-policy-webhook"})
-		written = err == nil
-		return err
-	})
-	return written, err
+// configuration is one of the two webhook configurations as update reads
+// and writes it: C is the typed object, whose Service webhook entries
+// entries hands out.
+type configuration[C any] struct {
+	kind, name, flag, webhook string
+	get                       func(ctx context.Context, name string, opts metav1.GetOptions) (C, error)
+	put                       func(ctx context.Context, cfg C, opts metav1.UpdateOptions) (C, error)
+	// entries returns the object's metadata and the matchConditions of
+	// each entry named webhook.
+	entries func(C) (*metav1.ObjectMeta, []*[]admissionregistrationv1.MatchCondition)
 }
 
-func (k *conditionKeeper) updateMutating(ctx context.Context, expr string, ann map[string]string) (bool, error) {
+func (k *Keeper) validating() configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
+	api := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	return configuration[*admissionregistrationv1.ValidatingWebhookConfiguration]{
+		kind: "ValidatingWebhookConfiguration", name: k.o.Validating, flag: "--validating-webhook-configuration", webhook: names.ValidatingServiceWebhook,
+		get: api.Get, put: api.Update,
+		entries: func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) (*metav1.ObjectMeta, []*[]admissionregistrationv1.MatchCondition) {
+			var out []*[]admissionregistrationv1.MatchCondition
+			for i := range cfg.Webhooks {
+				if cfg.Webhooks[i].Name == names.ValidatingServiceWebhook {
+					out = append(out, &cfg.Webhooks[i].MatchConditions)
+				}
+			}
+			return &cfg.ObjectMeta, out
+		},
+	}
+}
+
+func (k *Keeper) mutating() configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
 	api := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	return configuration[*admissionregistrationv1.MutatingWebhookConfiguration]{
+		kind: "MutatingWebhookConfiguration", name: k.o.Mutating, flag: "--mutating-webhook-configuration", webhook: names.MutatingServiceWebhook,
+		get: api.Get, put: api.Update,
+		entries: func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) (*metav1.ObjectMeta, []*[]admissionregistrationv1.MatchCondition) {
+			var out []*[]admissionregistrationv1.MatchCondition
+			for i := range cfg.Webhooks {
+				if cfg.Webhooks[i].Name == names.MutatingServiceWebhook {
+					out = append(out, &cfg.Webhooks[i].MatchConditions)
+				}
+			}
+			return &cfg.ObjectMeta, out
+		},
+	}
+}
+
+// update sets the managed condition of c's Service webhook to expr ("":
+// removes it) and the annotations to ann, in one update, and reports
+// whether it wrote. Nothing else in the configuration changes: the update
+// carries what was read, and a conflict is retried on a fresh read.
+func update[C any](ctx context.Context, c configuration[C], expr string, ann map[string]string) (bool, error) {
 	written := false
 	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		cfg, err := api.Get(rctx, k.o.mutating, metav1.GetOptions{})
+		cfg, err := c.get(rctx, c.name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("MutatingWebhookConfiguration %s: %w", k.o.mutating, err)
+			return fmt.Errorf("%s %s: %w", c.kind, c.name, err)
 		}
-		found, changed := false, false
-		for i := range cfg.Webhooks {
-			if cfg.Webhooks[i].Name == mutatingServiceWebhook {
-				found = true
-				var ch bool
-				if cfg.Webhooks[i].MatchConditions, ch, err = setCondition(cfg.Webhooks[i].MatchConditions, expr); err != nil {
-					return fmt.Errorf("MutatingWebhookConfiguration %s, webhook %s: %w", k.o.mutating, mutatingServiceWebhook, err)
-				}
-				changed = changed || ch
+		meta, entries := c.entries(cfg)
+		if len(entries) == 0 {
+			return fmt.Errorf("%s %s has no webhook %s; apply manifests/base/webhook-configurations.yaml or fix %s", c.kind, c.name, c.webhook, c.flag)
+		}
+		changed := false
+		for _, conds := range entries {
+			var ch bool
+			if *conds, ch, err = setCondition(*conds, expr); err != nil {
+				return fmt.Errorf("%s %s, webhook %s: %w", c.kind, c.name, c.webhook, err)
 			}
+			changed = changed || ch
 		}
-		if !found {
-			return fmt.Errorf("MutatingWebhookConfiguration %s has no webhook %s; apply manifests/base/webhook-configurations.yaml or fix --mutating-webhook-configuration", k.o.mutating, mutatingServiceWebhook)
-		}
-		if annChanged := setAnnotations(&cfg.ObjectMeta, ann); !changed && !annChanged {
+		if annChanged := setAnnotations(meta, ann); !changed && !annChanged {
 			return nil
 		}
-		_, err = api.Update(rctx, cfg, metav1.UpdateOptions{FieldManager: "clusterip-policy-webhook"})
+		_, err = c.put(rctx, cfg, metav1.UpdateOptions{FieldManager: "clusterip-policy-webhook"})
 		written = err == nil
 		return err
 	})

@@ -1,4 +1,10 @@
-package server
+// Package periodicaudit is the leader's audit loop: every --audit-interval
+// it runs policy.Audit, the check of `clusterip-policy audit`, on the
+// policy in force and the view's snapshot, sets a gauge per rule, and puts
+// a Warning Event on each offending Service, so `kubectl describe service`
+// shows what breaks the policy. Services are not watched: each pass lists
+// them, page by page.
+package periodicaudit
 
 import (
 	"context"
@@ -6,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -21,20 +26,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/internal/clusterread"
-	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/internal/leader"
+	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/readiness"
 	"clusterip-policy/pkg/policy"
 )
 
-// The periodic audit: the leader runs policy.Audit, the check of
-// `clusterip-policy audit`, every --audit-interval on the current policy and the
-// view's snapshot, sets a gauge per rule, and puts a Warning Event on each
-// offending Service, so `kubectl describe service` shows what breaks the
-// policy. Services are not watched: each pass lists them, page by page.
-
 const (
-	// auditEventReason, auditEventAction and auditReportingController are
-	// public API: alerts and `kubectl get events --field-selector` use them.
-	auditEventReason         = "ClusterIPPolicyViolation"
+	// names.AuditEventReason, auditEventAction and auditReportingController
+	// are public API: alerts and `kubectl get events --field-selector` use
+	// them.
 	auditEventAction         = "Audit"
 	auditReportingController = "clusterip-policy"
 	// auditEventWindow: the same Service (by UID), rule and address get one
@@ -54,6 +56,8 @@ const (
 	auditNotReadyRetry = time.Second
 	// auditPassTimeout bounds the Services list of one pass.
 	auditPassTimeout = time.Minute
+	// auditCallTimeout bounds each Event create.
+	auditCallTimeout = 2 * time.Second
 	// auditEventNoteBytes keeps a note within events.k8s.io's 1 kB limit,
 	// clipping marker included.
 	auditEventNoteBytes = 900
@@ -61,26 +65,31 @@ const (
 	maxReportingInstanceBytes = 128
 )
 
-type periodicAuditOptions struct {
-	interval time.Duration
+// Options are the periodic audit's flags.
+type Options struct {
+	// Interval is --audit-interval; 0 turns the audit off.
+	Interval time.Duration
 }
 
-func (o periodicAuditOptions) validate() error {
-	if o.interval != 0 && (o.interval < time.Second || o.interval > 24*time.Hour) {
-		return fmt.Errorf("--audit-interval %s is outside 1s-24h; 0 turns the periodic audit off, the default 5m lists the Services every 5 minutes", o.interval)
+// Validate checks the flags, naming the flag, the value and the fix.
+func (o Options) Validate() error {
+	if o.Interval != 0 && (o.Interval < time.Second || o.Interval > 24*time.Hour) {
+		return fmt.Errorf("--audit-interval %s is outside 1s-24h; 0 turns the periodic audit off, the default 5m lists the Services every 5 minutes", o.Interval)
 	}
 	return nil
 }
 
-type periodicAuditMetrics struct {
+// Metrics are the periodic audit's.
+type Metrics struct {
 	violations  *prometheus.GaugeVec
 	lastSuccess prometheus.Gauge
 	passes      *prometheus.CounterVec
 	events      *prometheus.CounterVec
 }
 
-func newPeriodicAuditMetrics(reg prometheus.Registerer) *periodicAuditMetrics {
-	m := &periodicAuditMetrics{
+// NewMetrics registers the metrics in reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		violations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "clusterip_policy_existing_violations",
 			Help: "Existing Services' addresses that break the policy, by rule, as the leader's last successful periodic audit found them (the findings of `clusterip-policy audit`). Only the leader exposes it.",
@@ -117,21 +126,20 @@ type eventKey struct {
 	ip              string
 }
 
-// periodicAudit is the leader's audit loop.
-type periodicAudit struct {
-	client      kubernetes.Interface
-	policies    *policyStore
-	view        *allocview.View
-	staticCIDRs []netip.Prefix
-	skip        []string // namespaces the webhook never reviews (its own)
-	interval    time.Duration
-	instance    string // the Events' reportingInstance: this replica's identity
-	log         logr.Logger
-	metrics     *periodicAuditMetrics
-	now         func() time.Time
-	// report, if set, is told each pass's outcome (the ClusterIPPolicy
-	// status: how many existing Services break the policy).
-	report func(at time.Time, policyDigest string, r policy.AuditReport)
+// Audit is the leader's audit loop.
+type Audit struct {
+	client   kubernetes.Interface
+	gate     *readiness.Gate
+	skip     []string // namespaces the webhook never reviews (its own)
+	interval time.Duration
+	instance string // the Events' reportingInstance: this replica's identity
+	log      logr.Logger
+	metrics  *Metrics
+	now      func() time.Time
+	// Report, if set, is told each pass's outcome (the ClusterIPPolicy
+	// status: how many existing Services break the policy). Set before
+	// the Work runs.
+	Report func(at time.Time, policyDigest string, r policy.AuditReport)
 	// emitted is when each finding last got an Event, pruned after
 	// auditEventWindow: at most maxAuditEventsPerPass entries per pass
 	// within the window. A new leader starts empty; the Events' names keep
@@ -139,15 +147,24 @@ type periodicAudit struct {
 	emitted map[eventKey]time.Time
 }
 
-// lead audits every interval while this replica leads (a leader.Work), the
-// first pass at once.
-func (a *periodicAudit) lead(ctx context.Context) {
-	a.log.Info("leading: auditing existing Services", "interval", a.interval.String())
-	a.emitted = map[eventKey]time.Time{}
-	defer func() {
-		a.metrics.violations.Reset() // a replica that does not lead does not know
+// New audits the Services of every namespace but skip (the webhook's own)
+// every interval, as instance (this replica's identity).
+func New(client kubernetes.Interface, gate *readiness.Gate, skip []string, interval time.Duration, instance string, log logr.Logger, m *Metrics) *Audit {
+	return &Audit{client: client, gate: gate, skip: skip, interval: interval, instance: instance, log: log, metrics: m, now: time.Now}
+}
+
+// Work audits every interval while this replica leads, the first pass at
+// once; at the term's end the gauges are cleared: a replica that does not
+// lead does not know.
+func (a *Audit) Work() leader.Work {
+	return leader.Term(a.log, "leading: auditing existing Services", []any{"interval", a.interval.String()}, a.run, func() {
+		a.metrics.violations.Reset()
 		a.metrics.lastSuccess.Set(0)
-	}()
+	})
+}
+
+func (a *Audit) run(ctx context.Context) {
+	a.emitted = map[eventKey]time.Time{}
 	for {
 		wait := a.interval
 		switch err := a.pass(ctx); {
@@ -158,12 +175,8 @@ func (a *periodicAudit) lead(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			a.log.Error(err, "periodic audit failed; retrying at the next interval", "interval", a.interval.String())
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !poll.Sleep(ctx, wait) {
 			return
-		case <-t.C:
 		}
 	}
 }
@@ -171,10 +184,9 @@ func (a *periodicAudit) lead(ctx context.Context) {
 var errAuditNotReady = errors.New("policy not loaded or view of ServiceCIDRs and IPAddresses not synced yet")
 
 // pass audits the Services once, sets the gauges and emits the Events due.
-func (a *periodicAudit) pass(ctx context.Context) error {
-	pol := a.policies.Current()
-	snap := a.view.Snapshot()
-	if pol == nil || !snap.Synced {
+func (a *Audit) pass(ctx context.Context) error {
+	st, err := a.gate.ForLoop(a.now())
+	if err != nil {
 		a.metrics.passes.WithLabelValues("skipped").Inc()
 		return errAuditNotReady
 	}
@@ -186,8 +198,7 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 		return err
 	}
 	services := slices.DeleteFunc(all, func(s *corev1.Service) bool { return slices.Contains(a.skip, s.Namespace) })
-	env := policy.Env{Policy: pol.policy, Snapshot: snap, StaticCIDRs: a.staticCIDRs}
-	report := policy.Audit(env, services)
+	report := policy.Audit(st.Env, services)
 	counts := report.CountByRule()
 	for _, id := range policy.AuditRules {
 		a.metrics.violations.WithLabelValues(string(id)).Set(float64(counts[id]))
@@ -195,8 +206,8 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 	now := a.now()
 	a.metrics.lastSuccess.Set(float64(now.Unix()))
 	a.metrics.passes.WithLabelValues("success").Inc()
-	if a.report != nil {
-		a.report(now, pol.policy.Digest, report)
+	if a.Report != nil {
+		a.Report(now, st.Env.Policy.Digest, report)
 	}
 
 	uids := make(map[policy.Owner]types.UID, len(services))
@@ -209,13 +220,13 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 		}
 	}
 	var created, existing, deferred int
-	var failures passFailures
+	var failures poll.Failures
 	for _, f := range report.Findings {
 		k := eventKey{uids[policy.Owner{Namespace: f.Namespace, Name: f.Name}], f.Namespace, f.Name, f.Rule, f.IP}
 		if _, done := a.emitted[k]; done {
 			continue
 		}
-		if created+existing+failures.n == maxAuditEventsPerPass || failures.n == maxAuditEventFailures {
+		if created+existing+failures.N == maxAuditEventsPerPass || failures.N == maxAuditEventFailures {
 			deferred++
 			continue
 		}
@@ -223,7 +234,7 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 		case apierrors.IsAlreadyExists(err):
 			existing++
 		case err != nil:
-			failures.add(fmt.Errorf("create the Event on Service %s/%s: %w", f.Namespace, f.Name, err))
+			failures.Add(fmt.Errorf("create the Event on Service %s/%s: %w", f.Namespace, f.Name, err))
 			continue
 		default:
 			created++
@@ -232,20 +243,20 @@ func (a *periodicAudit) pass(ctx context.Context) error {
 	}
 	a.metrics.events.WithLabelValues("created").Add(float64(created))
 	a.metrics.events.WithLabelValues("existing").Add(float64(existing))
-	a.metrics.events.WithLabelValues("failed").Add(float64(failures.n))
+	a.metrics.events.WithLabelValues("failed").Add(float64(failures.N))
 	a.metrics.events.WithLabelValues("deferred").Add(float64(deferred))
-	if created > 0 || deferred > 0 || failures.n > 0 {
-		a.log.Info("periodic audit", "findings", len(report.Findings), "counts", counts, "eventsCreated", created, "eventsDeferred", deferred, "eventsFailed", failures.n)
+	if created > 0 || deferred > 0 || failures.N > 0 {
+		a.log.Info("periodic audit", "findings", len(report.Findings), "counts", counts, "eventsCreated", created, "eventsDeferred", deferred, "eventsFailed", failures.N)
 	}
-	if err := failures.err(); err != nil {
+	if err := failures.Err(); err != nil {
 		return fmt.Errorf("%w; the Events not created are retried next pass (the audit needs create on events.k8s.io events)", err)
 	}
 	return nil
 }
 
 // emit creates one Warning Event on the Service of f.
-func (a *periodicAudit) emit(ctx context.Context, k eventKey, f policy.Finding, now time.Time) error {
-	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+func (a *Audit) emit(ctx context.Context, k eventKey, f policy.Finding, now time.Time) error {
+	cctx, cancel := context.WithTimeout(ctx, auditCallTimeout)
 	defer cancel()
 	_, err := a.client.EventsV1().Events(f.Namespace).Create(cctx, auditEvent(k, f, a.instance, now), metav1.CreateOptions{})
 	return err
@@ -269,7 +280,7 @@ func auditEvent(k eventKey, f policy.Finding, instance string, now time.Time) *e
 		ReportingController: auditReportingController,
 		ReportingInstance:   policy.Clip(instance, maxReportingInstanceBytes-64),
 		Action:              auditEventAction,
-		Reason:              auditEventReason,
+		Reason:              names.AuditEventReason,
 		Type:                corev1.EventTypeWarning,
 		Regarding:           corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: f.Namespace, Name: f.Name, UID: uid},
 		Note:                policy.Clip(auditNote(f), auditEventNoteBytes),

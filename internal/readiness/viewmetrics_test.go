@@ -1,4 +1,4 @@
-package server
+package readiness
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func TestViewMetricsReportEachWatchedResource(t *testing.T) {
 	}}
 	source := kubesource.New(client, allocview.NewView(), logr.Discard())
 	reg := prometheus.NewRegistry()
-	registerViewMetrics(reg, source)
+	RegisterViewMetrics(reg, allocview.NewView(), source)
 
 	// Before the source runs nothing is watched: no per-resource series,
 	// and the stale gauge counts from the start.

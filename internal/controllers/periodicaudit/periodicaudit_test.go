@@ -1,18 +1,17 @@
-package server
+package periodicaudit
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"clusterip-policy/internal/logging"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -23,7 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/readiness/readinesstest"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
 )
@@ -35,17 +35,17 @@ func auditedService(ns, name string, ips ...string) *corev1.Service {
 	}
 }
 
-// newTestAudit is a periodic audit over newTestReviewer's view (10.96.0.0/16;
+// newTestAudit is a periodic audit over readinesstest's view (10.96.0.0/16;
 // 10.96.0.1 held by default/kubernetes, 10.96.0.40 by team-a/db), with a
 // clock the test moves.
-func newTestAudit(t *testing.T, client *fake.Clientset, synced bool) (*periodicAudit, *time.Time, *strings.Builder) {
+func newTestAudit(t *testing.T, client *fake.Clientset, synced bool) (*Audit, *time.Time, *strings.Builder) {
 	t.Helper()
-	r := newTestReviewer(t, testPolicy, synced)
+	r := readinesstest.New(t, readinesstest.Policy, synced, logr.Discard())
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var log strings.Builder
-	a := &periodicAudit{client: client, policies: r.policies, view: r.view, skip: []string{"clusterip-policy"}, interval: time.Minute,
-		instance: "webhook-1", log: logging.New(&log), metrics: newPeriodicAuditMetrics(prometheus.NewRegistry()),
-		now: func() time.Time { return now }, emitted: map[eventKey]time.Time{}}
+	a := New(client, r.Gate, []string{"clusterip-policy"}, time.Minute, "webhook-1", logging.New(&log), NewMetrics(prometheus.NewRegistry()))
+	a.now = func() time.Time { return now }
+	a.emitted = map[eventKey]time.Time{}
 	return a, &now, &log
 }
 
@@ -91,7 +91,7 @@ func TestPeriodicAuditSetsAGaugePerRuleAndEmitsEachEventOnce(t *testing.T) {
 	}
 	l, _ := client.EventsV1().Events("team-a").List(context.Background(), metav1.ListOptions{})
 	for _, e := range l.Items {
-		if e.Type != corev1.EventTypeWarning || e.Reason != auditEventReason || e.ReportingController != auditReportingController ||
+		if e.Type != corev1.EventTypeWarning || e.Reason != names.AuditEventReason || e.ReportingController != auditReportingController ||
 			e.ReportingInstance != "webhook-1" || e.Action != auditEventAction || e.Regarding.Kind != "Service" || e.Regarding.APIVersion != "v1" ||
 			e.Regarding.UID != types.UID("uid-team-a-"+e.Regarding.Name) || e.Namespace != "team-a" || e.EventTime.IsZero() {
 			t.Errorf("Event %s: %+v", e.Name, e)
@@ -239,7 +239,7 @@ func TestPeriodicAuditWaitsForTheViewAndForgetsItsGaugesWhenLeadingEnds(t *testi
 	a2, _, _ := newTestAudit(t, client, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { a2.lead(ctx); close(done) }()
+	go func() { a2.Work()(ctx); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for testutil.ToFloat64(a2.metrics.passes.WithLabelValues("success")) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -273,40 +273,6 @@ func TestAuditEventStaysWithinTheEventsAPILimits(t *testing.T) {
 	}
 	if len(e.Name) > 253 {
 		t.Errorf("name is %d bytes", len(e.Name))
-	}
-}
-
-func TestServeRefusesABadAuditInterval(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good.yaml")
-	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	certDir := filepath.Join(dir, "tls")
-	if err := os.Mkdir(certDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--audit-interval", "500ms"}, "--audit-interval 500ms is outside 1s-24h; 0 turns the periodic audit off"},
-		{[]string{"--audit-interval", "48h"}, "--audit-interval 48h0m0s is outside 1s-24h"},
-		{[]string{"--audit-interval", "-1s"}, "--audit-interval -1s is outside 1s-24h"},
-		// The audit needs the Lease even without --hold-reservations.
-		{[]string{"--audit-interval", "5m", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
-	} {
-		args := append([]string{"serve", "--policy", good, "--cert-dir", certDir}, tt.args...)
-		code, _, stderr := runCLI("", args...)
-		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
-			t.Errorf("%v: exit %d stderr %s; want 2 and %q", tt.args, code, stderr, tt.want)
-		}
 	}
 }
 
@@ -356,9 +322,9 @@ func TestALeaderWhoseViewIsNotSyncedAuditsAsSoonAsItIs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	go func() { a.lead(ctx); close(done) }()
+	go func() { a.Work()(ctx); close(done) }()
 	time.Sleep(100 * time.Millisecond)
-	a.view.Update(func(tx *allocview.Tx) {
+	a.gate.View.Update(func(tx *allocview.Tx) {
 		tx.SetServiceCIDR(allocview.ServiceCIDR{Name: "kubernetes", CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Ready: true})
 		tx.MarkSynced(true)
 	})

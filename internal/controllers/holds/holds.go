@@ -1,4 +1,9 @@
-package server
+// Package holds is the leader's loop that keeps an IPAddress for each
+// reserved address its owner does not hold, and the release of such a hold
+// in the mutating stage, for an owner being created. pkg/holds decides;
+// this package talks to the apiserver. The admission package calls the
+// release through its AllocationHook interface and never imports this one.
+package holds
 
 import (
 	"context"
@@ -19,6 +24,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"clusterip-policy/internal/leader"
+	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/readiness"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/holds"
@@ -46,38 +54,42 @@ const (
 	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
 	// the rest follow on the next passes.
 	maxHoldCreatesPerPass = 100
-	// releaseBurst and releaseRefill are each address's budget of releases
+	// ReleaseBurst and ReleaseRefill are each address's budget of releases
 	// (holds.ReleaseBudget): a failed owner create and two retries at once,
 	// then one a minute, so forged reviews free an address for about
 	// three graces and then one grace a minute.
-	releaseBurst  = 3
-	releaseRefill = time.Minute
+	ReleaseBurst  = 3
+	ReleaseRefill = time.Minute
 	// refusalLogInterval bounds the log of refused releases: a hostile
 	// caller must not be able to fill the log; the metric counts each.
 	refusalLogInterval = 10 * time.Second
 )
 
-type holdOptions struct {
-	enabled bool
-	grace   time.Duration
+// Options are the holds' flags.
+type Options struct {
+	Enabled bool
+	Grace   time.Duration
 }
 
-func (o *holdOptions) validate() error {
-	if o.enabled && (o.grace < 100*time.Millisecond || o.grace > time.Minute) {
-		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.grace)
+// Validate checks the flags, naming the flag, the value and the fix.
+func (o *Options) Validate() error {
+	if o.Enabled && (o.Grace < 100*time.Millisecond || o.Grace > time.Minute) {
+		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.Grace)
 	}
 	return nil
 }
 
-type holdMetrics struct {
+// Metrics are the holds' own, shared by the keeper and the releaser.
+type Metrics struct {
 	states   *prometheus.GaugeVec
 	leader   prometheus.Gauge
 	changes  *prometheus.CounterVec
 	releases *prometheus.CounterVec
 }
 
-func newHoldMetrics(reg prometheus.Registerer) *holdMetrics {
-	m := &holdMetrics{
+// NewMetrics registers the metrics in reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "clusterip_policy_holds",
 			Help: "Reservations by hold state, as the leader last saw them: held (an IPAddress of ours), owner (the owner Service holds it), other (someone else's IPAddress), waiting (free, within the grace), candidate (free past the grace), not-applied (not held by design). Zero on replicas that are not the leader.",
@@ -105,37 +117,42 @@ func newHoldMetrics(reg prometheus.Registerer) *holdMetrics {
 	return m
 }
 
-// holdKeeper is the leader's loop.
-type holdKeeper struct {
-	client      kubernetes.Interface
-	policies    *policyStore
-	view        *allocview.View
-	staticCIDRs []netip.Prefix
-	skip        []string // namespaces the webhook never reviews (its own)
-	grace       time.Duration
+// Keeper is the leader's loop.
+type Keeper struct {
+	client kubernetes.Interface
+	gate   *readiness.Gate
+	skip   []string // namespaces the webhook never reviews (its own)
+	grace  time.Duration
 	// holds lists our holds: from the leader's label-filtered informer.
 	holds   func() ([]*networkingv1.IPAddress, error)
 	log     logr.Logger
-	metrics *holdMetrics
+	metrics *Metrics
 }
 
-// lead keeps the holds while this replica leads (a leader.Work).
-func (k *holdKeeper) lead(ctx context.Context) {
-	k.log.Info("leading: keeping reservation holds")
-	k.metrics.leader.Set(1)
-	defer func() {
+// NewKeeper keeps the holds the gate's policy and view call for, in every
+// namespace but skip (the webhook's own, which it never reviews).
+func NewKeeper(client kubernetes.Interface, gate *readiness.Gate, skip []string, grace time.Duration, log logr.Logger, m *Metrics) *Keeper {
+	return &Keeper{client: client, gate: gate, skip: skip, grace: grace, log: log, metrics: m}
+}
+
+// Work keeps the holds while this replica leads; at the term's end the
+// gauges say nothing is kept here.
+func (k *Keeper) Work() leader.Work {
+	return leader.Term(k.log, "leading: keeping reservation holds", nil, func(ctx context.Context) {
+		k.metrics.leader.Set(1)
+		k.keep(ctx)
+	}, func() {
 		k.metrics.leader.Set(0)
 		for _, s := range holds.States {
 			k.metrics.states.WithLabelValues(s).Set(0)
 		}
-	}()
-	k.keep(ctx)
+	})
 }
 
 // keep runs passes while ctx (the leadership) lasts. A new leader starts
 // with no memory of when addresses became free, so it waits the whole
 // grace before its first creates.
-func (k *holdKeeper) keep(ctx context.Context) {
+func (k *Keeper) keep(ctx context.Context) {
 	// The leader follows its own holds with a watch filtered by the label,
 	// rather than listing them each pass: a label-selected list makes the
 	// apiserver scan every IPAddress of the cluster.
@@ -160,7 +177,7 @@ func (k *holdKeeper) keep(ctx context.Context) {
 	var seen uint64
 	for {
 		now := time.Now()
-		gen := k.view.Snapshot().Generation
+		gen := k.gate.View.Snapshot().Generation
 		if now.Sub(last) >= holdPassInterval || (now.Sub(last) >= holdMinPassGap && (gen != seen || (!due.IsZero() && !now.Before(due)))) {
 			last, seen = now, gen
 			next, err := k.pass(ctx, free)
@@ -180,14 +197,12 @@ func (k *holdKeeper) keep(ctx context.Context) {
 
 // pass runs one plan and returns when the next one is due at the latest
 // (zero: after holdPassInterval).
-func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, error) {
-	pol := k.policies.Current()
-	snap := k.view.Snapshot()
-	if pol == nil || !snap.Synced {
-		return time.Time{}, nil
+func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, error) {
+	st, err := k.gate.ForLoop(time.Now())
+	if err != nil {
+		return time.Time{}, nil // not ready: the next pass tries again
 	}
-	env := policy.Env{Policy: pol.policy, Snapshot: snap, StaticCIDRs: k.staticCIDRs}
-	wants, notApplied := holds.Wants(pol.policy, env.Ranges(), k.skip)
+	wants, notApplied := holds.Wants(st.Env.Policy, st.Env.Ranges(), k.skip)
 	objs, err := k.holds()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
@@ -202,8 +217,8 @@ func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time,
 		listed = append(listed, holds.Hold{IP: ip, Owner: kubesource.HolderOf(o)})
 		uids[ip] = o
 	}
-	plan := holds.Decide(wants, notApplied, listed, snap.Holder, free, time.Now(), k.grace)
-	var failures passFailures
+	plan := holds.Decide(wants, notApplied, listed, st.Snap.Holder, free, time.Now(), k.grace)
+	var failures poll.Failures
 	for s, n := range plan.States {
 		k.metrics.states.WithLabelValues(s).Set(float64(n))
 	}
@@ -218,45 +233,17 @@ func (k *holdKeeper) pass(ctx context.Context, free holds.FreeSince) (time.Time,
 			k.log.Info("hold deleted: its reservation left the policy or names another owner", "ip", h.IP.String(), "owner", h.Owner.String())
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		default:
-			failures.add(fmt.Errorf("delete the hold on %s: %w", h.IP, err))
+			failures.Add(fmt.Errorf("delete the hold on %s: %w", h.IP, err))
 		}
 	}
 	for i, w := range plan.Create {
 		if i == maxHoldCreatesPerPass || ctx.Err() != nil {
 			break
 		}
-		failures.add(k.create(ctx, w, free))
+		failures.Add(k.create(ctx, w, free))
 	}
-	k.metrics.changes.WithLabelValues("failed").Add(float64(failures.n))
-	return plan.Next, failures.err()
-}
-
-// passFailures keeps the first error of a pass and counts the rest, so a
-// lasting failure (RBAC, an apiserver down) logs one line a pass, not one
-// per reservation.
-type passFailures struct {
-	n     int
-	first error
-}
-
-func (f *passFailures) add(err error) {
-	if err == nil {
-		return
-	}
-	if f.n == 0 {
-		f.first = err
-	}
-	f.n++
-}
-
-func (f *passFailures) err() error {
-	switch f.n {
-	case 0:
-		return nil
-	case 1:
-		return f.first
-	}
-	return fmt.Errorf("%w (and %d more failures this pass)", f.first, f.n-1)
+	k.metrics.changes.WithLabelValues("failed").Add(float64(failures.N))
+	return plan.Next, failures.Err()
 }
 
 // create holds w.IP if its owner Service does not exist. An owner that
@@ -264,7 +251,7 @@ func (f *passFailures) err() error {
 // another one, which `clusterip-policy audit` reports as reservation-not-held; and
 // while an owner exists it may be updated to dual-stack, when the mutating
 // stage would release a hold of its added family.
-func (k *holdKeeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) error {
+func (k *Keeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) error {
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
 	_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
@@ -309,16 +296,6 @@ func holdObject(w holds.Want) *networkingv1.IPAddress {
 	}
 }
 
-// allocationHook is what the mutating stage calls with an allowed
-// decision, before the apiserver allocates and before the answer is
-// recorded. It returns "" to let the answer stand, else the message of the
-// 503 that replaces it.
-type allocationHook interface {
-	beforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision) (refusal string)
-}
-
-var _ allocationHook = (*holdReleaser)(nil)
-
 // The results of clusterip_policy_hold_releases_total.
 const (
 	releaseReleased    = "released"
@@ -328,7 +305,7 @@ const (
 	releaseRateLimited = "rate-limited"
 )
 
-// holdReleaser deletes the hold of an owner being created, from the
+// Releaser deletes the hold of an owner being created, from the
 // mutating stage: the apiserver allocates right after it, and would refuse
 // an address an IPAddress still holds.
 //
@@ -342,42 +319,41 @@ const (
 //   - each address has a budget of releases (holds.ReleaseBudget), so
 //     forged creates of an absent owner free the address for about three
 //     graces and then one grace a minute, however many are sent.
-type holdReleaser struct {
-	client   kubernetes.Interface
-	policies *policyStore
-	log      logr.Logger
-	metrics  *holdMetrics
-	budget   *holds.ReleaseBudget
-	now      func() time.Time
+type Releaser struct {
+	client  kubernetes.Interface
+	log     logr.Logger
+	metrics *Metrics
+	budget  *holds.ReleaseBudget
+	now     func() time.Time
 
 	lastRefusalLog atomic.Int64 // unix nanoseconds
 }
 
-func newHoldReleaser(client kubernetes.Interface, policies *policyStore, log logr.Logger, m *holdMetrics) *holdReleaser {
-	return &holdReleaser{client: client, policies: policies, log: log, metrics: m,
-		budget: &holds.ReleaseBudget{Burst: releaseBurst, Refill: releaseRefill}, now: time.Now}
+// NewReleaser releases through client, within each address's budget
+// (refilled by the clock now: time.Now but in tests).
+func NewReleaser(client kubernetes.Interface, log logr.Logger, m *Metrics, now func() time.Time) *Releaser {
+	return &Releaser{client: client, log: log, metrics: m,
+		budget: &holds.ReleaseBudget{Burst: ReleaseBurst, Refill: ReleaseRefill}, now: now}
 }
 
-// beforeAllocation is the mutating stage's hook: for an allowed,
+// BeforeAllocation is the mutating stage's hook: for an allowed,
 // non-dry-run CREATE or UPDATE of a reservation owner, it deletes our holds
 // on the reserved addresses the Service will ask the apiserver for (the
 // ones it names, or the decision's patch puts in). If a release fails, or
 // the address's budget is spent, it returns the message of a 503 refusal
 // (the apiserver would otherwise fail the request with "provided IP is
-// already allocated"), and the client retries. svc and d are what the
-// decision read and said: nothing is decoded again.
-func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision) string {
-	if !d.Allowed() || isDryRun(req) || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
-		return ""
-	}
-	pol := r.policies.Current()
-	if pol == nil {
+// already allocated"), and the client retries. svc, d and env are what
+// the decision read, said and was made against: nothing is decoded or
+// looked up again.
+func (r *Releaser) BeforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision, env policy.Env) string {
+	dryRun := req.DryRun != nil && *req.DryRun
+	if !d.Allowed() || dryRun || env.Policy == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return ""
 	}
 	// Most requests are not an owner's: a reservation names its owner, so
 	// the Service has a name.
 	owner := policy.Owner{Namespace: svc.Namespace, Name: svc.Name}
-	if len(pol.policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
+	if len(env.Policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
 		return ""
 	}
 	candidates := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
@@ -400,7 +376,7 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 		if !ok || seen[ip] || len(seen) == 2 {
 			continue // not an address ("", None), or more than a Service can hold
 		}
-		res, ok := pol.policy.ReservedOwner(ip, allocview.RangeSet{})
+		res, ok := env.Policy.ReservedOwner(ip, allocview.RangeSet{})
 		if !ok || res.Implicit || res.Owner != owner {
 			continue
 		}
@@ -412,8 +388,8 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 			r.log.Error(err, "could not release a hold before the owner's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
 			return fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2))
 		case out == releaseRateLimited:
-			r.logRefusal("hold not released: this address was released "+fmt.Sprint(releaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
-			return fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/operations.md)", ip, owner, releaseBurst, (wait + time.Second - 1).Truncate(time.Second))
+			r.logRefusal("hold not released: this address was released "+fmt.Sprint(ReleaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
+			return fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/operations.md)", ip, owner, ReleaseBurst, (wait + time.Second - 1).Truncate(time.Second))
 		case out == releaseOwnerExists:
 			r.logRefusal("hold not released: the review contradicts the cluster (a CREATE of an owner that exists, or an UPDATE of one that does not); a duplicate request, or one not sent by an apiserver", ip, owner, req)
 			return "" // the apiserver answers this request itself (AlreadyExists, NotFound)
@@ -426,7 +402,7 @@ func (r *holdReleaser) beforeAllocation(ctx context.Context, req admission.Reque
 // the operation: a CREATE of a Service that exists, an UPDATE of one that
 // does not. Such a review is a duplicate or not from an apiserver, and
 // releasing a hold for it would free the address for nothing.
-func (r *holdReleaser) contradictsCluster(ctx context.Context, op admissionv1.Operation, owner policy.Owner) (bool, error) {
+func (r *Releaser) contradictsCluster(ctx context.Context, op admissionv1.Operation, owner policy.Owner) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
 	_, err := r.client.CoreV1().Services(owner.Namespace).Get(cctx, owner.Name, metav1.GetOptions{})
@@ -442,7 +418,7 @@ func (r *holdReleaser) contradictsCluster(ctx context.Context, op admissionv1.Op
 
 // logRefusal logs a refused release, at most once per refusalLogInterval:
 // the requests may be hostile and unbounded; the metric counts them all.
-func (r *holdReleaser) logRefusal(msg string, ip netip.Addr, owner policy.Owner, req admission.Request) {
+func (r *Releaser) logRefusal(msg string, ip netip.Addr, owner policy.Owner, req admission.Request) {
 	now := r.now().UnixNano()
 	last := r.lastRefusalLog.Load()
 	if now-last < int64(refusalLogInterval) || !r.lastRefusalLog.CompareAndSwap(last, now) {
@@ -460,7 +436,7 @@ func (r *holdReleaser) logRefusal(msg string, ip netip.Addr, owner policy.Owner,
 // owner that finds no hold is never refused; and a review spends at most
 // one GET once the budget is spent, however many arrive. It returns the
 // result it counted.
-func (r *holdReleaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner) (result string, wait time.Duration, err error) {
+func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner) (result string, wait time.Duration, err error) {
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
 	a, err := r.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})

@@ -1,4 +1,4 @@
-package server
+package policysource
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,7 +18,6 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 	"clusterip-policy/pkg/policy"
 )
@@ -54,15 +54,15 @@ func newPolicyClient(t *testing.T, obj *unstructured.Unstructured) *dynamicfake.
 // replica is one webhook replica's policy side: its store, watcher and
 // status writer, all on one fake apiserver.
 type replica struct {
-	crd    *crdPolicy
-	status *policyStatus
+	crd    *ObjectSource
+	status *Status
 }
 
 func newReplica(t *testing.T, client *dynamicfake.FakeDynamicClient, inForce int64, inForceSpec *unstructured.Unstructured) *replica {
 	t.Helper()
-	store := newPolicyStore("test", logr.Discard(), newMetrics(prometheus.NewRegistry(), allocview.NewView()))
-	st := newPolicyStatus(client, logr.Discard())
-	c := &crdPolicy{client: client, store: store, status: st, log: logr.Discard()}
+	store := NewStore("test", logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+	st := NewStatus(client, logr.Discard())
+	c := &ObjectSource{client: client, store: store, status: st, log: logr.Discard()}
 	if inForceSpec != nil {
 		// The generation this replica loaded before it lost sight of the
 		// later ones (a relist past a generation, an older loader).
@@ -98,7 +98,7 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	for _, r := range []*replica{a, b} {
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = r.crd.run(ctx) }()
+		go func() { defer wg.Done(); _ = r.crd.Run(ctx) }()
 	}
 
 	// Both replicas see generation 3 before anyone leads.
@@ -138,7 +138,7 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 		before := writes.Load()
 		lctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { defer close(done); r.status.lead(lctx) }()
+		go func() { defer close(done); r.status.Lead(lctx) }()
 		time.Sleep(d)
 		stop()
 		<-done
@@ -172,8 +172,8 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 func TestPolicyStatusReportsTheAuditAndTheMatchConditions(t *testing.T) {
 	obj := policyObject(4, "kube-system/kube-dns")
 	client := newPolicyClient(t, obj)
-	st := newPolicyStatus(client, logr.Discard())
-	st.auditOn, st.conditionsOn = true, true
+	st := NewStatus(client, logr.Discard())
+	st.AuditOn, st.ConditionsOn = true, true
 	p, err := policy.ParseObjectSpec([]byte(`{"reservations":[{"ip":"10.96.0.10","service":"kube-system/kube-dns"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -198,13 +198,13 @@ func TestPolicyStatusReportsTheAuditAndTheMatchConditions(t *testing.T) {
 		t.Errorf("before any audit or conditions write: %s", got)
 	}
 
-	st.auditDone(time.Unix(1700000000, 0), p.Digest, policy.AuditReport{Findings: []policy.Finding{
+	st.AuditDone(time.Unix(1700000000, 0), p.Digest, policy.AuditReport{Findings: []policy.Finding{
 		{Namespace: "a", Name: "web", Rule: policy.RuleStaticIPInDynamicBand},
 		{Namespace: "a", Name: "web", Rule: policy.RuleReservedForOther},
 		{Namespace: "b", Name: "db", Rule: policy.RuleOutsideServiceCIDRs},
 		{Namespace: "kube-system", Name: "kube-dns", Rule: policy.RuleReservationNotHeld},
 	}})
-	st.conditionsInForce("sha256:older")
+	st.ConditionsInForce("sha256:older")
 	s = status()
 	if s.Audit == nil || s.Audit.ViolatingServices != 2 || s.Audit.PolicyGeneration != 4 || s.Audit.Findings[string(policy.RuleStaticIPInDynamicBand)] != 1 || s.Audit.Findings[string(policy.RuleReservationNotHeld)] != 1 {
 		t.Errorf("audit status %+v, want 2 violating Services (a/web twice, b/db; a missing owner is no violation) under generation 4", s.Audit)
@@ -216,8 +216,8 @@ func TestPolicyStatusReportsTheAuditAndTheMatchConditions(t *testing.T) {
 		t.Errorf("matchConditions %+v, want generation 0 (a policy this object never had in force)", s.MatchConditions)
 	}
 
-	st.auditDone(time.Unix(1700000300, 0), p.Digest, policy.AuditReport{})
-	st.conditionsInForce(p.Digest)
+	st.AuditDone(time.Unix(1700000300, 0), p.Digest, policy.AuditReport{})
+	st.ConditionsInForce(p.Digest)
 	s = status()
 	if got := cond(s, v1alpha1.ConditionAudited) + " " + cond(s, v1alpha1.ConditionMatchConditionsInForce); got != "True/NoViolations True/InForce" {
 		t.Errorf("after a clean audit and the conditions in force: %s", got)
@@ -238,5 +238,32 @@ func TestPolicyStatusReportsTheAuditAndTheMatchConditions(t *testing.T) {
 	st.observed(u, nil, 4, p.Digest)
 	if obj, old, next := st.desired(); obj == nil || !statusEqual(*old, next) {
 		t.Errorf("the status read back differs from the one written:\n%+v\n%+v", *old, next)
+	}
+}
+
+// Why the leader cannot write the managed matchConditions is named in the
+// MatchConditionsInForce condition, as the keeper reports it (its refusal
+// text: the apiserver's reason and the fix), and cleared by a write that
+// succeeds. internal/controllers/matchconditions tests that text.
+func TestARefusedConditionsWriteIsNamedInTheStatus(t *testing.T) {
+	p, err := policy.ParseObjectSpec([]byte(`{"reservations":[{"ip":"10.96.0.10","service":"kube-system/kube-dns"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reason = `ValidatingWebhookConfiguration.admissionregistration.k8s.io "clusterip-policy" is invalid: ... undeclared reference to 'isIP' ...; the apiserver refused the expressions: a kube-apiserver older than 1.31 has no isIP, ip or cidr for webhook matchConditions`
+	st := NewStatus(newPolicyClient(t, policyObject(2)), logr.Discard())
+	st.ConditionsOn = true
+	st.observed(policyObject(2), nil, 2, p.Digest)
+	st.ConditionsInForce(p.Digest)
+	st.ConditionsWriteFailed(reason)
+	_, _, next := st.desired()
+	c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionMatchConditionsInForce)
+	if c == nil || c.Status != "False" || c.Reason != "WriteFailed" || !strings.HasSuffix(c.Message, ": "+reason) {
+		t.Fatalf("MatchConditionsInForce %+v, want False/WriteFailed ending in the keeper's reason", c)
+	}
+	st.ConditionsWriteFailed("")
+	_, _, next = st.desired()
+	if c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionMatchConditionsInForce); c == nil || c.Reason != "InForce" {
+		t.Fatalf("after a successful write MatchConditionsInForce is %+v, want InForce", c)
 	}
 }

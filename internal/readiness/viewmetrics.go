@@ -1,18 +1,46 @@
-package server
+package readiness
 
 import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
 )
 
-// registerViewMetrics exposes how current the view's feed is: how long it
-// has gone without an established watch (what --max-view-staleness
-// judges), when each resource last delivered anything, and how often its
-// watch was restarted and why.
-func registerViewMetrics(reg prometheus.Registerer, source *kubesource.Source) {
+// RegisterViewMetrics exposes the view the gate reads: its generation and
+// size, whether it has synced, how long it has gone without an established
+// watch (what --max-view-staleness judges), when each resource last
+// delivered anything, and how often its watch was restarted and why.
+// source is nil where nothing feeds the view (tests).
+func RegisterViewMetrics(reg prometheus.Registerer, view *allocview.View, source *kubesource.Source) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "clusterip_policy_view_generation",
+			Help: "Generation of the view of ServiceCIDRs and IPAddresses; grows with each change seen.",
+		}, func() float64 { return float64(view.Snapshot().Generation) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "clusterip_policy_view_allocated_ips",
+			Help: "IPAddress objects in the view.",
+		}, func() float64 { return float64(view.Snapshot().AllocatedCount()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "clusterip_policy_view_service_cidrs",
+			Help: "ServiceCIDR objects in the view (active or not).",
+		}, func() float64 { return float64(len(view.Snapshot().ServiceCIDRs())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "clusterip_policy_view_synced",
+			Help: "1 once the view holds the cluster's initial state; until then every review is denied as not ready.",
+		}, func() float64 {
+			if view.Snapshot().Synced {
+				return 1
+			}
+			return 0
+		}),
+	)
+	if source == nil {
+		return
+	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "clusterip_policy_view_stale_seconds",

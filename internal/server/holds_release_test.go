@@ -5,12 +5,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
-
-	"clusterip-policy/internal/logging"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -23,10 +20,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	holdctl "clusterip-policy/internal/controllers/holds"
+	"clusterip-policy/internal/logging"
 	"clusterip-policy/pkg/holds"
-	"clusterip-policy/pkg/policy"
 )
 
+// ipAddress is an IPAddress at ip naming the Service ns/name, labelled
+// managed by managedBy.
 func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
 	return &networkingv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{Name: ip, UID: types.UID("uid-" + ip), Labels: map[string]string{holds.ManagedByLabel: managedBy}},
@@ -101,8 +101,9 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 					return true, nil, errors.New("connection refused")
 				})
 			}
-			hm := newHoldMetrics(prometheus.NewRegistry())
-			r.releaser = newHoldReleaser(client, r.policies, logging.New(&strings.Builder{}), hm)
+			hreg := prometheus.NewRegistry()
+			hm := holdctl.NewMetrics(hreg)
+			r.hook = holdctl.NewReleaser(client, logging.New(&strings.Builder{}), hm, time.Now)
 			resp := post(t, mutatingHandler{r.reviewer}, tc.review)
 			calls := len(client.Actions())
 			if resp.Allowed != tc.allowed {
@@ -123,123 +124,13 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 			if calls != tc.calls {
 				t.Errorf("%d API calls by the release, want %d: %v", calls, tc.calls, client.Actions())
 			}
-			if got := testutil.ToFloat64(hm.releases.WithLabelValues("released")); got != tc.released {
+			if got := releases(t, hreg, "released"); got != tc.released {
 				t.Errorf("releases{released} = %v, want %v", got, tc.released)
 			}
-			if got := testutil.ToFloat64(hm.releases.WithLabelValues("owner-exists")); got != tc.ownerExists {
+			if got := releases(t, hreg, "owner-exists"); got != tc.ownerExists {
 				t.Errorf("releases{owner-exists} = %v, want %v", got, tc.ownerExists)
 			}
 		})
-	}
-}
-
-func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
-	const pol = testPolicy + `- ip: 10.96.0.20
-  service: default/ingress-vip
-- ip: 10.96.0.30
-  service: default/worker
-`
-	r := newTestReviewer(t, pol, true)
-	client := fake.NewClientset(
-		// The owner of 10.96.0.20 exists (holding another address).
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ingress-vip"}},
-		// Someone else's IPAddress with our label's key but not its value.
-		ipAddress("10.96.0.40", "someone-else", "default", "x"),
-		// Our hold for a reservation that left the policy.
-		ipAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
-	)
-	hm := newHoldMetrics(prometheus.NewRegistry())
-	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: logging.New(&strings.Builder{}), metrics: hm,
-		holds: func() ([]*networkingv1.IPAddress, error) {
-			// What the leader's informer holds: the list by label.
-			l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
-			if err != nil {
-				return nil, err
-			}
-			var out []*networkingv1.IPAddress
-			for i := range l.Items {
-				out = append(out, &l.Items[i])
-			}
-			return out, nil
-		}}
-	long := time.Now().Add(-time.Minute)
-	free := holds.FreeSince{netip.MustParseAddr("10.96.0.10"): long, netip.MustParseAddr("10.96.0.20"): long}
-	if _, err := k.pass(context.Background(), free); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range l.Items {
-		got[a.Name] = a.Labels[holds.ManagedByLabel] + " " + a.Spec.ParentRef.Namespace + "/" + a.Spec.ParentRef.Name
-	}
-	want := map[string]string{
-		"10.96.0.10": holds.ManagedBy + " kube-system/kube-dns", // free past the grace, owner absent
-		"10.96.0.40": "someone-else default/x",                  // not ours
-		// 10.96.0.20: its owner exists; 10.96.0.30: first seen free now,
-		// within the grace; 10.96.0.50: its reservation is gone.
-	}
-	if len(got) != len(want) {
-		t.Fatalf("IPAddresses = %v, want %v", got, want)
-	}
-	for ip, w := range want {
-		if got[ip] != w {
-			t.Errorf("%s = %q, want %q", ip, got[ip], w)
-		}
-	}
-	if v := testutil.ToFloat64(hm.states.WithLabelValues(holds.StateWaiting)); v != 1 {
-		t.Errorf("holds{waiting} = %v, want 1 (10.96.0.30)", v)
-	}
-	if c, d := testutil.ToFloat64(hm.changes.WithLabelValues("created")), testutil.ToFloat64(hm.changes.WithLabelValues("deleted")); c != 1 || d != 1 {
-		t.Errorf("changes: %v created, %v deleted; want 1, 1", c, d)
-	}
-}
-
-func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
-	const pol = testPolicy + `- ip: 10.96.0.20
-  service: default/ingress-vip
-- ip: 10.96.0.30
-  service: default/worker
-`
-	r := newTestReviewer(t, pol, true)
-	client := fake.NewClientset()
-	client.PrependReactor("get", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "kube-dns", errors.New("RBAC says no"))
-	})
-	hm := newHoldMetrics(prometheus.NewRegistry())
-	k := &holdKeeper{client: client, policies: r.policies, view: r.view, grace: time.Second, log: logging.New(&strings.Builder{}), metrics: hm,
-		holds: func() ([]*networkingv1.IPAddress, error) { return nil, nil }}
-	long := time.Now().Add(-time.Minute)
-	free := holds.FreeSince{}
-	for _, ip := range []string{"10.96.0.10", "10.96.0.20", "10.96.0.30"} {
-		free[netip.MustParseAddr(ip)] = long
-	}
-	_, err := k.pass(context.Background(), free)
-	if err == nil || !strings.Contains(err.Error(), "get the owner kube-system/kube-dns of the reservation 10.96.0.10") || !strings.Contains(err.Error(), "and 2 more failures this pass") {
-		t.Fatalf("pass error = %v, want the first failure and the count of the others", err)
-	}
-	if v := testutil.ToFloat64(hm.changes.WithLabelValues("failed")); v != 3 {
-		t.Errorf("changes{failed} = %v, want 3", v)
-	}
-	if l, _ := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
-		t.Errorf("holds created without knowing whether the owner exists: %v", l.Items)
-	}
-}
-
-func TestAHoldIsNamedByTheCanonicalAddressAndLabelledWithItsFamily(t *testing.T) {
-	for _, tc := range []struct{ ip, name, family string }{
-		{"10.96.0.10", "10.96.0.10", "IPv4"},
-		{"fd00:10:96:0:0::a", "fd00:10:96::a", "IPv6"},
-	} {
-		a := holdObject(holds.Want{IP: netip.MustParseAddr(tc.ip), Owner: policy.Owner{Namespace: "kube-system", Name: "kube-dns"}})
-		if a.Name != tc.name || a.Labels[networkingv1.LabelIPAddressFamily] != tc.family || a.Labels[holds.ManagedByLabel] != holds.ManagedBy {
-			t.Errorf("%s: name %s labels %v; want name %s, family %s, managed-by %s", tc.ip, a.Name, a.Labels, tc.name, tc.family, holds.ManagedBy)
-		}
-		if r := a.Spec.ParentRef; r == nil || r.Group != "" || r.Resource != "services" || r.Namespace != "kube-system" || r.Name != "kube-dns" {
-			t.Errorf("%s: parentRef %+v, want services kube-system/kube-dns", tc.ip, a.Spec.ParentRef)
-		}
 	}
 }
 
@@ -249,11 +140,9 @@ func TestAHoldIsNamedByTheCanonicalAddressAndLabelledWithItsFamily(t *testing.T)
 func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, true)
 	client := fake.NewClientset()
-	hm := newHoldMetrics(prometheus.NewRegistry())
-	rel := newHoldReleaser(client, r.policies, logging.New(&strings.Builder{}), hm)
+	hreg := prometheus.NewRegistry()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	rel.now = func() time.Time { return now }
-	r.releaser = rel
+	r.hook = holdctl.NewReleaser(client, logging.New(&strings.Builder{}), holdctl.NewMetrics(hreg), func() time.Time { return now })
 	review := loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns"))
 	rehold := func() {
 		t.Helper()
@@ -271,19 +160,19 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 			freed++
 		case len(client.Actions()) != 1:
 			t.Fatalf("review %d, refused, made %d API calls, want 1 (the GET of the hold): %v", i+1, len(client.Actions()), client.Actions())
-		case resp.Result.Code != http.StatusServiceUnavailable || !strings.Contains(resp.Result.Message, "clusterip-policy holds 10.96.0.10 for Service kube-system/kube-dns and released it 3 times recently without that Service appearing; it releases it again in "+(releaseRefill-time.Duration(i)*100*time.Millisecond+time.Second-1).Truncate(time.Second).String()+": retry then"),
+		case resp.Result.Code != http.StatusServiceUnavailable || !strings.Contains(resp.Result.Message, "clusterip-policy holds 10.96.0.10 for Service kube-system/kube-dns and released it 3 times recently without that Service appearing; it releases it again in "+(holdctl.ReleaseRefill-time.Duration(i)*100*time.Millisecond+time.Second-1).Truncate(time.Second).String()+": retry then"),
 			!strings.Contains(resp.Result.Message, "Who can release a hold"):
 			t.Fatalf("review %d: %d %q", i+1, resp.Result.Code, resp.Result.Message)
 		}
 		now = now.Add(100 * time.Millisecond)
 	}
-	if freed != releaseBurst {
-		t.Fatalf("50 creates within 5s freed the hold %d times, want %d", freed, releaseBurst)
+	if freed != holdctl.ReleaseBurst {
+		t.Fatalf("50 creates within 5s freed the hold %d times, want %d", freed, holdctl.ReleaseBurst)
 	}
-	if got := testutil.ToFloat64(hm.releases.WithLabelValues("rate-limited")); got != 50-releaseBurst {
-		t.Errorf("releases{rate-limited} = %v, want %d", got, 50-releaseBurst)
+	if got := releases(t, hreg, "rate-limited"); got != 50-holdctl.ReleaseBurst {
+		t.Errorf("releases{rate-limited} = %v, want %d", got, 50-holdctl.ReleaseBurst)
 	}
-	now = now.Add(releaseRefill)
+	now = now.Add(holdctl.ReleaseRefill)
 	rehold()
 	if resp := post(t, mutatingHandler{r.reviewer}, review); !resp.Allowed {
 		t.Fatalf("a create one refill later: %+v", resp.Result)
@@ -310,7 +199,7 @@ func TestAFailedReleaseIsRecordedAsTheDenialItIs(t *testing.T) {
 	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	r.releaser = newHoldReleaser(client, r.policies, logging.New(&strings.Builder{}), newHoldMetrics(prometheus.NewRegistry()))
+	r.hook = holdctl.NewReleaser(client, logging.New(&strings.Builder{}), holdctl.NewMetrics(prometheus.NewRegistry()), time.Now)
 	resp := post(t, mutatingHandler{r.reviewer}, loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns")))
 	const want = "clusterip-policy could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: get IPAddress 10.96.0.10: connection refused; retry in a few seconds"
 	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != want || len(resp.Patch) != 0 {
@@ -332,4 +221,27 @@ func TestAFailedReleaseIsRecordedAsTheDenialItIs(t *testing.T) {
 	if got := testutil.ToFloat64(r.metrics.decisions.WithLabelValues("mutate", "patched", "")); got != 0 {
 		t.Errorf(`decisions_total{mutate,patched,""} = %v, want 0: the request was not patched`, got)
 	}
+}
+
+// releases reads clusterip_policy_hold_releases_total{result} from reg.
+func releases(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "clusterip_policy_hold_releases_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no clusterip_policy_hold_releases_total{result=%q}", result)
+	return 0
 }

@@ -1,4 +1,4 @@
-package server
+package matchconditions
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/readiness/readinesstest"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
 )
@@ -91,13 +93,13 @@ func testConfigurations() (*admissionregistrationv1.MutatingWebhookConfiguration
 	m := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy", Annotations: map[string]string{"cert-manager.io/inject-ca-from": "x/y"}},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{
-			{Name: mutatingServiceWebhook, ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: ca}, MatchConditions: conds("not-default-kubernetes", "allocating-requests-only")},
+			{Name: names.MutatingServiceWebhook, ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: ca}, MatchConditions: conds("not-default-kubernetes", "allocating-requests-only")},
 		},
 	}
 	v := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{
-			{Name: validatingServiceWebhook, ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: ca}, MatchConditions: conds("not-default-kubernetes", "allocating-requests-only")},
+			{Name: names.ValidatingServiceWebhook, ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: ca}, MatchConditions: conds("not-default-kubernetes", "allocating-requests-only")},
 			{Name: "validate-servicecidrs.clusterip-policy.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: ca}, MatchConditions: conds("not-default-servicecidr")},
 		},
 	}
@@ -107,7 +109,7 @@ func testConfigurations() (*admissionregistrationv1.MutatingWebhookConfiguration
 func TestWriteChangesOnlyTheManagedConditionAndAnnotations(t *testing.T) {
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0.DeepCopy(), v0.DeepCopy())
-	k := &conditionKeeper{client: client, o: matchConditionOptions{manage: true, mutating: "clusterip-policy", validating: "clusterip-policy"}, log: logr.Discard()}
+	k := New(client, nil, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
 	ctx := context.Background()
 	c := matchconditions.Conditions{Mutating: "request.operation != 'CREATE'", Validating: "true", Digest: "d1"}
 	changed, err := k.write(ctx, c, "p1")
@@ -151,9 +153,9 @@ func TestWriteRefusesAConfigurationWithoutOurWebhook(t *testing.T) {
 	m0, v0 := testConfigurations()
 	v0.Webhooks = v0.Webhooks[1:]
 	client := fake.NewClientset(m0, v0)
-	k := &conditionKeeper{client: client, o: matchConditionOptions{manage: true, mutating: "clusterip-policy", validating: "clusterip-policy"}, log: logr.Discard()}
+	k := New(client, nil, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
 	_, err := k.write(context.Background(), matchconditions.Conditions{Mutating: "true", Validating: "true", Digest: "d"}, "p")
-	if err == nil || !strings.Contains(err.Error(), "has no webhook "+validatingServiceWebhook) {
+	if err == nil || !strings.Contains(err.Error(), "has no webhook "+names.ValidatingServiceWebhook) {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -201,15 +203,13 @@ func eventually(t *testing.T, what string, timeout time.Duration, ok func() bool
 // Service creates, a mutating condition that sends every create, so ours
 // is called in the first round and so reinvoked after the other one.
 func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t *testing.T) {
-	r := newTestReviewer(t, testPolicy, false)
+	r := readinesstest.New(t, readinesstest.Policy, false, logr.Discard())
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0, v0)
-	k := &conditionKeeper{client: client, ready: r.readiness, log: logr.Discard(), metrics: newConditionMetrics(prometheus.NewRegistry()),
-		o:        matchConditionOptions{manage: true, mutating: "clusterip-policy", validating: "clusterip-policy"},
-		mutators: &mutatorWatch{client: client, ourConfig: "clusterip-policy", log: logr.Discard()}}
+	k := New(client, r.Gate, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); k.lead(ctx) }()
+	go func() { defer close(done); k.Work()(ctx) }()
 	defer func() { cancel(); <-done }()
 
 	failSafe := matchconditions.Compute(nil, allocview.RangeSet{})
@@ -221,11 +221,11 @@ func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t 
 		t.Fatalf("synced = %v while fail-safe", got)
 	}
 
-	r.view.Update(func(tx *allocview.Tx) {
+	r.View.Update(func(tx *allocview.Tx) {
 		tx.SetServiceCIDR(allocview.ServiceCIDR{Name: "kubernetes", CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Ready: true})
 		tx.MarkSynced(true)
 	})
-	digest := r.policies.Current().policy.Digest
+	digest := r.Store.Current().Policy.Digest
 	eventually(t, "selective conditions written once ready", 5*time.Second, func() bool {
 		m, v, p := managedExprs(t, client)
 		return m != "true" && m != "" && v != failSafe.Validating && p == digest
@@ -275,11 +275,10 @@ func TestManagementOffRemovesALeftoverConditionDespiteATransientError(t *testing
 		}
 		return false, nil, nil
 	})
-	k := &conditionKeeper{client: client, log: logr.Discard(), metrics: newConditionMetrics(prometheus.NewRegistry()),
-		o: matchConditionOptions{mutating: "clusterip-policy", validating: "clusterip-policy"}}
+	k := New(client, nil, Options{Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); k.keepRemoved(ctx) }()
+	go func() { defer close(done); k.KeepRemoved(ctx) }()
 	defer func() { cancel(); <-done }()
 	eventually(t, "the leftover condition removed from both configurations", 5*time.Second, func() bool {
 		m, v, _ := managedExprs(t, client)
