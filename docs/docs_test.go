@@ -256,11 +256,11 @@ var documented = map[string]how{
 
 	// docs/performance.md
 	"make up": {test: "TestMakeUpDemoDown", evidence: `"local-up.sh"`},
-	"go run ./test/ipaddresses --count 100000":                                 {notRun: "a memory measurement on the local cluster (BENCHMARKS.md)"},
-	"go run ./test/ipaddresses --delete":                                       {notRun: "undoes the command above"},
-	"hack/cpu-compare.sh":                                                      {notRun: "a CPU measurement (BENCHMARKS.md); minutes of load"},
-	"go test ./internal/server -run '^$' -bench DecodeServiceFields -benchmem": {notRun: "a benchmark; make bench runs those of pkg/"},
-	"go test ./internal/server -run '^$' -bench Endpoint -benchmem":            {notRun: "a benchmark; make bench runs those of pkg/"},
+	"go run ./test/ipaddresses --count 100000":                                    {notRun: "a memory measurement on the local cluster (BENCHMARKS.md)"},
+	"go run ./test/ipaddresses --delete":                                          {notRun: "undoes the command above"},
+	"hack/cpu-compare.sh":                                                         {notRun: "a CPU measurement (BENCHMARKS.md); minutes of load"},
+	"go test ./internal/admission -run '^$' -bench DecodeServiceFields -benchmem": {notRun: "a benchmark; make bench runs those of pkg/"},
+	"go test ./internal/admission -run '^$' -bench Endpoint -benchmem":            {notRun: "a benchmark; make bench runs those of pkg/"},
 
 	// docs/architecture.md
 	"cat $(ls internal/server/*.go | grep -v _test) | wc -l":                                                                  {notRun: "counts lines for the reader; nothing to check"},

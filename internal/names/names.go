@@ -15,7 +15,7 @@ const (
 	// ValidateServiceCIDRPath reviews networking.k8s.io/v1 ServiceCIDRs.
 	ValidateServiceCIDRPath = "/validate-v1-servicecidr"
 	// ValidatePolicyObjectPath reviews clusterip-policy.io ClusterIPPolicy
-	// objects with the policy loader (internal/admission/policyobject.go).
+	// objects with the policy loader (internal/admission/policyobjectreview.go).
 	ValidatePolicyObjectPath = "/validate-v1alpha1-clusterippolicy"
 )
 

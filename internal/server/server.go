@@ -30,8 +30,10 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"clusterip-policy/internal/admission"
 	"clusterip-policy/internal/controllers/holds"
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
@@ -255,7 +257,6 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	}
 
 	view := allocview.NewView()
-	m := newMetrics(defaultRegistry)
 	pm := policysource.NewMetrics(defaultRegistry)
 	var object *policysource.ObjectSource
 	var status *policysource.Status // the ClusterIPPolicy status; nil with --policy-source=file
@@ -277,12 +278,12 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	source := kubesource.New(client, view, log.WithName("view"))
 	readiness.RegisterViewMetrics(defaultRegistry, view, source)
 	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs}
-	rev := &reviewer{gate: gate, audit: log.WithName("audit"), metrics: m}
+	var hook admission.AllocationHook   // the holds' release; nil with holds off
 	skip := []string{o.lease.Namespace} // the webhook configurations exclude it
 	var leaderWorks []leader.Work
 	if o.holds.Enabled {
 		hm := holds.NewMetrics(defaultRegistry)
-		rev.hook = holds.NewReleaser(client, log.WithName("holds"), hm, time.Now)
+		hook = holds.NewReleaser(client, log.WithName("holds"), hm, time.Now)
 		leaderWorks = append(leaderWorks, holds.NewKeeper(client, gate, skip, o.holds.Grace, log.WithName("holds"), hm).Work())
 	}
 	var audit *periodicaudit.Audit
@@ -316,10 +317,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", cas.Digest(), "cas", cas.Subject())
 	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsauth.Options(cas)})
-	server.Register(names.MutatePath, admissionEndpoint(mutatingHandler{rev}))
-	server.Register(names.ValidatePath, admissionEndpoint(validatingHandler{rev}))
-	server.Register(names.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
-	server.Register(names.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{view: view}))
+	for path, h := range admission.Endpoints(admission.Config{Gate: gate, Audit: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
+		server.Register(path, h)
+	}
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{
@@ -402,6 +402,10 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	log.Info("stopped")
 	return failure
 }
+
+// defaultRegistry is controller-runtime's, where the webhook server's own
+// metrics live: one /metrics serves both.
+var defaultRegistry = crmetrics.Registry
 
 // serveHTTP serves plain HTTP on addr until ctx ends.
 func serveHTTP(ctx context.Context, addr string, h http.Handler) error {

@@ -12,6 +12,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/internal/readiness/readinesstest"
 )
 
 // runCLI runs `clusterip-policy serve ARGS...` as main dispatches it; only
@@ -28,7 +29,7 @@ func runCLI(stdin string, args ...string) (int, string, string) {
 func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 	dir := t.TempDir()
 	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644); err != nil {
@@ -98,7 +99,7 @@ func TestFlagHelpShowsTheFlagsOwnType(t *testing.T) {
 func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ca, err := certs.NewCA("client-ca", time.Hour)
@@ -131,7 +132,7 @@ func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
 func TestServeRefusesABadAuditInterval(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
-	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	certDir := filepath.Join(dir, "tls")

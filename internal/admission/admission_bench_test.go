@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func benchReviews(b *testing.B) []struct {
 // TLS and the HTTP server cost both the same and are left out, so the
 // ratio ours/nop here is an upper bound of the ratio over the wire.
 //
-//	go test ./internal/server -run '^$' -bench Endpoint -benchmem
+//	go test ./internal/admission -run '^$' -bench Endpoint -benchmem
 func BenchmarkEndpoint(b *testing.B) {
 	tr := newTestReviewer(b, testPolicy, true)
 	tr.audit = logging.New(io.Discard).WithName("audit")

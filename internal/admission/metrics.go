@@ -1,12 +1,12 @@
-package server
+package admission
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// metrics are registered in controller-runtime's registry, so one /metrics
-// serves them beside the webhook server's own request metrics
+// metrics are the admission path's: serve registers them in
+// controller-runtime's registry, so one /metrics serves them beside the
+// webhook server's own request metrics
 // (controller_runtime_webhook_requests_total, ..._latency_seconds).
 type metrics struct {
 	decisions        *prometheus.CounterVec
@@ -24,7 +24,3 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.decisions)
 	return m
 }
-
-// defaultRegistry is controller-runtime's, where the webhook server's own
-// metrics live.
-var defaultRegistry = crmetrics.Registry

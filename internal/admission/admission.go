@@ -1,4 +1,11 @@
-package server
+// Package admission answers the admission reviews: one handler per path
+// (the mutating and validating Service webhooks, the ServiceCIDR webhook,
+// the ClusterIPPolicy object check), the one wrapper that records each
+// answer as sent (the audit line, the decision counters, the
+// auditAnnotations), and the limits on what a review may carry. It asks
+// internal/readiness for what to decide on and pkg/policy for the
+// decision; it reaches the holds' release only through AllocationHook.
+package admission
 
 import (
 	"context"
@@ -8,12 +15,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/readiness"
 	"clusterip-policy/pkg/policy"
 )
@@ -39,6 +48,32 @@ import (
 //	  respond             the decision as an admission response
 //	AllocationHook      mutating only: the holds' release, before recording
 //	newAuditLine, reviewer.record  one audit line and the metrics, from the answer
+
+// Config is what the handlers need from serve.
+type Config struct {
+	// Gate answers whether a review may be decided, and on what.
+	Gate *readiness.Gate
+	// Audit writes one audit line per review.
+	Audit logr.Logger
+	// Registry gets clusterip_policy_decisions_total.
+	Registry prometheus.Registerer
+	// Hook runs on an allowed mutating decision before it is recorded (the
+	// holds' release); nil when reservation holds are off.
+	Hook AllocationHook
+}
+
+// Endpoints are the admission handlers by path (internal/names), each
+// behind the body budget and the response cap (admissionEndpoint), as
+// serve registers them on the webhook server.
+func Endpoints(c Config) map[string]http.Handler {
+	r := &reviewer{gate: c.Gate, audit: c.Audit, metrics: newMetrics(c.Registry), hook: c.Hook}
+	return map[string]http.Handler{
+		names.MutatePath:               admissionEndpoint(mutatingHandler{r}),
+		names.ValidatePath:             admissionEndpoint(validatingHandler{r}),
+		names.ValidateServiceCIDRPath:  admissionEndpoint(serviceCIDRHandler{r}),
+		names.ValidatePolicyObjectPath: admissionEndpoint(policyObjectHandler{view: c.Gate.View}),
+	}
+}
 
 // reviewer is what the admission handlers share: it turns an
 // AdmissionReview into a pkg/policy request, asks pkg/policy for the

@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ const (
 //     mutating stage none in the dynamic band either.
 //
 // Seeds: the recorded reviews and the hostile cases of the handler tests.
-// `go test -run '^$' -fuzz FuzzAdmissionEndpoint -fuzztime 60s ./internal/server`
+// `go test -run '^$' -fuzz FuzzAdmissionEndpoint -fuzztime 60s ./internal/admission`
 func FuzzAdmissionEndpoint(f *testing.F) {
 	recorded, err := filepath.Glob(filepath.Join("testdata", "admissionreviews", "*.json"))
 	if err != nil || len(recorded) == 0 {
@@ -85,7 +85,7 @@ func FuzzAdmissionEndpoint(f *testing.F) {
 // operation, the Service's name, type, clusterIP, clusterIPs, ipFamilies
 // and ipFamilyPolicy, and the stored object's type and clusterIPs (lists
 // are comma-separated). Same checks as FuzzAdmissionEndpoint.
-// `go test -run '^$' -fuzz FuzzAdmissionFields -fuzztime 60s ./internal/server`
+// `go test -run '^$' -fuzz FuzzAdmissionFields -fuzztime 60s ./internal/admission`
 func FuzzAdmissionFields(f *testing.F) {
 	f.Add(uint8(0), "web", uint8(0), "10.96.0.20", "", "", "", uint8(0), "", false, true)
 	f.Add(uint8(0), "kube-dns", uint8(0), "", "", "IPv4,IPv6", "RequireDualStack", uint8(0), "", false, true)

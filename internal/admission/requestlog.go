@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"github.com/go-logr/logr"

@@ -1,16 +1,14 @@
-package server
+package admission
 
 import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"clusterip-policy/internal/admission/admissiontest"
 	"clusterip-policy/internal/logging"
 	"clusterip-policy/internal/readiness"
 	"clusterip-policy/internal/readiness/readinesstest"
@@ -43,80 +41,20 @@ func newTestReviewer(t testing.TB, policyYAML string, synced bool) testReviewer 
 	return testReviewer{&reviewer{gate: f.Gate, audit: log.WithName("audit"), metrics: newMetrics(reg)}, f, &buf, reg}
 }
 
-// loadReview reads a recorded AdmissionReview and applies tweaks to its
-// Service object (as a generic map, to keep the recording's exact shape).
-func loadReview(t testing.TB, name string, tweaks ...func(obj map[string]any)) []byte {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("testdata", "admissionreviews", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var review map[string]any
-	if err := json.Unmarshal(raw, &review); err != nil {
-		t.Fatal(err)
-	}
-	req := review["request"].(map[string]any)
-	obj := req["object"].(map[string]any)
-	for _, tw := range tweaks {
-		tw(obj)
-	}
-	if md, ok := obj["metadata"].(map[string]any); ok {
-		req["name"], req["namespace"] = md["name"], md["namespace"]
-	}
-	out, err := json.Marshal(review)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func named(ns, name string) func(map[string]any) {
-	return func(obj map[string]any) {
-		md := obj["metadata"].(map[string]any)
-		md["namespace"], md["name"] = ns, name
-	}
-}
-
-func withClusterIP(ip string) func(map[string]any) {
-	return func(obj map[string]any) {
-		spec := obj["spec"].(map[string]any)
-		spec["clusterIP"] = ip
-		if _, ok := spec["clusterIPs"]; ok {
-			spec["clusterIPs"] = []string{ip}
-		}
-	}
-}
+// The recorded reviews and what reads the answers, shared with the
+// server's tests (admissiontest).
+var (
+	loadReview    = admissiontest.LoadReview
+	named         = admissiontest.Named
+	withClusterIP = admissiontest.WithClusterIP
+	auditOf       = admissiontest.AuditOf
+)
 
 // post sends an AdmissionReview body through controller-runtime's webhook
 // handler, as the apiserver would, and returns the decoded response.
 func post(t *testing.T, h webhook.AdmissionHandler, body []byte) *admissionv1.AdmissionResponse {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/review", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	(&webhook.Admission{Handler: h}).ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
-	}
-	var out admissionv1.AdmissionReview
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		t.Fatalf("decode response: %v\n%s", err, rec.Body)
-	}
-	return out.Response
-}
-
-// auditOf returns the single audit line written.
-func auditOf(t *testing.T, buf *bytes.Buffer) map[string]any {
-	t.Helper()
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 1 {
-		t.Fatalf("want one audit line, got %d:\n%s", len(lines), buf)
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(lines[0]), &m); err != nil {
-		t.Fatalf("audit line is not JSON: %v\n%s", err, lines[0])
-	}
-	return m
+	return admissiontest.Post(t, &webhook.Admission{Handler: h}, body)
 }
 
 func TestHandlersWithRecordedRequests(t *testing.T) {
