@@ -2,9 +2,8 @@ package admission
 
 import (
 	"bytes"
+	"clusterip-policy/internal/admission/admissiontest"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -148,14 +147,14 @@ func checkEndpoint(t *testing.T, r testReviewer, body []byte, mutate bool) {
 		h = mutatingHandler{r.reviewer}
 	}
 	// Through the registered endpoint: the hard cap holds.
-	raw := serveBody(t, admissionEndpoint(h), body)
+	raw := admissiontest.Serve(t, admissionEndpoint(h), body)
 	if len(raw) > maxResponseBytes {
 		t.Fatalf("endpoint response is %d bytes, over the %d cap", len(raw), maxResponseBytes)
 	}
 	// Through controller-runtime alone: the handler's own answer is
 	// bounded, apart from the UID controller-runtime copies into it.
 	r.auditBuf.Reset()
-	raw = serveBody(t, &webhook.Admission{Handler: h}, body)
+	raw = admissiontest.Serve(t, &webhook.Admission{Handler: h}, body)
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(raw, &review); err != nil || review.Response == nil {
 		t.Fatalf("not an AdmissionReview (%v): %.300s", err, raw)
@@ -170,19 +169,6 @@ func checkEndpoint(t *testing.T, r testReviewer, body []byte, mutate bool) {
 	if resp.Allowed {
 		checkAllowedService(t, body, resp, mutate)
 	}
-}
-
-// serveBody posts body to h as the apiserver would and returns the answer.
-func serveBody(t *testing.T, h http.Handler, body []byte) []byte {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/review", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		t.Fatalf("HTTP %d: %.300s", rec.Code, rec.Body)
-	}
-	return rec.Body.Bytes()
 }
 
 // checkAllowedService applies the response's patch to the request's object

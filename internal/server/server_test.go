@@ -26,25 +26,33 @@ func runCLI(stdin string, args ...string) (int, string, string) {
 	return code, "", errb.String()
 }
 
-func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
-	dir := t.TempDir()
-	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+// flagFixture writes, under dir, a good policy file, a bad one and a
+// certificate directory whose files are only checked for presence: what
+// serve's flags name before they are refused.
+func flagFixture(t *testing.T, dir string) (good, bad, certDir string) {
+	t.Helper()
+	good, bad = filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	certDir := filepath.Join(dir, "tls") // only checked for presence before the hold flags
+	certDir = filepath.Join(dir, "tls")
 	if err := os.Mkdir(certDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(certDir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return good, bad, certDir
+}
+
+func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
+	dir := t.TempDir()
+	good, bad, certDir := flagFixture(t, dir)
 	tests := []struct {
 		args []string
 		want string
@@ -126,25 +134,8 @@ func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
 	}
 }
 
-// tlsTestServer is controller-runtime's webhook server with tlsOptions on a
-// loopback port, answering 200 on /ok.
-
 func TestServeRefusesABadAuditInterval(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good.yaml")
-	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	certDir := filepath.Join(dir, "tls")
-	if err := os.Mkdir(certDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	good, _, certDir := flagFixture(t, t.TempDir())
 	for _, tt := range []struct {
 		args []string
 		want string

@@ -76,21 +76,28 @@ func WithClusterIP(ip string) func(map[string]any) {
 	}
 }
 
-// Post sends an AdmissionReview body to h (an endpoint, or controller-
-// runtime's webhook.Admission around a handler), as the apiserver would,
-// and returns the decoded response.
-func Post(t testing.TB, h http.Handler, body []byte) *admissionv1.AdmissionResponse {
+// Serve posts body to h (an endpoint, or controller-runtime's
+// webhook.Admission around a handler) as the apiserver would, and returns
+// the answer's bytes; anything but HTTP 200 fails the test.
+func Serve(t testing.TB, h http.Handler, body []byte) []byte {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, "/review", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
-		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
+		t.Fatalf("HTTP %d: %.300s", rec.Code, rec.Body)
 	}
+	return rec.Body.Bytes()
+}
+
+// Post is Serve with the answer decoded.
+func Post(t testing.TB, h http.Handler, body []byte) *admissionv1.AdmissionResponse {
+	t.Helper()
+	raw := Serve(t, h, body)
 	var out admissionv1.AdmissionReview
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		t.Fatalf("decode response: %v\n%s", err, rec.Body)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("decode response: %v\n%s", err, raw)
 	}
 	return out.Response
 }
