@@ -32,8 +32,8 @@ import (
 //	admissionEndpoint   body budget and response cap (boundedResponse), then
 //	                    controller-runtime's webhook.Admission decodes the review
 //	mutatingHandler, validatingHandler, serviceCIDRHandler  one per path: the
-//	                    handler's type is its stage, and it hands its answer
-//	                    to the one wrapper that records it
+//	                    handler's type is its stage, and the one wrapper
+//	                    (reviewer.recorded) records its answer
 //	reviewer.recorded   times the request, answers it, adds the apiserver's
 //	                    auditAnnotations (auditannotations.go), records the answer
 //	reviewer.answer     parse, check readiness, decide, respond:
@@ -100,6 +100,8 @@ type AllocationHook interface {
 var (
 	_ admission.Handler = mutatingHandler{}
 	_ admission.Handler = validatingHandler{}
+	_ handler           = mutatingHandler{}
+	_ handler           = validatingHandler{}
 )
 
 // answered is how one request was answered: all its audit line and metrics
@@ -123,14 +125,23 @@ type answered struct {
 // refused, never waved through.
 func refused(message string) answered { return answered{outcome: policy.Denied, message: message} }
 
+// handler is what each Service and ServiceCIDR handler adds to the shared
+// steps: its stage (the handler's type says it; nothing branches on it)
+// and its answer to one request.
+type handler interface {
+	stage() policy.Stage
+	answerReview(ctx context.Context, req admission.Request) (admission.Response, answered)
+}
+
 // recorded is the one wrapper every Service and ServiceCIDR handler
-// answers through: it times answer, adds the auditAnnotations and records
-// the answer it returns, once, as sent: the audit line and the counters.
-func (r *reviewer) recorded(stage policy.Stage, req admission.Request, answer func() (admission.Response, answered)) admission.Response {
+// answers through: it times h's answer, adds the auditAnnotations and
+// records the answer it returns, once, as sent: the audit line and the
+// counters.
+func (r *reviewer) recorded(ctx context.Context, h handler, req admission.Request) admission.Response {
 	start := time.Now()
-	resp, a := answer()
+	resp, a := h.answerReview(ctx, req)
 	resp.AuditAnnotations = auditAnnotations(a)
-	r.record(newAuditLine(stage, req, a, time.Since(start)), a.decision)
+	r.record(newAuditLine(h.stage(), req, a, time.Since(start)), a.decision)
 	return resp
 }
 
@@ -249,23 +260,31 @@ func (r *reviewer) record(line auditLine, d *policy.Decision) {
 type mutatingHandler struct{ *reviewer }
 
 func (h mutatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return h.recorded(policy.StageMutate, req, func() (admission.Response, answered) {
-		resp, a := h.answer(policy.StageMutate, policy.Mutate, req)
-		if h.hook == nil || a.decision == nil || !a.decision.Allowed() || a.service == nil {
-			return resp, a
-		}
-		if refusal := h.hook.BeforeAllocation(ctx, req, a.service, a.decision, a.state.Env); refusal != "" {
-			return notReady(refusal), answered{outcome: policy.Denied, message: refusal, name: a.name, state: a.state}
-		}
+	return h.recorded(ctx, h, req)
+}
+
+func (mutatingHandler) stage() policy.Stage { return policy.StageMutate }
+
+func (h mutatingHandler) answerReview(ctx context.Context, req admission.Request) (admission.Response, answered) {
+	resp, a := h.answer(policy.StageMutate, policy.Mutate, req)
+	if h.hook == nil || a.decision == nil || !a.decision.Allowed() || a.service == nil {
 		return resp, a
-	})
+	}
+	if refusal := h.hook.BeforeAllocation(ctx, req, a.service, a.decision, a.state.Env); refusal != "" {
+		return notReady(refusal), answered{outcome: policy.Denied, message: refusal, name: a.name, state: a.state}
+	}
+	return resp, a
 }
 
 // validatingHandler serves the ValidatingWebhookConfiguration.
 type validatingHandler struct{ *reviewer }
 
-func (h validatingHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	return h.recorded(policy.StageValidate, req, func() (admission.Response, answered) {
-		return h.answer(policy.StageValidate, policy.Validate, req)
-	})
+func (h validatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.recorded(ctx, h, req)
+}
+
+func (validatingHandler) stage() policy.Stage { return policy.StageValidate }
+
+func (h validatingHandler) answerReview(_ context.Context, req admission.Request) (admission.Response, answered) {
+	return h.answer(policy.StageValidate, policy.Validate, req)
 }

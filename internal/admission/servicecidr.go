@@ -21,8 +21,16 @@ type serviceCIDRHandler struct{ *reviewer }
 
 var _ admission.Handler = serviceCIDRHandler{}
 
-func (h serviceCIDRHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	return h.recorded(policy.StageServiceCIDR, req, func() (admission.Response, answered) { return h.answerServiceCIDR(req) })
+var _ handler = serviceCIDRHandler{}
+
+func (h serviceCIDRHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.recorded(ctx, h, req)
+}
+
+func (serviceCIDRHandler) stage() policy.Stage { return policy.StageServiceCIDR }
+
+func (h serviceCIDRHandler) answerReview(_ context.Context, req admission.Request) (admission.Response, answered) {
+	return h.answerServiceCIDR(req)
 }
 
 // answerServiceCIDR is reviewer.answer for a ServiceCIDR: parse, check
