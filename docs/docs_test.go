@@ -255,16 +255,16 @@ var documented = map[string]how{
 
 	// docs/performance.md
 	"make up": {test: "TestMakeUpDemoDown", evidence: `"local-up.sh"`},
-	"go run ./test/ipaddresses --count 100000":                                 {notRun: "a memory measurement on the local cluster (BENCHMARKS.md)"},
-	"go run ./test/ipaddresses --delete":                                       {notRun: "undoes the command above"},
-	"hack/cpu-compare.sh":                                                      {notRun: "a CPU measurement (BENCHMARKS.md); minutes of load"},
-	"go test ./internal/server -run '^$' -bench DecodeServiceFields -benchmem": {notRun: "a benchmark; make bench runs those of pkg/"},
-	"go test ./internal/server -run '^$' -bench Endpoint -benchmem":            {notRun: "a benchmark; make bench runs those of pkg/"},
+	"go run ./test/ipaddresses --count 100000":                                    {notRun: "a memory measurement on the local cluster (BENCHMARKS.md)"},
+	"go run ./test/ipaddresses --delete":                                          {notRun: "undoes the command above"},
+	"hack/cpu-compare.sh":                                                         {notRun: "a CPU measurement (BENCHMARKS.md); minutes of load"},
+	"go test ./internal/admission -run '^$' -bench DecodeServiceFields -benchmem": {notRun: "a benchmark; make bench runs those of pkg/"},
+	"go test ./internal/admission -run '^$' -bench Endpoint -benchmem":            {notRun: "a benchmark; make bench runs those of pkg/"},
 
 	// docs/architecture.md
-	"cat $(ls internal/server/*.go | grep -v _test) | wc -l":                                                                  {notRun: "counts lines for the reader; nothing to check"},
-	"git ls-tree -r --name-only 7794ab7 cmd/webhook | grep '\\.go$' | grep -v _test | xargs -I{} git show 7794ab7:{} | wc -l": {notRun: "counts the lines of an old commit for the reader; a fresh clone may be shallow"},
-	"go test ./pkg/policy -run '^$' -bench DynamicCreate -benchmem":                                                           {file: "Makefile", evidence: "-bench . -benchmem ./pkg/..."},
+	"cat $(ls internal/admission/*.go | grep -v _test) | wc -l":                                                                 {notRun: "counts lines for the reader; nothing to check"},
+	"git ls-tree --name-only c19f06f internal/server/ | grep '\\.go$' | grep -v _test | xargs -I{} git show c19f06f:{} | wc -l": {notRun: "counts the lines of an old commit for the reader; a fresh clone may be shallow"},
+	"go test ./pkg/policy -run '^$' -bench DynamicCreate -benchmem":                                                             {file: "Makefile", evidence: "-bench . -benchmem ./pkg/..."},
 
 	// docs/release.md
 	"cd tools/vulncheck && go get golang.org/x/vulndb@latest && go mod tidy": {notRun: "updates the pinned vulnerability database: a change to commit, not a check"},

@@ -86,9 +86,9 @@ for i in $(seq 1 150); do
 done
 
 reviews=(
-	"mutate-dynamic mutate-v1-service internal/server/testdata/admissionreviews/mutate-001-create-wh-auto.json"
-	"validate-dynamic validate-v1-service internal/server/testdata/admissionreviews/validate-002-create-wh-auto.json"
-	"mutate-static mutate-v1-service internal/server/testdata/admissionreviews/mutate-003-create-wh-static.json"
+	"mutate-dynamic mutate-v1-service internal/admission/testdata/admissionreviews/mutate-001-create-wh-auto.json"
+	"validate-dynamic validate-v1-service internal/admission/testdata/admissionreviews/validate-002-create-wh-auto.json"
+	"mutate-static mutate-v1-service internal/admission/testdata/admissionreviews/mutate-003-create-wh-static.json"
 	"mutate-kube-dns mutate-v1-service test/load/testdata/mutate-create-kube-dns.json"
 )
 

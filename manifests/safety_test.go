@@ -115,7 +115,7 @@ func webhookSideEffects(o *objects) []string {
 	for _, w := range o.webhooks() {
 		// The mutating webhook deletes a reservation hold (an IPAddress of
 		// ours) before an owner's create, never on a dry run (see
-		// internal/server/holds.go); the validating one changes nothing.
+		// internal/controllers/holds); the validating one changes nothing.
 		want, why := admv1.SideEffectClassNone, "dry-run requests reach it, and it changes nothing"
 		if w.mutating {
 			want, why = admv1.SideEffectClassNoneOnDryRun, "it releases a reservation hold for an owner's create, never on a dry run"

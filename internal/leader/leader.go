@@ -7,15 +7,16 @@ package leader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -35,13 +36,26 @@ type Options struct {
 	Identity string
 }
 
-// Validate checks the flags, naming the flag and the fix.
-func (o Options) Validate() error {
+// Validate checks the flags, naming the flag, the value and the fix. It is
+// called once, whenever any leader work is on; works names them (the flags
+// that turned them on), so the operator sees why a Lease is needed at all:
+// in CRD mode the ClusterIPPolicy status alone campaigns.
+func (o Options) Validate(works []string) error {
+	why := "the Lease elects the replica that runs " + strings.Join(works, ", ")
 	if o.Namespace == "" {
-		return errors.New("--leader-election-namespace is empty; give the webhook's namespace (POD_NAMESPACE from the downward API)")
+		return fmt.Errorf("--leader-election-namespace is empty, and %s; give the webhook's namespace (POD_NAMESPACE from the downward API)", why)
+	}
+	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
+		return fmt.Errorf("--leader-election-namespace %q is not a namespace name (%s), and %s; give the webhook's namespace (POD_NAMESPACE from the downward API)", o.Namespace, strings.Join(errs, "; "), why)
 	}
 	if o.Name == "" {
-		return errors.New("--leader-election-lease is empty; give the Lease name, such as clusterip-policy-holds")
+		return fmt.Errorf("--leader-election-lease is empty, and %s; give the Lease name, such as clusterip-policy-holds", why)
+	}
+	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
+		return fmt.Errorf("--leader-election-lease %q is not a Lease name (%s), and %s; give a lowercase name such as clusterip-policy-holds", o.Name, strings.Join(errs, "; "), why)
+	}
+	if o.Identity == "" {
+		return fmt.Errorf("--leader-election-identity is empty, and %s; leave the flag out (the pod name, else the host name with a random suffix) or give this replica's name", why)
 	}
 	return nil
 }
@@ -59,6 +73,21 @@ func DefaultIdentity() string {
 // Work runs while its replica leads, until ctx (the leadership)
 // ends; it undoes what it exposes as leader (metrics) before returning.
 type Work func(ctx context.Context)
+
+// Term makes a Work of a loop: it logs msg (with keysAndValues) as the term
+// starts, runs loop until the term ends, then runs each reset, so a replica
+// that no longer leads exposes nothing it knew as leader (gauges zeroed).
+func Term(log logr.Logger, msg string, keysAndValues []any, loop func(ctx context.Context), resets ...func()) Work {
+	return func(ctx context.Context) {
+		log.Info(msg, keysAndValues...)
+		defer func() {
+			for _, r := range resets {
+				r()
+			}
+		}()
+		loop(ctx)
+	}
+}
 
 // Run takes part in leader election until ctx ends; while leading it
 // runs every work. client-go calls OnStartedLeading in a goroutine and does

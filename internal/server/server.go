@@ -20,13 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"clusterip-policy/internal/leader"
-
-	"clusterip-policy/internal/logging"
-	"clusterip-policy/internal/tlsauth"
-
-	"clusterip-policy/internal/version"
-
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
@@ -37,14 +30,25 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"clusterip-policy/internal/admission"
+	"clusterip-policy/internal/controllers/holds"
+	"clusterip-policy/internal/controllers/matchconditions"
+	"clusterip-policy/internal/controllers/periodicaudit"
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/internal/leader"
+	"clusterip-policy/internal/logging"
 	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/policysource"
+	"clusterip-policy/internal/readiness"
+	"clusterip-policy/internal/tlsauth"
+	"clusterip-policy/internal/version"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
-	"clusterip-policy/pkg/holds"
-	"clusterip-policy/pkg/matchconditions"
+	holdplan "clusterip-policy/pkg/holds"
+	conditions "clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
 )
 
@@ -62,10 +66,10 @@ type serveOptions struct {
 	shutdownDelay  time.Duration
 	maxStaleness   time.Duration
 	clientCAFile   string
-	holds          holdOptions
+	holds          holds.Options
 	lease          leader.Options
-	audit          periodicAuditOptions
-	conditions     matchConditionOptions
+	audit          periodicaudit.Options
+	conditions     matchconditions.Options
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -78,21 +82,21 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz (liveness: the process answers) and /readyz (ready: webhook serving, policy loaded, view of ServiceCIDRs and IPAddresses synced).")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; \"0\" turns it off.")
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR to use when the cluster serves no ServiceCIDR objects (before Kubernetes 1.33). Repeatable, primary family first; replaces the policy's serviceCIDRs.")
-	fs.StringVar(&o.policySource, "policy-source", policySourceFile, "Where the policy comes from: file (--policy, the default) or crd (the cluster-scoped ClusterIPPolicy object named default, manifests/base/crd.yaml; its status shows whether its generation is in force). With crd, leave --policy unset.")
+	fs.StringVar(&o.policySource, "policy-source", policysource.SourceFile, "Where the policy comes from: file (--policy, the default) or crd (the cluster-scoped ClusterIPPolicy object named default, manifests/base/crd.yaml; its status shows whether its generation is in force). With crd, leave --policy unset.")
 	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
-	fs.BoolVar(&o.holds.enabled, "hold-reservations", false, "Keep an IPAddress (label "+holds.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
-	fs.DurationVar(&o.holds.grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
-	fs.DurationVar(&o.audit.interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+auditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
+	fs.BoolVar(&o.holds.Enabled, "hold-reservations", false, "Keep an IPAddress (label "+holdplan.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
+	fs.DurationVar(&o.holds.Grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
+	fs.DurationVar(&o.audit.Interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+names.AuditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
 	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there.")
 	fs.StringVar(&o.lease.Name, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
 	fs.StringVar(&o.lease.Identity, "leader-election-identity", leader.DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
-	fs.BoolVar(&o.conditions.manage, "manage-match-conditions", false, "Keep the matchCondition "+matchconditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
-	fs.DurationVar(&o.conditions.settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
-	fs.StringVar(&o.conditions.mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+mutatingServiceWebhook+" gets the managed matchCondition.")
-	fs.StringVar(&o.conditions.validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+validatingServiceWebhook+" gets the managed matchCondition.")
+	fs.BoolVar(&o.conditions.Manage, "manage-match-conditions", false, "Keep the matchCondition "+conditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
+	fs.DurationVar(&o.conditions.Settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
+	fs.StringVar(&o.conditions.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition.")
+	fs.StringVar(&o.conditions.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition.")
 	return fs
 }
 
@@ -107,18 +111,18 @@ func envOr(name, fallback string) string {
 // value and the fix.
 func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	switch o.policySource {
-	case policySourceFile:
-	case policySourceCRD:
+	case policysource.SourceFile:
+	case policysource.SourceCRD:
 		if o.policyPath != "" {
 			return nil, fmt.Errorf("--policy %s and --policy-source=crd exclude each other: with crd the policy is the ClusterIPPolicy object %q; drop --policy, or use --policy-source=file", o.policyPath, policy.ObjectName)
 		}
 	default:
 		return nil, fmt.Errorf("--policy-source %q is not a policy source; use file or crd", o.policySource)
 	}
-	if o.policySource == policySourceFile && o.policyPath == "" {
+	if o.policySource == policysource.SourceFile && o.policyPath == "" {
 		return nil, errors.New("--policy is required: the path of a ClusterIPPolicy object manifest (see examples/clusterippolicy.yaml), or --policy-source=crd")
 	}
-	if o.policySource == policySourceFile {
+	if o.policySource == policysource.SourceFile {
 		if _, err := policy.LoadFile(o.policyPath); err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
@@ -145,26 +149,21 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 			return nil, fmt.Errorf("--client-ca-file: %w", err)
 		}
 	}
-	if err := o.holds.validate(); err != nil {
+	if err := o.holds.Validate(); err != nil {
 		return nil, err
 	}
-	// The Lease is checked where each leader-only loop is: holds first, so
-	// the first flag named is the one the operator turned on.
-	if o.holds.enabled {
-		if err := o.lease.Validate(); err != nil {
+	if err := o.audit.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.conditions.Validate(); err != nil {
+		return nil, err
+	}
+	// The Lease is checked once, whenever any leader work is on: the
+	// ClusterIPPolicy status alone (--policy-source=crd) campaigns too.
+	if works := o.leaderWorks(); len(works) > 0 {
+		if err := o.lease.Validate(works); err != nil {
 			return nil, err
 		}
-	}
-	if err := o.audit.validate(); err != nil {
-		return nil, err
-	}
-	if o.audit.interval > 0 || o.conditions.manage {
-		if err := o.lease.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	if err := o.conditions.validate(); err != nil {
-		return nil, err
 	}
 	var cidrs []netip.Prefix
 	for _, s := range o.serviceCIDRs {
@@ -175,6 +174,25 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 		cidrs = append(cidrs, p)
 	}
 	return cidrs, nil
+}
+
+// leaderWorks names the leader-only work the flags turn on, by the flag
+// that does: what the Lease elects a replica for.
+func (o *serveOptions) leaderWorks() []string {
+	var works []string
+	if o.holds.Enabled {
+		works = append(works, "--hold-reservations")
+	}
+	if o.audit.Interval > 0 {
+		works = append(works, "--audit-interval")
+	}
+	if o.conditions.Manage {
+		works = append(works, "--manage-match-conditions")
+	}
+	if o.policySource == policysource.SourceCRD {
+		works = append(works, "the ClusterIPPolicy status (--policy-source=crd)")
+	}
+	return works
 }
 
 // Serve is `clusterip-policy serve`; it returns the exit code.
@@ -239,60 +257,54 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	}
 
 	view := allocview.NewView()
-	m := newMetrics(defaultRegistry, view)
-	var crd *crdPolicy
-	var status *policyStatus // the ClusterIPPolicy status; nil with --policy-source=file
-	var policies *policyStore
-	if o.policySource == policySourceCRD {
+	pm := policysource.NewMetrics(defaultRegistry)
+	var object *policysource.ObjectSource
+	var status *policysource.Status // the ClusterIPPolicy status; nil with --policy-source=file
+	var policies *policysource.Store
+	if o.policySource == policysource.SourceCRD {
 		dyn, err := dynamic.NewForConfig(cfg)
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		policies = newPolicyStore(policy.ObjectResource+"/"+policy.ObjectName, log.WithName("policy"), m)
-		status = newPolicyStatus(dyn, log.WithName("policy-status"))
-		crd = &crdPolicy{client: dyn, store: policies, status: status, log: log.WithName("policy")}
+		policies = policysource.NewStore(policy.ObjectResource+"/"+policy.ObjectName, log.WithName("policy"), pm)
+		status = policysource.NewStatus(dyn, log.WithName("policy-status"))
+		object = policysource.NewObjectSource(dyn, policies, status, log.WithName("policy"))
 	} else {
-		policies = newPolicyStore(o.policyPath, log.WithName("policy"), m)
-		if err := policies.reload(); err != nil {
+		policies = policysource.NewStore(o.policyPath, log.WithName("policy"), pm)
+		if err := policies.Reload(); err != nil {
 			return err // no good policy to fall back to at start
 		}
 	}
 	source := kubesource.New(client, view, log.WithName("view"))
-	registerViewMetrics(defaultRegistry, source)
-	ready := readiness{policies: policies, view: view, staleFor: source.StaleFor, maxStaleness: o.maxStaleness}
-	rev := &reviewer{readiness: ready, staticCIDRs: staticCIDRs, audit: log.WithName("audit"), metrics: m}
+	readiness.RegisterViewMetrics(defaultRegistry, view, source)
+	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs}
+	var hook admission.AllocationHook   // the holds' release; nil with holds off
+	skip := []string{o.lease.Namespace} // the webhook configurations exclude it
 	var leaderWorks []leader.Work
-	if o.holds.enabled {
-		hm := newHoldMetrics(defaultRegistry)
-		rev.releaser = newHoldReleaser(client, policies, log.WithName("holds"), hm)
-		keeper := &holdKeeper{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
-			skip: []string{o.lease.Namespace}, grace: o.holds.grace, log: log.WithName("holds"), metrics: hm}
-		leaderWorks = append(leaderWorks, keeper.lead)
+	if o.holds.Enabled {
+		hm := holds.NewMetrics(defaultRegistry)
+		hook = holds.NewReleaser(client, log.WithName("holds"), hm, time.Now)
+		leaderWorks = append(leaderWorks, holds.NewKeeper(client, gate, skip, o.holds.Grace, log.WithName("holds"), hm).Work())
 	}
-	var pa *periodicAudit
-	if o.audit.interval > 0 {
-		pa = &periodicAudit{client: client, policies: policies, view: view, staticCIDRs: staticCIDRs,
-			skip: []string{o.lease.Namespace}, interval: o.audit.interval, instance: o.lease.Identity,
-			log: log.WithName("periodic-audit"), metrics: newPeriodicAuditMetrics(defaultRegistry), now: time.Now}
-		leaderWorks = append(leaderWorks, pa.lead)
+	var audit *periodicaudit.Audit
+	if o.audit.Interval > 0 {
+		audit = periodicaudit.New(client, gate, skip, o.audit.Interval, o.lease.Identity, log.WithName("periodic-audit"), periodicaudit.NewMetrics(defaultRegistry))
+		leaderWorks = append(leaderWorks, audit.Work())
 	}
-	ck := &conditionKeeper{client: client, ready: ready, staticCIDRs: staticCIDRs, o: o.conditions,
-		log: log.WithName("match-conditions"), metrics: newConditionMetrics(defaultRegistry),
-		mutators: &mutatorWatch{client: client, ourConfig: o.conditions.mutating, log: log.WithName("match-conditions")}}
+	keeper := matchconditions.New(client, gate, o.conditions, log.WithName("match-conditions"), matchconditions.NewMetrics(defaultRegistry))
 	// The ClusterIPPolicy status has one writer, the leader
-	// (policystatus.go): in CRD mode this replica campaigns even when no
-	// other leader work is on.
+	// (internal/policysource): in CRD mode this replica campaigns even
+	// when no other leader work is on.
 	if status != nil {
-		status.auditOn, status.conditionsOn = o.audit.interval > 0, o.conditions.manage
-		ck.inForce, ck.writeFailed = status.conditionsInForce, status.conditionsWriteFailed
-		if pa != nil {
-			pa.report = status.auditDone
+		status.AuditOn, status.ConditionsOn = o.audit.Interval > 0, o.conditions.Manage
+		keeper.InForce, keeper.WriteFailed = status.ConditionsInForce, status.ConditionsWriteFailed
+		if audit != nil {
+			audit.Report = status.AuditDone
 		}
-		leaderWorks = append(leaderWorks, status.lead)
+		leaderWorks = append(leaderWorks, status.Lead)
 	}
-	if o.conditions.manage {
-		ck.metrics.managed.Set(1)
-		leaderWorks = append(leaderWorks, ck.lead)
+	if o.conditions.Manage {
+		leaderWorks = append(leaderWorks, keeper.Work())
 	}
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
@@ -305,10 +317,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", cas.Digest(), "cas", cas.Subject())
 	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsauth.Options(cas)})
-	server.Register(names.MutatePath, admissionEndpoint(mutatingHandler{rev}))
-	server.Register(names.ValidatePath, admissionEndpoint(validatingHandler{rev}))
-	server.Register(names.ValidateServiceCIDRPath, admissionEndpoint(serviceCIDRHandler{rev}))
-	server.Register(names.ValidatePolicyObjectPath, admissionEndpoint(policyObjectHandler{view: view}))
+	for path, h := range admission.Endpoints(admission.Config{Gate: gate, Audit: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
+		server.Register(path, h)
+	}
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{
@@ -316,7 +327,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		// The same answer every review gets: policy loaded, view synced
 		// and not stale for longer than --max-view-staleness.
 		"reviews": func(*http.Request) error {
-			_, err := ready.check(time.Now())
+			_, err := gate.Check(time.Now())
 			return err
 		},
 		"shutdown": func(*http.Request) error {
@@ -353,16 +364,16 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		}()
 	}
 	goRun("view", func() error { return source.Run(bgCtx) })
-	if crd != nil {
-		goRun("policy object watcher", func() error { return crd.run(bgCtx) })
+	if object != nil {
+		goRun("policy object watcher", func() error { return object.Run(bgCtx) })
 	} else {
-		goRun("policy watcher", func() error { policies.watch(bgCtx, o.reloadInterval); return nil })
+		goRun("policy watcher", func() error { policies.Watch(bgCtx, o.reloadInterval); return nil })
 	}
 	goRun("webhook server", func() error { return server.Start(webhookCtx) })
-	if !o.conditions.manage {
+	if !o.conditions.Manage {
 		// Every replica, with or without a Lease: a managed condition left
 		// from when management was on must go whatever else is on.
-		goRun("managed matchConditions removal", func() error { ck.keepRemoved(bgCtx); return nil })
+		goRun("managed matchConditions removal", func() error { keeper.KeepRemoved(bgCtx); return nil })
 	}
 	if len(leaderWorks) > 0 {
 		goRun("leader election", func() error { return leader.Run(bgCtx, client, o.lease, log.WithName("leader"), leaderWorks...) })
@@ -391,6 +402,10 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	log.Info("stopped")
 	return failure
 }
+
+// defaultRegistry is controller-runtime's, where the webhook server's own
+// metrics live: one /metrics serves both.
+var defaultRegistry = crmetrics.Registry
 
 // serveHTTP serves plain HTTP on addr until ctx ends.
 func serveHTTP(ctx context.Context, addr string, h http.Handler) error {

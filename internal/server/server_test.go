@@ -12,6 +12,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/internal/readiness/readinesstest"
 )
 
 // runCLI runs `clusterip-policy serve ARGS...` as main dispatches it; only
@@ -25,25 +26,33 @@ func runCLI(stdin string, args ...string) (int, string, string) {
 	return code, "", errb.String()
 }
 
-func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
-	dir := t.TempDir()
-	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+// flagFixture writes, under dir, a good policy file, a bad one and a
+// certificate directory whose files are only checked for presence: what
+// serve's flags name before they are refused.
+func flagFixture(t *testing.T, dir string) (good, bad, certDir string) {
+	t.Helper()
+	good, bad = filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	certDir := filepath.Join(dir, "tls") // only checked for presence before the hold flags
+	certDir = filepath.Join(dir, "tls")
 	if err := os.Mkdir(certDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), nil, 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(certDir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return good, bad, certDir
+}
+
+func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
+	dir := t.TempDir()
+	good, bad, certDir := flagFixture(t, dir)
 	tests := []struct {
 		args []string
 		want string
@@ -62,6 +71,14 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--validating-webhook-configuration", ""}, "--validating-webhook-configuration must name the configurations"},
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--match-conditions-settle", "2m"}, "--match-conditions-settle 2m0s is outside 0-1m"},
+		// In CRD mode the ClusterIPPolicy status alone needs the Lease:
+		// its flags are checked then too, naming why.
+		{[]string{"serve", "--policy-source", "crd", "--cert-dir", certDir, "--leader-election-lease", ""},
+			"--leader-election-lease is empty, and the Lease elects the replica that runs the ClusterIPPolicy status (--policy-source=crd); give the Lease name"},
+		{[]string{"serve", "--policy-source", "crd", "--cert-dir", certDir, "--leader-election-namespace", "Kube_System"},
+			`--leader-election-namespace \"Kube_System\" is not a namespace name`},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--audit-interval", "5m", "--leader-election-identity", ""},
+			"--leader-election-identity is empty, and the Lease elects the replica that runs --hold-reservations, --audit-interval; leave the flag out"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI("", tt.args...)
@@ -90,7 +107,7 @@ func TestFlagHelpShowsTheFlagsOwnType(t *testing.T) {
 func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(good, []byte(testPolicy), 0o644); err != nil {
+	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ca, err := certs.NewCA("client-ca", time.Hour)
@@ -117,5 +134,22 @@ func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
 	}
 }
 
-// tlsTestServer is controller-runtime's webhook server with tlsOptions on a
-// loopback port, answering 200 on /ok.
+func TestServeRefusesABadAuditInterval(t *testing.T) {
+	good, _, certDir := flagFixture(t, t.TempDir())
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--audit-interval", "500ms"}, "--audit-interval 500ms is outside 1s-24h; 0 turns the periodic audit off"},
+		{[]string{"--audit-interval", "48h"}, "--audit-interval 48h0m0s is outside 1s-24h"},
+		{[]string{"--audit-interval", "-1s"}, "--audit-interval -1s is outside 1s-24h"},
+		// The audit needs the Lease even without --hold-reservations.
+		{[]string{"--audit-interval", "5m", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
+	} {
+		args := append([]string{"serve", "--policy", good, "--cert-dir", certDir}, tt.args...)
+		code, _, stderr := runCLI("", args...)
+		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d stderr %s; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}

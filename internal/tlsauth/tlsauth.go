@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/poll"
 )
 
 // maxClientCAFileBytes bounds what --client-ca-file may hold. A bundle of a
@@ -171,31 +172,21 @@ func (s *ClientCAs) reload(now time.Time) (bool, error) {
 }
 
 // Watch re-reads the file every interval until ctx ends. A bad file is
-// logged once, not at every interval while it stays bad.
+// logged once, not at every interval while it stays bad (poll.Reread).
 func (s *ClientCAs) Watch(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	lastErr := ""
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		changed, err := s.reload(time.Now())
+	changed := false
+	poll.Reread(ctx, interval, func() (err error) {
+		changed, err = s.reload(time.Now())
+		return err
+	}, func(err error) {
+		cur := s.cur.Load()
 		switch {
-		case err != nil && err.Error() != lastErr:
-			lastErr = err.Error()
-			cur := s.cur.Load()
+		case err != nil:
 			s.log.Error(err, "refused the client CA file; the last good one stays in force", "path", s.path, "digest", cur.digest)
-		case err == nil:
-			lastErr = ""
-			if changed {
-				cur := s.cur.Load()
-				s.log.Info("client CA loaded", "path", s.path, "digest", cur.digest, "cas", cur.subject)
-			}
+		case changed:
+			s.log.Info("client CA loaded", "path", s.path, "digest", cur.digest, "cas", cur.subject)
 		}
-	}
+	})
 }
 
 // aeadSuitesTLS12 are the TLS 1.2 cipher suites the admission port accepts,

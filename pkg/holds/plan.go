@@ -2,8 +2,8 @@
 // the apiserver with IPAddress objects of its own, so that the apiserver's
 // allocator never hands them out: it skips every address that has an
 // IPAddress, whoever made it (pkg/registry/core/service/ipallocator). The
-// package is pure: the controller in internal/server lists, creates and
-// deletes; this file says what to do and why.
+// package is pure: the controller in internal/controllers/holds lists,
+// creates and deletes; this file says what to do and why.
 package holds
 
 import (

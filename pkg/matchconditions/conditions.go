@@ -179,7 +179,7 @@ const oddFamilies = "(has(object.spec.ipFamilies) && size(object.spec.ipFamilies
 	"!(size(object.spec.ipFamilies) <= 2 && object.spec.ipFamilies in [['IPv4'], ['IPv6'], ['IPv4', 'IPv6'], ['IPv6', 'IPv4']]))"
 
 // serviceKey is namespace/name as the webhook computes it: the object's
-// own fields, else the request's (internal/server's reviewer.answer). A create
+// own fields, else the request's (internal/admission's reviewer.answer). A create
 // with generateName has no name yet and owns nothing.
 const serviceKey = "((has(object.metadata.namespace) && object.metadata.namespace != '') ? object.metadata.namespace : (has(request.namespace) ? request.namespace : '')) + '/' + " +
 	"((has(object.metadata.name) && object.metadata.name != '') ? object.metadata.name : (has(request.name) ? request.name : ''))"

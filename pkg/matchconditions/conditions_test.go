@@ -369,7 +369,7 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 			dryRun := rng.IntN(6) == 0
 			req := policy.Request{Operation: policy.Create, Service: svc.DeepCopy(), User: "alice", Groups: []string{"system:authenticated"}, DryRun: dryRun}
 			if req.Service.Namespace == "" {
-				req.Service.Namespace = nn[0] // as internal/server's reviewer.answer fills it in
+				req.Service.Namespace = nn[0] // as internal/admission's reviewer.answer fills it in
 			}
 			for _, stage := range []struct {
 				name   string

@@ -77,8 +77,8 @@ func TestAuditAnnotationsInAPIServerAuditLog(t *testing.T) {
 	}
 
 	const (
-		m = "mutate-services.clusterip-policy.io/"
-		v = "validate-services.clusterip-policy.io/"
+		m = framework.MutatingWebhookName + "/"
+		v = framework.ValidatingWebhookName + "/"
 		r = "validate-servicecidrs.clusterip-policy.io/"
 	)
 	want := []struct {

@@ -10,7 +10,7 @@
 // resident memory before and after:
 //
 //	go run ./test/load --url https://127.0.0.1:9443/mutate-v1-service \
-//	    --ca .local/cluster/webhook-certs/ca.crt --review internal/server/testdata/admissionreviews/mutate-003-create-wh-static.json \
+//	    --ca .local/cluster/webhook-certs/ca.crt --review internal/admission/testdata/admissionreviews/mutate-003-create-wh-static.json \
 //	    --hostile-clusterips 50000 --requests 100 --concurrency 4 --webhook-pid PID
 //
 // With --webhook-pid it also reports the CPU time (utime+stime from
@@ -46,7 +46,7 @@ import (
 func main() {
 	target := flag.String("url", "", "webhook endpoint, e.g. https://127.0.0.1:9443/validate-v1-service (loopback only)")
 	caFile := flag.String("ca", "", "CA certificate that signed the webhook's serving certificate")
-	reviewFile := flag.String("review", "internal/server/testdata/admissionreviews/validate-002-create-wh-auto.json", "AdmissionReview request body to send")
+	reviewFile := flag.String("review", "internal/admission/testdata/admissionreviews/validate-002-create-wh-auto.json", "AdmissionReview request body to send")
 	duration := flag.Duration("duration", 10*time.Second, "how long to send (at most 5m)")
 	concurrency := flag.Int("concurrency", 8, "requests in flight")
 	requests := flag.Int("requests", 0, "stop after this many requests (0: send until --duration ends)")

@@ -1,0 +1,290 @@
+// Package admission answers the admission reviews: one handler per path
+// (the mutating and validating Service webhooks, the ServiceCIDR webhook,
+// the ClusterIPPolicy object check), the one wrapper that records each
+// answer as sent (the audit line, the decision counters, the
+// auditAnnotations), and the limits on what a review may carry. It asks
+// internal/readiness for what to decide on and pkg/policy for the
+// decision; it reaches the holds' release only through AllocationHook.
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/readiness"
+	"clusterip-policy/pkg/policy"
+)
+
+// A request's path through the webhook, top to bottom:
+//
+//	admissionEndpoint   body budget and response cap (boundedResponse), then
+//	                    controller-runtime's webhook.Admission decodes the review
+//	mutatingHandler, validatingHandler, serviceCIDRHandler  one per path: the
+//	                    handler's type is its stage, and the one wrapper
+//	                    (reviewer.recorded) records its answer
+//	reviewer.recorded   times the request, answers it, adds the apiserver's
+//	                    auditAnnotations (auditannotations.go), records the answer
+//	reviewer.answer     parse, check readiness, decide, respond:
+//	  malformed           a review no apiserver sends: 400
+//	  policy.OperationSkip  DELETE, CONNECT: allowed, nothing to allocate
+//	  (kind check)        anything but a core/v1 Service: 400
+//	  decodeServiceFields the fields a decision reads (servicefields.go)
+//	  policy.TooMany      more IPs than the apiserver allows: one short denial
+//	  decodeOldService    the stored Service, on UPDATE
+//	  readiness.Gate.Check  policy loaded, view synced and fresh, or 503
+//	  policy.Mutate, policy.Validate  the decision (pkg/policy)
+//	  respond             the decision as an admission response
+//	AllocationHook      mutating only: the holds' release, before recording
+//	newAuditLine, reviewer.record  one audit line and the metrics, from the answer
+
+// Config is what the handlers need from serve.
+type Config struct {
+	// Gate answers whether a review may be decided, and on what.
+	Gate *readiness.Gate
+	// Audit writes one audit line per review.
+	Audit logr.Logger
+	// Registry gets clusterip_policy_decisions_total.
+	Registry prometheus.Registerer
+	// Hook runs on an allowed mutating decision before it is recorded (the
+	// holds' release); nil when reservation holds are off.
+	Hook AllocationHook
+}
+
+// Endpoints are the admission handlers by path (internal/names), each
+// behind the body budget and the response cap (admissionEndpoint), as
+// serve registers them on the webhook server.
+func Endpoints(c Config) map[string]http.Handler {
+	r := &reviewer{gate: c.Gate, audit: c.Audit, metrics: newMetrics(c.Registry), hook: c.Hook}
+	return map[string]http.Handler{
+		names.MutatePath:               admissionEndpoint(mutatingHandler{r}),
+		names.ValidatePath:             admissionEndpoint(validatingHandler{r}),
+		names.ValidateServiceCIDRPath:  admissionEndpoint(serviceCIDRHandler{r}),
+		names.ValidatePolicyObjectPath: admissionEndpoint(policyObjectHandler{view: c.Gate.View}),
+	}
+}
+
+// reviewer is what the admission handlers share: it turns an
+// AdmissionReview into a pkg/policy request, asks pkg/policy for the
+// decision, writes the audit line and counts the decision.
+type reviewer struct {
+	gate    *readiness.Gate
+	audit   logr.Logger
+	metrics *metrics
+	// hook runs on an allowed mutating decision, before it is recorded
+	// (the holds' release); nil when reservation holds are off.
+	hook AllocationHook
+}
+
+// AllocationHook is what the mutating stage calls with an allowed
+// decision, before the apiserver allocates and before the answer is
+// recorded: the holds' release (internal/controllers/holds.Releaser),
+// which this package never imports. It gets the Service the decision read,
+// the decision and what it was made against, and returns "" to let the
+// answer stand, else the message of the 503 that replaces it.
+type AllocationHook interface {
+	BeforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision, env policy.Env) (refusal string)
+}
+
+var (
+	_ admission.Handler = mutatingHandler{}
+	_ admission.Handler = validatingHandler{}
+	_ handler           = mutatingHandler{}
+	_ handler           = validatingHandler{}
+)
+
+// answered is how one request was answered: all its audit line and metrics
+// need. decision is nil when no policy decision was made (a malformed
+// request, an operation that allocates nothing, not ready); outcome,
+// skipped and message then stand in for it.
+type answered struct {
+	decision *policy.Decision
+	outcome  policy.Outcome
+	skipped  string
+	message  string
+	// name is the Service's name as decoded (the request may not carry it).
+	name string
+	// service is the Service the decision was made on; nil without one.
+	service *corev1.Service
+	// state is what the decision was made against, as far as it was checked.
+	state readiness.State
+}
+
+// refused answers a request without deciding it: a malformed one is
+// refused, never waved through.
+func refused(message string) answered { return answered{outcome: policy.Denied, message: message} }
+
+// handler is what each Service and ServiceCIDR handler adds to the shared
+// steps: its stage (the handler's type says it; nothing branches on it)
+// and its answer to one request.
+type handler interface {
+	stage() policy.Stage
+	answerReview(ctx context.Context, req admission.Request) (admission.Response, answered)
+}
+
+// recorded is the one wrapper every Service and ServiceCIDR handler
+// answers through: it times h's answer, adds the auditAnnotations and
+// records the answer it returns, once, as sent: the audit line and the
+// counters.
+func (r *reviewer) recorded(ctx context.Context, h handler, req admission.Request) admission.Response {
+	start := time.Now()
+	resp, a := h.answerReview(ctx, req)
+	resp.AuditAnnotations = auditAnnotations(a)
+	r.record(newAuditLine(h.stage(), req, a, time.Since(start)), a.decision)
+	return resp
+}
+
+// answer parses the request, checks readiness, asks decide (policy.Mutate
+// or policy.Validate: the handler's stage) and builds the response.
+func (r *reviewer) answer(stage policy.Stage, decide func(policy.Env, policy.Request) policy.Decision, req admission.Request) (admission.Response, answered) {
+	if err := malformed(req); err != nil {
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
+	}
+	if skip := policy.OperationSkip(policy.Operation(req.Operation)); skip != "" {
+		return admission.Allowed(skip), answered{outcome: policy.Allowed, skipped: skip}
+	}
+	if req.Kind.Kind != "Service" || req.Kind.Group != "" {
+		kind := policy.Echo(req.Kind.String())
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("clusterip-policy only reviews Services, got %s; check the webhook configuration's rules", kind)),
+			refused(fmt.Sprintf("expected a core/v1 Service, got %s", kind))
+	}
+	fields, err := decodeServiceFields(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
+	}
+	if fields.Spec == nil {
+		err := fmt.Errorf("the Service in the admission request has no spec; the apiserver always sends one")
+		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
+	}
+	if d, tooMany := policy.TooMany(stage, fields.Spec.ClusterIPs.n, fields.Spec.IPFamilies.n, fields.Spec.ClusterIPs.head); tooMany {
+		return respond(d), answered{decision: &d, name: fields.Metadata.Name}
+	}
+	svc := fields.service() // complete: TooMany refused longer lists
+	if svc.Namespace == "" {
+		svc.Namespace = req.Namespace // the apiserver may send it only beside the object
+	}
+	if svc.Name == "" {
+		svc.Name = req.Name
+	}
+	var old *corev1.Service
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		if old, err = decodeOldService(req.OldObject.Raw); err != nil {
+			a := refused(err.Error())
+			a.name = svc.Name
+			return admission.Errored(http.StatusBadRequest, err), a
+		}
+	}
+	state, err := r.gate.Check(time.Now())
+	if err != nil {
+		return notReady(err.Error()), answered{outcome: policy.Denied, message: err.Error(), name: svc.Name, state: state}
+	}
+	d := decide(state.Env, policy.Request{
+		Operation: policy.Operation(req.Operation), Service: svc, OldService: old,
+		User: req.UserInfo.Username, Groups: req.UserInfo.Groups, DryRun: isDryRun(req),
+	})
+	return respond(d), answered{decision: &d, name: svc.Name, service: svc, state: state}
+}
+
+func isDryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }
+
+// respond turns a decision into the admission response.
+func respond(d policy.Decision) admission.Response {
+	var resp admission.Response
+	if d.Allowed() {
+		resp = admission.Allowed(d.Message)
+	} else {
+		resp = admission.Denied(d.Message)
+		resp.Result.Reason = metav1.StatusReasonInvalid
+	}
+	resp.Warnings = d.Warnings
+	for _, op := range d.Patch {
+		resp.Patches = append(resp.Patches, jsonpatch.JsonPatchOperation{Operation: op.Op, Path: op.Path, Value: op.Value})
+	}
+	return resp
+}
+
+// notReady is a denial with 503, which tells the client to retry.
+func notReady(message string) admission.Response {
+	resp := admission.Denied(message)
+	resp.Result.Code = http.StatusServiceUnavailable
+	resp.Result.Reason = metav1.StatusReasonServiceUnavailable
+	return resp
+}
+
+// decodeOldService decodes the stored Service of an UPDATE. The apiserver
+// never stores more than two clusterIPs or ipFamilies; should an old
+// object hold more, it is decoded whole, as sent, rather than cut.
+func decodeOldService(raw []byte) (*corev1.Service, error) {
+	fields, err := decodeServiceFields(raw)
+	if err != nil {
+		return nil, err
+	}
+	if fields.complete() {
+		return fields.service(), nil
+	}
+	svc := &corev1.Service{}
+	if err := json.Unmarshal(raw, svc); err != nil {
+		return nil, fmt.Errorf("decode the Service in the admission request: %s", policy.Clip(err.Error(), policy.MaxMessageBytes))
+	}
+	return svc, nil
+}
+
+// record writes the audit line and counts the decision.
+func (r *reviewer) record(line auditLine, d *policy.Decision) {
+	writeAudit(r.audit, line)
+	decision := string(line.Decision)
+	if d == nil || len(d.Rules()) == 0 {
+		r.metrics.decisionCounters.inc(string(line.Stage), decision, "")
+		return
+	}
+	for _, rule := range d.Rules() {
+		r.metrics.decisionCounters.inc(string(line.Stage), decision, string(rule))
+	}
+}
+
+// mutatingHandler serves the MutatingWebhookConfiguration. An allowed
+// decision goes to the hook before it is recorded: if the hook refuses
+// (the hold's release failed, or its budget is spent), its 503 is the
+// answer, and the audit line, the counters and the auditAnnotations say so.
+type mutatingHandler struct{ *reviewer }
+
+func (h mutatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.recorded(ctx, h, req)
+}
+
+func (mutatingHandler) stage() policy.Stage { return policy.StageMutate }
+
+func (h mutatingHandler) answerReview(ctx context.Context, req admission.Request) (admission.Response, answered) {
+	resp, a := h.answer(policy.StageMutate, policy.Mutate, req)
+	if h.hook == nil || a.decision == nil || !a.decision.Allowed() || a.service == nil {
+		return resp, a
+	}
+	if refusal := h.hook.BeforeAllocation(ctx, req, a.service, a.decision, a.state.Env); refusal != "" {
+		return notReady(refusal), answered{outcome: policy.Denied, message: refusal, name: a.name, state: a.state}
+	}
+	return resp, a
+}
+
+// validatingHandler serves the ValidatingWebhookConfiguration.
+type validatingHandler struct{ *reviewer }
+
+func (h validatingHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return h.recorded(ctx, h, req)
+}
+
+func (validatingHandler) stage() policy.Stage { return policy.StageValidate }
+
+func (h validatingHandler) answerReview(_ context.Context, req admission.Request) (admission.Response, answered) {
+	return h.answer(policy.StageValidate, policy.Validate, req)
+}

@@ -1,0 +1,77 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/policy"
+)
+
+// policyObjectHandler checks a ClusterIPPolicy at kubectl apply with the
+// same loader the webhook enforces it with, so what the CRD's schema cannot
+// express (one owner per address, one address per family per owner,
+// reservations inside allowedCIDRs, rule names) is refused with the
+// loader's message instead of showing up later only in the status.
+//
+// It also checks allowedCIDRs against the apiserver's default ServiceCIDR
+// in the view (policy.FitDefaultServiceCIDR): a policy that leaves that
+// range nothing would fail every dynamic create. Until the view has synced
+// that check is skipped with a warning, not turned into a refusal: this
+// entry is failurePolicy Ignore so that a policy can be fixed while the
+// webhook is unwell, and a webhook whose view cannot sync (RBAC, a cut
+// watch) must not be the one thing that blocks the fix.
+type policyObjectHandler struct {
+	// view is the webhook's view of ServiceCIDRs; nil checks the object
+	// alone.
+	view *allocview.View
+}
+
+var _ admission.Handler = policyObjectHandler{}
+
+// viewNotSyncedWarning is the warning of a policy accepted without the
+// ServiceCIDR check.
+const viewNotSyncedWarning = "allowedCIDRs were not checked against the apiserver's default ServiceCIDR: clusterip-policy's view of the cluster has not synced; compare them with `kubectl get servicecidr kubernetes` (a policy that leaves that range out makes every Service created without a clusterIP fail)"
+
+func (h policyObjectHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("only CREATE and UPDATE change the policy")
+	}
+	if req.Kind.Group != policy.ObjectGroup || req.Kind.Kind != policy.Kind {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("this endpoint only reviews %s %s objects, got %s; check the webhook configuration's rules", policy.ObjectGroup, policy.Kind, policy.Echo(req.Kind.String())))
+	}
+	var obj struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the %s is not JSON: %s", policy.Kind, policy.Clip(err.Error(), policy.MaxEchoBytes)))
+	}
+	p, err := policy.ParseObjectSpec(obj.Spec)
+	if err != nil {
+		return h.denied(req, err)
+	}
+	if h.view == nil || len(p.AllowedCIDRs) == 0 {
+		return admission.Allowed("")
+	}
+	snap := h.view.Snapshot()
+	if !snap.Synced {
+		return admission.Allowed("").WithWarnings(viewNotSyncedWarning)
+	}
+	warnings, err := policy.FitDefaultServiceCIDR(p, snap.ServiceCIDRs())
+	if err != nil {
+		return h.denied(req, err)
+	}
+	for i, w := range warnings {
+		warnings[i] = policy.Clip(w, policy.MaxMessageBytes)
+	}
+	return admission.Allowed("").WithWarnings(warnings...)
+}
+
+func (policyObjectHandler) denied(req admission.Request, err error) admission.Response {
+	return admission.Denied(policy.Clip(fmt.Sprintf("%s %s: spec: %s", policy.Kind, policy.Echo(req.Name), err), policy.MaxMessageBytes))
+}

@@ -1,0 +1,475 @@
+// Package holds is the leader's loop that keeps an IPAddress for each
+// reserved address its owner does not hold, and the release of such a hold
+// in the mutating stage, for an owner being created. pkg/holds decides;
+// this package talks to the apiserver. The admission package calls the
+// release through its AllocationHook interface and never imports this one.
+package holds
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"clusterip-policy/internal/leader"
+	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/readiness"
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/holds"
+	"clusterip-policy/pkg/policy"
+)
+
+// Holds: the leader keeps an IPAddress for each reserved address its owner
+// does not hold, so the apiserver's allocator skips it; every replica
+// releases the hold of an owner being created, in the mutating stage,
+// before the apiserver allocates. pkg/holds decides; this file talks to
+// the apiserver. The races are in docs/design.md, "Reservation holds: the races".
+
+const (
+	// A pass runs at least every holdPassInterval, as soon as the view
+	// changes (an IPAddress came or went: a release) but not more often
+	// than every holdMinPassGap, and when a waiting address ends its grace.
+	// So a hold comes back about --hold-grace after the address was freed.
+	holdPassInterval = time.Second
+	holdMinPassGap   = 250 * time.Millisecond
+	holdPollInterval = 50 * time.Millisecond
+	// holdErrorLogInterval bounds the log of a lasting failure.
+	holdErrorLogInterval = 10 * time.Second
+	// holdCallTimeout bounds each call of a pass or a release.
+	holdCallTimeout = 2 * time.Second
+	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
+	// the rest follow on the next passes.
+	maxHoldCreatesPerPass = 100
+	// ReleaseBurst and ReleaseRefill are each address's budget of releases
+	// (holds.ReleaseBudget): a failed owner create and two retries at once,
+	// then one a minute, so forged reviews free an address for about
+	// three graces and then one grace a minute.
+	ReleaseBurst  = 3
+	ReleaseRefill = time.Minute
+	// refusalLogInterval bounds the log of refused releases: a hostile
+	// caller must not be able to fill the log; the metric counts each.
+	refusalLogInterval = 10 * time.Second
+)
+
+// Options are the holds' flags.
+type Options struct {
+	Enabled bool
+	Grace   time.Duration
+}
+
+// Validate checks the flags, naming the flag, the value and the fix.
+func (o *Options) Validate() error {
+	if o.Enabled && (o.Grace < 100*time.Millisecond || o.Grace > time.Minute) {
+		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.Grace)
+	}
+	return nil
+}
+
+// Metrics are the holds' own, shared by the keeper and the releaser.
+type Metrics struct {
+	states   *prometheus.GaugeVec
+	leader   prometheus.Gauge
+	changes  *prometheus.CounterVec
+	releases *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics in reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "clusterip_policy_holds",
+			Help: "Reservations by hold state, as the leader last saw them: held (an IPAddress of ours), owner (the owner Service holds it), other (someone else's IPAddress), waiting (free, within the grace), candidate (free past the grace), not-applied (not held by design). Zero on replicas that are not the leader.",
+		}, []string{"state"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_holds_leader",
+			Help: "1 on the replica that holds the Lease and keeps the holds.",
+		}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_hold_changes_total",
+			Help: "Holds created and deleted by this replica as leader (action: created, deleted, failed).",
+		}, []string{"action"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_hold_releases_total",
+			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed), and releases refused: owner-exists (a create of an owner that already exists, or an update of one that does not: a forged or duplicate review), rate-limited (the address was released too often without its owner appearing; see docs/operations.md \"Who can release a hold\").",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.states, m.leader, m.changes, m.releases)
+	for _, s := range holds.States {
+		m.states.WithLabelValues(s)
+	}
+	for _, r := range []string{releaseReleased, releaseAbsent, releaseFailed, releaseOwnerExists, releaseRateLimited} {
+		m.releases.WithLabelValues(r)
+	}
+	return m
+}
+
+// Keeper is the leader's loop.
+type Keeper struct {
+	client kubernetes.Interface
+	gate   *readiness.Gate
+	skip   []string // namespaces the webhook never reviews (its own)
+	grace  time.Duration
+	// holds lists our holds: from the leader's label-filtered informer.
+	holds   func() ([]*networkingv1.IPAddress, error)
+	log     logr.Logger
+	metrics *Metrics
+}
+
+// NewKeeper keeps the holds the gate's policy and view call for, in every
+// namespace but skip (the webhook's own, which it never reviews).
+func NewKeeper(client kubernetes.Interface, gate *readiness.Gate, skip []string, grace time.Duration, log logr.Logger, m *Metrics) *Keeper {
+	return &Keeper{client: client, gate: gate, skip: skip, grace: grace, log: log, metrics: m}
+}
+
+// Work keeps the holds while this replica leads; at the term's end the
+// gauges say nothing is kept here.
+func (k *Keeper) Work() leader.Work {
+	return leader.Term(k.log, "leading: keeping reservation holds", nil, func(ctx context.Context) {
+		k.metrics.leader.Set(1)
+		k.keep(ctx)
+	}, func() {
+		k.metrics.leader.Set(0)
+		for _, s := range holds.States {
+			k.metrics.states.WithLabelValues(s).Set(0)
+		}
+	})
+}
+
+// keep runs passes while ctx (the leadership) lasts. A new leader starts
+// with no memory of when addresses became free, so it waits the whole
+// grace before its first creates.
+func (k *Keeper) keep(ctx context.Context) {
+	// The leader follows its own holds with a watch filtered by the label,
+	// rather than listing them each pass: a label-selected list makes the
+	// apiserver scan every IPAddress of the cluster.
+	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = holds.Selector }))
+	lister := factory.Networking().V1().IPAddresses().Lister()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			k.log.Info("stopped before the holds were listed", "type", typ.String())
+			return
+		}
+	}
+	k.holds = func() ([]*networkingv1.IPAddress, error) {
+		return lister.List(labels.SelectorFromSet(labels.Set{holds.ManagedByLabel: holds.ManagedBy}))
+	}
+	free := holds.FreeSince{}
+	t := time.NewTicker(holdPollInterval)
+	defer t.Stop()
+	var last, due, lastErrLog time.Time
+	var seen uint64
+	for {
+		now := time.Now()
+		gen := k.gate.View.Snapshot().Generation
+		if now.Sub(last) >= holdPassInterval || (now.Sub(last) >= holdMinPassGap && (gen != seen || (!due.IsZero() && !now.Before(due)))) {
+			last, seen = now, gen
+			next, err := k.pass(ctx, free)
+			if err != nil && ctx.Err() == nil && now.Sub(lastErrLog) >= holdErrorLogInterval {
+				lastErrLog = now
+				k.log.Error(err, "hold pass failed; retrying every pass, logged at most every "+holdErrorLogInterval.String()+" (clusterip_policy_hold_changes_total{action=\"failed\"} counts each failure)")
+			}
+			due = next
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pass runs one plan and returns when the next one is due at the latest
+// (zero: after holdPassInterval).
+func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, error) {
+	st, err := k.gate.ForLoop(time.Now())
+	if err != nil {
+		return time.Time{}, nil // not ready: the next pass tries again
+	}
+	wants, notApplied := holds.Wants(st.Env.Policy, st.Env.Ranges(), k.skip)
+	objs, err := k.holds()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
+	}
+	listed := make([]holds.Hold, 0, len(objs))
+	uids := map[netip.Addr]*networkingv1.IPAddress{}
+	for _, o := range objs {
+		ip, err := netip.ParseAddr(o.Name)
+		if err != nil {
+			continue // not a name the apiserver accepts for an IPAddress; never ours
+		}
+		listed = append(listed, holds.Hold{IP: ip, Owner: kubesource.HolderOf(o)})
+		uids[ip] = o
+	}
+	plan := holds.Decide(wants, notApplied, listed, st.Snap.Holder, free, time.Now(), k.grace)
+	var failures poll.Failures
+	for s, n := range plan.States {
+		k.metrics.states.WithLabelValues(s).Set(float64(n))
+	}
+	for _, h := range plan.Delete {
+		o := uids[h.IP]
+		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+		err := k.client.NetworkingV1().IPAddresses().Delete(cctx, o.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &o.UID}})
+		cancel()
+		switch {
+		case err == nil:
+			k.metrics.changes.WithLabelValues("deleted").Inc()
+			k.log.Info("hold deleted: its reservation left the policy or names another owner", "ip", h.IP.String(), "owner", h.Owner.String())
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			failures.Add(fmt.Errorf("delete the hold on %s: %w", h.IP, err))
+		}
+	}
+	for i, w := range plan.Create {
+		if i == maxHoldCreatesPerPass || ctx.Err() != nil {
+			break
+		}
+		failures.Add(k.create(ctx, w, free))
+	}
+	k.metrics.changes.WithLabelValues("failed").Add(float64(failures.N))
+	return plan.Next, failures.Err()
+}
+
+// create holds w.IP if its owner Service does not exist. An owner that
+// exists either holds the address already (the view lagged) or holds
+// another one, which `clusterip-policy audit` reports as reservation-not-held; and
+// while an owner exists it may be updated to dual-stack, when the mutating
+// stage would release a hold of its added family.
+func (k *Keeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) error {
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
+	_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
+	if err == nil {
+		delete(free, w.IP)
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get the owner %s of the reservation %s (not held this pass): %w", w.Owner, w.IP, err)
+	}
+	_, err = k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		delete(free, w.IP) // until the informer and the view show it, it counts as newly free
+		k.metrics.changes.WithLabelValues("created").Inc()
+		k.log.Info("hold created", "ip", w.IP.String(), "owner", w.Owner.String())
+	case apierrors.IsAlreadyExists(err):
+		// Someone allocated it since the view was read: it is not free.
+		delete(free, w.IP)
+	default:
+		return fmt.Errorf("create the hold on %s for %s: %w", w.IP, w.Owner, err)
+	}
+	return nil
+}
+
+func holdObject(w holds.Want) *networkingv1.IPAddress {
+	family := "IPv4"
+	if w.IP.Is6() {
+		family = "IPv6"
+	}
+	return &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: w.IP.String(), // canonical, as the apiserver names IPAddresses
+			Labels: map[string]string{
+				holds.ManagedByLabel:              holds.ManagedBy,
+				networkingv1.LabelIPAddressFamily: family,
+			},
+		},
+		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+			Group: "", Resource: "services", Namespace: w.Owner.Namespace, Name: w.Owner.Name,
+		}},
+	}
+}
+
+// The results of clusterip_policy_hold_releases_total.
+const (
+	releaseReleased    = "released"
+	releaseAbsent      = "absent"
+	releaseFailed      = "failed"
+	releaseOwnerExists = "owner-exists"
+	releaseRateLimited = "rate-limited"
+)
+
+// Releaser deletes the hold of an owner being created, from the
+// mutating stage: the apiserver allocates right after it, and would refuse
+// an address an IPAddress still holds.
+//
+// The review that asks for a release may not come from an apiserver:
+// without client certificates (--client-ca-file; impossible on managed
+// control planes) anything that reaches the webhook port can send one. So
+// a release is checked against the cluster and budgeted:
+//   - a CREATE releases only if the owner Service does not exist (the
+//     apiserver refuses a create of one that does anyway), an UPDATE only
+//     if it does: a review that contradicts the cluster frees nothing;
+//   - each address has a budget of releases (holds.ReleaseBudget), so
+//     forged creates of an absent owner free the address for about three
+//     graces and then one grace a minute, however many are sent.
+type Releaser struct {
+	client  kubernetes.Interface
+	log     logr.Logger
+	metrics *Metrics
+	budget  *holds.ReleaseBudget
+	now     func() time.Time
+
+	lastRefusalLog atomic.Int64 // unix nanoseconds
+}
+
+// NewReleaser releases through client, within each address's budget
+// (refilled by the clock now: time.Now but in tests).
+func NewReleaser(client kubernetes.Interface, log logr.Logger, m *Metrics, now func() time.Time) *Releaser {
+	return &Releaser{client: client, log: log, metrics: m,
+		budget: &holds.ReleaseBudget{Burst: ReleaseBurst, Refill: ReleaseRefill}, now: now}
+}
+
+// BeforeAllocation is the mutating stage's hook: for an allowed,
+// non-dry-run CREATE or UPDATE of a reservation owner, it deletes our holds
+// on the reserved addresses the Service will ask the apiserver for (the
+// ones it names, or the decision's patch puts in). If a release fails, or
+// the address's budget is spent, it returns the message of a 503 refusal
+// (the apiserver would otherwise fail the request with "provided IP is
+// already allocated"), and the client retries. svc, d and env are what
+// the decision read, said and was made against: nothing is decoded or
+// looked up again.
+func (r *Releaser) BeforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision, env policy.Env) string {
+	dryRun := req.DryRun != nil && *req.DryRun
+	if !d.Allowed() || dryRun || env.Policy == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return ""
+	}
+	// Most requests are not an owner's: a reservation names its owner, so
+	// the Service has a name.
+	owner := policy.Owner{Namespace: svc.Namespace, Name: svc.Name}
+	if len(env.Policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
+		return ""
+	}
+	candidates := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
+	for _, p := range d.Patch {
+		if p.Path != "/spec/clusterIPs" && p.Path != "/spec/clusterIP" {
+			continue
+		}
+		switch v := p.Value.(type) { // as pkg/policy builds them
+		case string:
+			candidates = append(candidates, v)
+		case []string:
+			candidates = append(candidates, v...)
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	for _, s := range candidates {
+		// As the apiserver will read it: with StrictIPCIDRValidation off,
+		// 010.096.000.010 and ::ffff:10.96.0.10 are 10.96.0.10.
+		ip, ok := allocview.ParseIPAsAPIServer(s)
+		if !ok || seen[ip] || len(seen) == 2 {
+			continue // not an address ("", None), or more than a Service can hold
+		}
+		res, ok := env.Policy.ReservedOwner(ip, allocview.RangeSet{})
+		if !ok || res.Implicit || res.Owner != owner {
+			continue
+		}
+		seen[ip] = true
+		out, wait, err := r.release(ctx, req.Operation, ip, owner)
+		switch {
+		case err != nil:
+			r.metrics.releases.WithLabelValues(releaseFailed).Inc()
+			r.log.Error(err, "could not release a hold before the owner's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
+			return fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2))
+		case out == releaseRateLimited:
+			r.logRefusal("hold not released: this address was released "+fmt.Sprint(ReleaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
+			return fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/operations.md)", ip, owner, ReleaseBurst, (wait + time.Second - 1).Truncate(time.Second))
+		case out == releaseOwnerExists:
+			r.logRefusal("hold not released: the review contradicts the cluster (a CREATE of an owner that exists, or an UPDATE of one that does not); a duplicate request, or one not sent by an apiserver", ip, owner, req)
+			return "" // the apiserver answers this request itself (AlreadyExists, NotFound)
+		}
+	}
+	return ""
+}
+
+// contradictsCluster reports whether the owner's existence contradicts
+// the operation: a CREATE of a Service that exists, an UPDATE of one that
+// does not. Such a review is a duplicate or not from an apiserver, and
+// releasing a hold for it would free the address for nothing.
+func (r *Releaser) contradictsCluster(ctx context.Context, op admissionv1.Operation, owner policy.Owner) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
+	_, err := r.client.CoreV1().Services(owner.Namespace).Get(cctx, owner.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return op == admissionv1.Create, nil
+	case apierrors.IsNotFound(err):
+		return op == admissionv1.Update, nil
+	default:
+		return false, fmt.Errorf("get Service %s: %w", owner, err)
+	}
+}
+
+// logRefusal logs a refused release, at most once per refusalLogInterval:
+// the requests may be hostile and unbounded; the metric counts them all.
+func (r *Releaser) logRefusal(msg string, ip netip.Addr, owner policy.Owner, req admission.Request) {
+	now := r.now().UnixNano()
+	last := r.lastRefusalLog.Load()
+	if now-last < int64(refusalLogInterval) || !r.lastRefusalLog.CompareAndSwap(last, now) {
+		return
+	}
+	r.log.Info(msg+"; logged at most every "+refusalLogInterval.String()+", clusterip_policy_hold_releases_total counts each", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)), "user", policy.Echo(req.UserInfo.Username))
+}
+
+// release deletes the hold on ip if it is ours and names owner; anything
+// else at that address is left alone (an allocation of the owner being
+// re-created, someone else's IPAddress: the apiserver then decides). A hold
+// of ours is deleted only within the address's budget (otherwise wait says
+// when the next release is due) and only if the owner's existence agrees
+// with op (contradictsCluster). Only a deleted hold spends the budget, so an
+// owner that finds no hold is never refused; and a review spends at most
+// one GET once the budget is spent, however many arrive. It returns the
+// result it counted.
+func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner) (result string, wait time.Duration, err error) {
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
+	a, err := r.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		r.metrics.releases.WithLabelValues(releaseAbsent).Inc()
+		return releaseAbsent, 0, nil
+	}
+	if err != nil {
+		return releaseFailed, 0, fmt.Errorf("get IPAddress %s: %w", ip, err)
+	}
+	if holds.Releasable(a.Labels, kubesource.HolderOf(a), owner) != nil {
+		r.metrics.releases.WithLabelValues(releaseAbsent).Inc()
+		return releaseAbsent, 0, nil
+	}
+	if ok, wait := r.budget.Take(ip, r.now()); !ok {
+		r.metrics.releases.WithLabelValues(releaseRateLimited).Inc()
+		return releaseRateLimited, wait, nil
+	}
+	contradicts, err := r.contradictsCluster(cctx, op, owner)
+	if err != nil || contradicts {
+		r.budget.Refund(ip, r.now()) // nothing was freed
+		if err != nil {
+			return releaseFailed, 0, err
+		}
+		r.metrics.releases.WithLabelValues(releaseOwnerExists).Inc()
+		return releaseOwnerExists, 0, nil
+	}
+	err = r.client.NetworkingV1().IPAddresses().Delete(cctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &a.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		r.budget.Refund(ip, r.now())
+		return releaseFailed, 0, fmt.Errorf("delete IPAddress %s: %w", ip, err)
+	}
+	r.metrics.releases.WithLabelValues(releaseReleased).Inc()
+	r.log.Info("hold released for the owner's allocation", "ip", ip.String(), "owner", owner.String())
+	return releaseReleased, 0, nil
+}

@@ -1,0 +1,145 @@
+package holds
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"clusterip-policy/internal/logging"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"clusterip-policy/internal/readiness/readinesstest"
+	"clusterip-policy/pkg/holds"
+	"clusterip-policy/pkg/policy"
+)
+
+func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
+	return &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: ip, UID: types.UID("uid-" + ip), Labels: map[string]string{holds.ManagedByLabel: managedBy}},
+		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}},
+	}
+}
+
+func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
+	const pol = readinesstest.Policy + `- ip: 10.96.0.20
+  service: default/ingress-vip
+- ip: 10.96.0.30
+  service: default/worker
+`
+	r := readinesstest.New(t, pol, true, logr.Discard())
+	client := fake.NewClientset(
+		// The owner of 10.96.0.20 exists (holding another address).
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ingress-vip"}},
+		// Someone else's IPAddress with our label's key but not its value.
+		ipAddress("10.96.0.40", "someone-else", "default", "x"),
+		// Our hold for a reservation that left the policy.
+		ipAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
+	)
+	hm := NewMetrics(prometheus.NewRegistry())
+	k := NewKeeper(client, r.Gate, nil, time.Second, logging.New(&strings.Builder{}), hm)
+	k.holds = func() ([]*networkingv1.IPAddress, error) {
+		// What the leader's informer holds: the list by label.
+		l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
+		if err != nil {
+			return nil, err
+		}
+		var out []*networkingv1.IPAddress
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+		return out, nil
+	}
+	long := time.Now().Add(-time.Minute)
+	free := holds.FreeSince{netip.MustParseAddr("10.96.0.10"): long, netip.MustParseAddr("10.96.0.20"): long}
+	if _, err := k.pass(context.Background(), free); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range l.Items {
+		got[a.Name] = a.Labels[holds.ManagedByLabel] + " " + a.Spec.ParentRef.Namespace + "/" + a.Spec.ParentRef.Name
+	}
+	want := map[string]string{
+		"10.96.0.10": holds.ManagedBy + " kube-system/kube-dns", // free past the grace, owner absent
+		"10.96.0.40": "someone-else default/x",                  // not ours
+		// 10.96.0.20: its owner exists; 10.96.0.30: first seen free now,
+		// within the grace; 10.96.0.50: its reservation is gone.
+	}
+	if len(got) != len(want) {
+		t.Fatalf("IPAddresses = %v, want %v", got, want)
+	}
+	for ip, w := range want {
+		if got[ip] != w {
+			t.Errorf("%s = %q, want %q", ip, got[ip], w)
+		}
+	}
+	if v := testutil.ToFloat64(hm.states.WithLabelValues(holds.StateWaiting)); v != 1 {
+		t.Errorf("holds{waiting} = %v, want 1 (10.96.0.30)", v)
+	}
+	if c, d := testutil.ToFloat64(hm.changes.WithLabelValues("created")), testutil.ToFloat64(hm.changes.WithLabelValues("deleted")); c != 1 || d != 1 {
+		t.Errorf("changes: %v created, %v deleted; want 1, 1", c, d)
+	}
+}
+
+func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
+	const pol = readinesstest.Policy + `- ip: 10.96.0.20
+  service: default/ingress-vip
+- ip: 10.96.0.30
+  service: default/worker
+`
+	r := readinesstest.New(t, pol, true, logr.Discard())
+	client := fake.NewClientset()
+	client.PrependReactor("get", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "kube-dns", errors.New("RBAC says no"))
+	})
+	hm := NewMetrics(prometheus.NewRegistry())
+	k := NewKeeper(client, r.Gate, nil, time.Second, logging.New(&strings.Builder{}), hm)
+	k.holds = func() ([]*networkingv1.IPAddress, error) { return nil, nil }
+	long := time.Now().Add(-time.Minute)
+	free := holds.FreeSince{}
+	for _, ip := range []string{"10.96.0.10", "10.96.0.20", "10.96.0.30"} {
+		free[netip.MustParseAddr(ip)] = long
+	}
+	_, err := k.pass(context.Background(), free)
+	if err == nil || !strings.Contains(err.Error(), "get the owner kube-system/kube-dns of the reservation 10.96.0.10") || !strings.Contains(err.Error(), "and 2 more failures this pass") {
+		t.Fatalf("pass error = %v, want the first failure and the count of the others", err)
+	}
+	if v := testutil.ToFloat64(hm.changes.WithLabelValues("failed")); v != 3 {
+		t.Errorf("changes{failed} = %v, want 3", v)
+	}
+	if l, _ := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("holds created without knowing whether the owner exists: %v", l.Items)
+	}
+}
+
+func TestAHoldIsNamedByTheCanonicalAddressAndLabelledWithItsFamily(t *testing.T) {
+	for _, tc := range []struct{ ip, name, family string }{
+		{"10.96.0.10", "10.96.0.10", "IPv4"},
+		{"fd00:10:96:0:0::a", "fd00:10:96::a", "IPv6"},
+	} {
+		a := holdObject(holds.Want{IP: netip.MustParseAddr(tc.ip), Owner: policy.Owner{Namespace: "kube-system", Name: "kube-dns"}})
+		if a.Name != tc.name || a.Labels[networkingv1.LabelIPAddressFamily] != tc.family || a.Labels[holds.ManagedByLabel] != holds.ManagedBy {
+			t.Errorf("%s: name %s labels %v; want name %s, family %s, managed-by %s", tc.ip, a.Name, a.Labels, tc.name, tc.family, holds.ManagedBy)
+		}
+		if r := a.Spec.ParentRef; r == nil || r.Group != "" || r.Resource != "services" || r.Namespace != "kube-system" || r.Name != "kube-dns" {
+			t.Errorf("%s: parentRef %+v, want services kube-system/kube-dns", tc.ip, a.Spec.ParentRef)
+		}
+	}
+}

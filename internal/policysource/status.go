@@ -1,0 +1,294 @@
+package policysource
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"clusterip-policy/internal/names"
+	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
+	"clusterip-policy/pkg/policy"
+)
+
+// The ClusterIPPolicy status has one writer: the replica holding the leader
+// Lease. Every replica loads the object and enforces what it loaded, but
+// replicas can disagree for a while about what is in force (a rollout that
+// changes the loader, a replica whose watch relisted past a generation);
+// when each wrote its own view, every write was an update event that made
+// the others write theirs back, forever. The leader also runs the periodic
+// audit and writes the managed matchConditions, the two other things the
+// status reports, so its view is the one worth showing. In CRD mode the
+// webhook therefore always takes part in the election (internal/server), even
+// when no other leader work is on.
+
+const (
+	// statusRetryInterval bounds how soon a failed status write is tried
+	// again when nothing else changes meanwhile.
+	statusRetryInterval = 5 * time.Second
+	// maxDigestGenerations bounds the digest -> generation memory used to
+	// name the generation the audit and the matchConditions worked on.
+	maxDigestGenerations = 16
+)
+
+// Status collects what the status reports and, on the leader, writes
+// it. Its inputs come from the policy object watcher (observe), the
+// periodic audit (auditDone) and the matchConditions keeper
+// (conditionsInForce); each may arrive on any goroutine.
+type Status struct {
+	client dynamic.Interface
+	log    logr.Logger
+	now    func() time.Time
+
+	// AuditOn and ConditionsOn say whether the periodic audit and the
+	// managed matchConditions run at all, so the status does not carry a
+	// condition nothing will ever update. Set before Lead runs.
+	AuditOn, ConditionsOn bool
+
+	mu        sync.Mutex
+	obj       *unstructured.Unstructured // the object last observed
+	loadErr   error                      // the loader's answer for obj's generation
+	inForce   int64                      // generation in force here; 0: none loaded
+	digest    string                     // digest of the policy in force here
+	digestGen map[string]int64           // digest -> generation it was loaded at
+	audit     *v1alpha1.AuditStatus      // the last audit pass, nil before one
+	auditDig  string                     // digest of the policy the audit checked
+	condDig   string                     // digest the matchConditions encode, "" while unknown
+	condErr   string                     // why the last write of the matchConditions failed, "" if it did not
+
+	poke chan struct{} // a buffered slot: something changed
+}
+
+// NewStatus is the status of the object client serves.
+func NewStatus(client dynamic.Interface, log logr.Logger) *Status {
+	return &Status{client: client, log: log, now: time.Now, digestGen: map[string]int64{}, poke: make(chan struct{}, 1)}
+}
+
+func (s *Status) changed() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}
+
+// observed records the object as last seen and what the loader made of its
+// generation. inForce and digest describe the policy this replica enforces.
+func (s *Status) observed(u *unstructured.Unstructured, loadErr error, inForce int64, digest string) {
+	s.mu.Lock()
+	s.obj, s.loadErr, s.inForce = u, loadErr, inForce
+	if digest != "" {
+		s.digest = digest
+		if _, ok := s.digestGen[digest]; !ok && len(s.digestGen) >= maxDigestGenerations {
+			clear(s.digestGen) // the old entries name generations long gone
+		}
+		s.digestGen[digest] = inForce
+	}
+	s.mu.Unlock()
+	s.changed()
+}
+
+// AuditDone records a periodic audit pass (periodicaudit.Audit.Report).
+func (s *Status) AuditDone(at time.Time, policyDigest string, report policy.AuditReport) {
+	services := map[policy.Owner]bool{}
+	for _, f := range report.Findings {
+		if f.Rule != policy.RuleReservationNotHeld { // a missing owner is not a Service breaking the policy
+			services[policy.Owner{Namespace: f.Namespace, Name: f.Name}] = true
+		}
+	}
+	findings := map[string]int64{}
+	for id, n := range report.CountByRule() {
+		findings[string(id)] = int64(n)
+	}
+	s.mu.Lock()
+	s.audit = &v1alpha1.AuditStatus{Time: metav1.NewTime(at.UTC().Truncate(time.Second)), ViolatingServices: int64(len(services)), Findings: findings}
+	s.auditDig = policyDigest
+	s.mu.Unlock()
+	s.changed()
+}
+
+// ConditionsInForce records the policy digest the managed matchConditions
+// encode once they are in force (matchconditions.Keeper.InForce).
+func (s *Status) ConditionsInForce(policyDigest string) {
+	s.mu.Lock()
+	s.condDig = policyDigest
+	s.mu.Unlock()
+	s.changed()
+}
+
+// ConditionsWriteFailed records why the leader could not write the
+// managed matchConditions, "" once it could (matchconditions.Keeper.WriteFailed).
+func (s *Status) ConditionsWriteFailed(reason string) {
+	s.mu.Lock()
+	changed := s.condErr != reason
+	s.condErr = reason
+	s.mu.Unlock()
+	if changed {
+		s.changed()
+	}
+}
+
+// Lead writes the status while this replica leads (a leader.Work): at once,
+// then whenever an input changes, and again after a failed write.
+func (s *Status) Lead(ctx context.Context) {
+	s.log.Info("leading: writing the ClusterIPPolicy status")
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.poke:
+		case <-retry.C:
+		}
+		if err := s.write(ctx); err != nil && ctx.Err() == nil {
+			if apierrors.IsConflict(err) {
+				// A newer object is on its way to the watcher, which pokes.
+				s.log.V(1).Info("the ClusterIPPolicy changed while its status was written; the newer one will be written")
+			} else {
+				s.log.Error(err, "cannot write the ClusterIPPolicy status; the policy itself is in force regardless", "retryIn", statusRetryInterval.String())
+			}
+			retry.Reset(statusRetryInterval)
+		}
+	}
+}
+
+// desired computes the status for the object last observed, and the
+// object; nil while none was observed.
+func (s *Status) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolicyStatus, v1alpha1.ClusterIPPolicyStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obj == nil {
+		return nil, nil, v1alpha1.ClusterIPPolicyStatus{}
+	}
+	var old v1alpha1.ClusterIPPolicyStatus
+	if st, found, _ := unstructured.NestedMap(s.obj.Object, "status"); found {
+		if b, err := json.Marshal(st); err == nil {
+			_ = json.Unmarshal(b, &old) // a malformed status is rewritten whole
+		}
+	}
+	gen, inForce, digest := s.obj.GetGeneration(), s.inForce, s.digest
+	if inForce == 0 {
+		// This replica never loaded a good generation (it started while
+		// the object was refused): keep what the status already names.
+		inForce, digest = old.GenerationInForce, old.PolicyDigest
+	}
+	next := v1alpha1.ClusterIPPolicyStatus{ObservedGeneration: gen, GenerationInForce: inForce, PolicyDigest: digest}
+	next.Conditions = append([]metav1.Condition(nil), old.Conditions...)
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: gen}
+	switch {
+	case s.loadErr == nil:
+		ready.Status, ready.Reason = metav1.ConditionTrue, "Loaded"
+		ready.Message = fmt.Sprintf("generation %d is in force (policy digest %s)", gen, digest)
+	case inForce > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, "Refused"
+		ready.Message = fmt.Sprintf("generation %d refused: %s; generation %d stays in force", gen, policy.Clip(s.loadErr.Error(), policy.MaxMessageBytes), inForce)
+	default:
+		ready.Status, ready.Reason = metav1.ConditionFalse, "Refused"
+		ready.Message = fmt.Sprintf("generation %d refused: %s; no generation of this object has loaded, so the webhook is not ready", gen, policy.Clip(s.loadErr.Error(), policy.MaxMessageBytes))
+	}
+	meta.SetStatusCondition(&next.Conditions, ready)
+
+	if s.AuditOn {
+		audited := metav1.Condition{Type: v1alpha1.ConditionAudited, ObservedGeneration: gen}
+		if s.audit != nil {
+			a := *s.audit
+			a.PolicyGeneration = s.digestGen[s.auditDig]
+			next.Audit = &a
+		}
+		switch {
+		case s.audit == nil || s.auditDig != digest:
+			audited.Status, audited.Reason = metav1.ConditionUnknown, "AuditPending"
+			audited.Message = fmt.Sprintf("no periodic audit has checked the existing Services against generation %d yet", inForce)
+		case s.audit.ViolatingServices > 0:
+			audited.Status, audited.Reason = metav1.ConditionFalse, "ViolationsFound"
+			audited.Message = fmt.Sprintf("%d existing Services break generation %d of the policy; `clusterip-policy audit` names them, and each has a Warning Event (reason %s)", s.audit.ViolatingServices, inForce, names.AuditEventReason)
+		default:
+			audited.Status, audited.Reason = metav1.ConditionTrue, "NoViolations"
+			audited.Message = fmt.Sprintf("no existing Service breaks generation %d of the policy", inForce)
+		}
+		meta.SetStatusCondition(&next.Conditions, audited)
+	} else {
+		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionAudited)
+	}
+
+	if s.ConditionsOn {
+		mc := metav1.Condition{Type: v1alpha1.ConditionMatchConditionsInForce, ObservedGeneration: gen}
+		if s.condDig != "" {
+			next.MatchConditions = &v1alpha1.MatchConditionsStatus{Generation: s.digestGen[s.condDig], PolicyDigest: s.condDig}
+		}
+		switch {
+		case s.condErr != "":
+			mc.Status, mc.Reason = metav1.ConditionFalse, "WriteFailed"
+			mc.Message = "the leader cannot write the managed matchConditions, so the configurations keep the conditions they hold (every create is sent where they hold none): " + s.condErr
+		case s.condDig == "":
+			mc.Status, mc.Reason = metav1.ConditionUnknown, "Pending"
+			mc.Message = "the managed matchConditions have not been reported in force yet"
+		case s.condDig != digest:
+			mc.Status, mc.Reason = metav1.ConditionFalse, "Lagging"
+			mc.Message = fmt.Sprintf("the managed matchConditions encode policy digest %s, not generation %d (digest %s) in force; the requests they skip follow the older policy until the leader writes them", s.condDig, inForce, digest)
+		default:
+			mc.Status, mc.Reason = metav1.ConditionTrue, "InForce"
+			mc.Message = fmt.Sprintf("the managed matchConditions encode generation %d", inForce)
+		}
+		meta.SetStatusCondition(&next.Conditions, mc)
+	} else {
+		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionMatchConditionsInForce)
+	}
+	return s.obj, &old, next
+}
+
+// write updates the status unless it already says the same, so the update
+// event it causes does not write again.
+func (s *Status) write(ctx context.Context) error {
+	obj, old, next := s.desired()
+	if obj == nil || statusEqual(*old, next) {
+		return nil
+	}
+	b, err := json.Marshal(next)
+	if err != nil {
+		return fmt.Errorf("render the status: %w", err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("render the status: %w", err)
+	}
+	u := obj.DeepCopy()
+	u.Object["status"] = st
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = s.client.Resource(policyGVR).UpdateStatus(wctx, u, metav1.UpdateOptions{FieldManager: "clusterip-policy-webhook"})
+	return err
+}
+
+// statusEqual compares two statuses as the apiserver stores them: condition
+// times at the second, which is all RFC 3339 in JSON keeps.
+func statusEqual(a, b v1alpha1.ClusterIPPolicyStatus) bool {
+	norm := func(s v1alpha1.ClusterIPPolicyStatus) v1alpha1.ClusterIPPolicyStatus {
+		s.Conditions = append([]metav1.Condition(nil), s.Conditions...)
+		for i := range s.Conditions {
+			s.Conditions[i].LastTransitionTime = metav1.NewTime(s.Conditions[i].LastTransitionTime.UTC().Truncate(time.Second))
+		}
+		if len(s.Conditions) == 0 {
+			s.Conditions = nil
+		}
+		if s.Audit != nil {
+			a := *s.Audit
+			a.Time = metav1.NewTime(a.Time.UTC().Truncate(time.Second))
+			if len(a.Findings) == 0 {
+				a.Findings = nil
+			}
+			s.Audit = &a
+		}
+		return s
+	}
+	return reflect.DeepEqual(norm(a), norm(b))
+}

@@ -1,0 +1,96 @@
+package policysource
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"clusterip-policy/internal/logging"
+)
+
+const testPolicy = `apiVersion: clusterip-policy/v1alpha1
+kind: ClusterIPPolicy
+reservations:
+- ip: 10.96.0.10
+  service: kube-system/kube-dns
+  note: cluster DNS
+`
+
+func newTestStore(t *testing.T) (*Store, *bytes.Buffer) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	s := NewStore(path, logging.New(&log), NewMetrics(prometheus.NewRegistry()))
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	return s, &log
+}
+
+func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
+	s, log := newTestStore(t)
+	if err := os.WriteFile(s.path, []byte(testPolicy+"bogus: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), `line 7: unknown field "bogus"`) {
+		t.Fatalf("reload err = %v", err)
+	}
+	if cur := s.Current(); cur.Generation != 1 || len(cur.Policy.Reservations) != 1 {
+		t.Fatalf("policy changed after a bad reload: %+v", cur)
+	}
+	if got := testutil.ToFloat64(s.metrics.reloads.WithLabelValues("failure")); got != 1 {
+		t.Fatalf("failed reloads = %v", got)
+	}
+	if !strings.Contains(log.String(), "refused the changed policy") {
+		t.Fatalf("refusal not logged: %s", log)
+	}
+	if err := os.WriteFile(s.path, []byte(testPolicy+"enforcement: {default: warn}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if cur := s.Current(); cur.Generation != 2 || cur.Policy.DefaultAction != "warn" {
+		t.Fatalf("good reload not applied: generation %d action %s", cur.Generation, cur.Policy.DefaultAction)
+	}
+	if got := testutil.ToFloat64(s.metrics.generation); got != 2 {
+		t.Fatalf("policy_generation = %v, want 2", got)
+	}
+}
+
+// Watch re-reads the file: a bad file is counted and logged once while it
+// stays bad, and a good one after it takes effect.
+func TestWatchReportsABadFileOnceAndLoadsTheNextGoodOne(t *testing.T) {
+	s, log := newTestStore(t)
+	if err := os.WriteFile(s.path, []byte(testPolicy+"bogus: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Watch(ctx, 5*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(100 * time.Millisecond) // about 20 re-reads of the bad file
+	if got := testutil.ToFloat64(s.metrics.reloads.WithLabelValues("failure")); got != 1 {
+		t.Fatalf("failed reloads after 20 re-reads of one bad file = %v, want 1", got)
+	}
+	if err := os.WriteFile(s.path, []byte(testPolicy+"enforcement: {default: warn}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Current().Generation != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the good file was not loaded within 5s; log:\n%s", log)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
