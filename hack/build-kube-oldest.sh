@@ -6,7 +6,8 @@
 # directory, E2E_BIN_DIR).
 # The same etcd serves every apiserver version we test, as an upgraded
 # cluster keeps its etcd. Cached as hack/build-tools.sh caches: rebuilt only
-# when the pinned version differs from the stamp beside the binary. The last
+# when the pinned version differs from the stamp beside the binary, and
+# copied from the tools cache outside the clone when built there before. The last
 # line printed is the directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +16,8 @@ version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 minor=${version#v1.}; minor=${minor%%.*}
 bin=$root/.local/k8s-$version/bin
 mkdir -p "$bin"
+# shellcheck source=hack/tools-cache.sh
+source "$root/hack/tools-cache.sh"
 
 # helm is a client: TestHelmChart finds it beside kubectl.
 for tool in etcd helm; do
@@ -33,12 +36,19 @@ for name in kube-apiserver kubectl; do
 	stamp=$bin/.$name.version
 	if [[ -x $bin/$name && -f $stamp && $(cat "$stamp") == "$version" ]]; then
 		echo "$name $version: up to date"
+		to_cache "$name" "$version" "$bin/$name"
+		continue
+	fi
+	if from_cache "$name" "$version" "$bin/$name"; then
+		echo "$version" >"$stamp"
+		echo "$name $version: copied from $cache"
 		continue
 	fi
 	echo "building $name $version ..."
 	start=$SECONDS
 	(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "k8s.io/kubernetes/cmd/$name")
 	echo "$version" >"$stamp"
+	to_cache "$name" "$version" "$bin/$name"
 	echo "built $name $version in $((SECONDS - start))s"
 done
 echo "$bin"

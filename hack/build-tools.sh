@@ -19,18 +19,28 @@ controller_gen_version=$(cd "$root/tools/controller-gen" && go list -m -f '{{.Ve
 helm_docs_version=$(cd "$root/tools/helm-docs" && go list -m -f '{{.Version}}' github.com/norwoodj/helm-docs)
 minor=${k8s_version#v1.}; minor=${minor%%.*}
 
+# shellcheck source=hack/tools-cache.sh
+source "$root/hack/tools-cache.sh"
+
 # build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS]
 build() {
 	local name=$1 version=$2 dir=$3 pkg=$4 ldflags=${5:-}
 	local stamp="$bin/.$name.version"
 	if [[ -x "$bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
 		echo "$name $version: up to date"
+		to_cache "$name" "$version" "$bin/$name"
+		return
+	fi
+	if from_cache "$name" "$version" "$bin/$name"; then
+		echo "$version" >"$stamp"
+		echo "$name $version: copied from $cache"
 		return
 	fi
 	echo "building $name $version ..."
 	local start=$SECONDS
 	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$bin/$name" "$pkg")
 	echo "$version" >"$stamp"
+	to_cache "$name" "$version" "$bin/$name"
 	echo "built $name $version in $((SECONDS - start))s"
 }
 
