@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"clusterip-policy/internal/testutil"
 )
 
 // The tests run in docs/; paths below are from the repository's root.
@@ -477,7 +479,7 @@ func TestConsoleExamplesMatchTheBinary(t *testing.T) {
 func TestOfflineCommandsRun(t *testing.T) {
 	helm := filepath.Join(root, ".local", "bin", "helm")
 	if _, err := os.Stat(helm); err != nil {
-		t.Skip("no helm in .local/bin: run make tools (hack/build-tools.sh)")
+		testutil.MissingTool(t, "no helm in .local/bin: run make tools (hack/build-tools.sh)")
 	}
 	helm, _ = filepath.Abs(helm)
 	for c := range documentedCommands(t) {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"clusterip-policy/internal/testutil"
 )
 
 // The chart's README.md is what helm-docs writes from values.yaml's "# --"
@@ -18,7 +20,7 @@ func TestChartREADMEIsGeneratedFromTheValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(gen); err != nil {
-		t.Skipf("no helm-docs at %s (run make tools): %v", gen, err)
+		testutil.MissingTool(t, "no helm-docs at %s (run make tools): %v", gen, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"clusterip-policy/internal/testutil"
 	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 	"clusterip-policy/pkg/policy"
 )
@@ -27,7 +28,7 @@ func TestCRDIsGeneratedFromTheGoTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(gen); err != nil {
-		t.Skipf("no controller-gen at %s (run make tools): %v", gen, err)
+		testutil.MissingTool(t, "no controller-gen at %s (run make tools): %v", gen, err)
 	}
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

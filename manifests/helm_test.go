@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/testutil"
 )
 
 // The Helm chart must carry the same objects and the same safety properties
@@ -36,7 +37,7 @@ func helmBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no helm at %s (run hack/build-tools.sh): %v", bin, err)
+		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", bin, err)
 	}
 	return bin
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"clusterip-policy/internal/testutil"
 )
 
 // promtool is Prometheus' own rule checker and rule unit tester. It is not
@@ -20,7 +22,7 @@ func promtool(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool is not installed (apt-get install prometheus): the alerts' PromQL and their unit tests in testdata/alerts-promtool-test.yaml are not run")
+		testutil.MissingTool(t, "promtool is not installed (apt-get install prometheus): the alerts' PromQL and their unit tests in testdata/alerts-promtool-test.yaml are not run")
 	}
 	return p
 }

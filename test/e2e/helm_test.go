@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/testutil"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -53,7 +54,7 @@ func TestHelmChart(t *testing.T) {
 	}
 	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
 	if _, err := os.Stat(helm); err != nil {
-		t.Skipf("no helm at %s (run hack/build-tools.sh): %v", helm, err)
+		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
 	}
 	c := own(t, framework.Options{WebhookArgs: []string{"--policy-source=crd"}, NoRBAC: true, NoRegister: true})
 	cs := c.Client(0)

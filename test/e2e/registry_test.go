@@ -16,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"clusterip-policy/internal/testutil"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -35,7 +36,7 @@ func TestInstallFromRegistry(t *testing.T) {
 	}
 	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
 	if _, err := os.Stat(helm); err != nil {
-		t.Skipf("no helm at %s (run hack/build-tools.sh): %v", helm, err)
+		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
 	}
 	layoutDir := filepath.Join(root, "_output", "image", "clusterip-policy")
 	imagebuild := filepath.Join(root, "_output", "tools", "imagebuild")

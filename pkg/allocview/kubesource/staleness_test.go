@@ -406,11 +406,9 @@ func TestAStreamThatDeliversNothingIsReplaced(t *testing.T) {
 	w.Add(addEvent("10.96.0.20", "default", "web", "11"))
 	// The stream stays open but silent, like a connection whose packets
 	// are dropped: the source gives up on it and watches again.
-	start := time.Now()
+	// The reason recorded says the idle timeout replaced it (not how long
+	// the test's own steps took on a loaded machine).
 	api.nextWatch(t)
-	if took := time.Since(start); took < 250*time.Millisecond {
-		t.Errorf("re-watched after %s, before the idle timeout", took)
-	}
 	if got := src.Feeds()[ipAddresses].Restarts[ReasonIdle]; got < 1 {
 		t.Errorf("idle restarts %d, want at least 1", got)
 	}
