@@ -56,8 +56,8 @@ func NewRoot(display string, streams IOStreams, serve *cobra.Command) *cobra.Com
 		Use:   Name,
 		Short: "keeps Kubernetes Service ClusterIPs where policy says",
 		Long:  Name + " keeps Kubernetes Service ClusterIPs where policy says.",
-		// Errors and usage are printed here, as the commands printed them
-		// before cobra: the message, then the command's usage.
+		// Run prints cobra's refusals, and the flag error function the
+		// flags': the message, naming the value, and where the help is.
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: display},
@@ -143,9 +143,9 @@ func annotate(c *cobra.Command, key, value string) {
 func newHelpCommand() *cobra.Command {
 	return &cobra.Command{
 		Annotations: map[string]string{helpToStdout: "true"},
-		Use:   "help [COMMAND]",
-		Short: "print this list, or a command's help",
-		Long:  "Prints the list of commands, or with COMMAND (such as review, or completion bash) that command's help.",
+		Use:         "help [COMMAND]",
+		Short:       "print this list, or a command's help",
+		Long:        "Prints the list of commands, or with COMMAND (such as review, or completion bash) that command's help.",
 		ValidArgsFunction: func(c *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			cmd, rest, err := c.Root().Find(args)
 			if err != nil || len(rest) > 0 {
