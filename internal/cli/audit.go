@@ -111,6 +111,8 @@ func (o *auditOptions) run(args []string, stdout, stderr io.Writer) int {
 		return fail(exitcode.BadData, "--max-per-rule %d: use 1 to 1000", o.maxPerRule)
 	case o.timeout < time.Second || o.timeout > time.Hour:
 		return fail(exitcode.BadData, "--timeout %s: use 1s to 1h", o.timeout)
+	case o.kube.check() != nil:
+		return fail(exitcode.BadData, "%v", o.kube.check())
 	}
 	env, err := toolEnv("audit", o.policyPath, o.serviceCIDRs, stderr)
 	if err != nil {

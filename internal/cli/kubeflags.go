@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -20,6 +21,9 @@ import (
 type kubeFlags struct {
 	kubeconfig string
 	overrides  clientcmd.ConfigOverrides
+	// namespace is kubectl's -n, hidden: taken only to be refused with
+	// the reason (see check).
+	namespace string
 }
 
 func (k *kubeFlags) addFlags(fs *pflag.FlagSet) {
@@ -33,6 +37,16 @@ func (k *kubeFlags) addFlags(fs *pflag.FlagSet) {
 	names.Timeout = clientcmd.FlagInfo{}
 	names.AuthOverrideFlags.Username, names.AuthOverrideFlags.Password = clientcmd.FlagInfo{}, clientcmd.FlagInfo{}
 	clientcmd.BindOverrideFlags(&k.overrides, fs, names)
+	fs.StringVarP(&k.namespace, clientcmd.FlagNamespace, "n", "", "Not taken: the command reads every namespace.")
+	_ = fs.MarkHidden(clientcmd.FlagNamespace)
+}
+
+// check refuses what kubectl's hands type but the command cannot do.
+func (k *kubeFlags) check() error {
+	if k.namespace != "" {
+		return fmt.Errorf("--namespace %q: audit reads the Services of every namespace (addresses are cluster-wide); drop -n", k.namespace)
+	}
+	return nil
 }
 
 // loader is the kubeconfig as kubectl loads it: --kubeconfig, else

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -197,6 +198,14 @@ func Run(root *cobra.Command, args []string) int {
 		// As a kubectl plugin, no command lists the commands: nobody runs
 		// the webhook through kubectl.
 		args = []string{"help"}
+	}
+	// Go's flag package spells it -help, and the commands took it before
+	// cobra; pflag would read -h -e -l -p.
+	args = slices.Clone(args)
+	for i, a := range args {
+		if a == "-help" {
+			args[i] = "--help"
+		}
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		args = append([]string{"serve"}, args...)

@@ -46,6 +46,10 @@ func TestHelpOfACommand(t *testing.T) {
 			t.Errorf("help %s: exit %d, stderr %q, stdout\n%s\nwant what --help printed", name, code, stderr, asCommand)
 		}
 	}
+	// -help, as Go's flag package spells it, as before cobra.
+	if code, out, stderr := runCLI("", "bands", "-help"); code != exitcode.OK || out != "" || !strings.HasPrefix(stderr, "Usage: clusterip-policy bands ") {
+		t.Errorf("bands -help: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
 	code, _, stderr := runCLI("", "help", "revue")
 	if code != exitcode.BadData || !strings.Contains(stderr, `help: no command "revue"; the commands are review, audit, bands, version, completion, help`) {
 		t.Errorf("help revue: exit %d, stderr %q", code, stderr)
@@ -182,6 +186,7 @@ current-context: refused
 		{"--server over the context's", []string{"--server", api.URL}, exitcode.Unreadable, "forbidden", " "},
 		{"--as and --as-group", []string{"--context", "test", "--as", "alice", "--as-group", "auditors"}, exitcode.Unreadable, "forbidden", "alice auditors"},
 		{"a context that does not exist", []string{"--context", "nope"}, exitcode.BadData, `context "nope" does not exist; check --context against the kubeconfig's contexts`, ""},
+		{"kubectl's -n", []string{"-n", "kube-system"}, exitcode.BadData, `--namespace "kube-system": audit reads the Services of every namespace (addresses are cluster-wide); drop -n`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mu.Lock()
