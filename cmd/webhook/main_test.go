@@ -59,7 +59,7 @@ func TestTheCommandTreeIsTheDocumentedOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)is one binary with \\w+ commands \\(([^)]*)\\)").FindSubmatch(doc)
+	m := regexp.MustCompile(`(?s)is one binary with \w+ commands \(([^)]*)\)`).FindSubmatch(doc)
 	if m == nil {
 		t.Fatal("docs/architecture.md no longer says \"is one binary with N commands (`serve`, ...)\"; keep a list of the commands there for this test")
 	}

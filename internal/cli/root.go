@@ -303,10 +303,10 @@ func synopsis(c *cobra.Command) string {
 	_, rest, _ := strings.Cut(c.Use, " ")
 	depth, word := 0, ""
 	for _, r := range rest + " " {
-		switch {
-		case r == '[':
+		switch r {
+		case '[':
 			depth++
-		case r == ']':
+		case ']':
 			depth--
 		}
 		if r == ' ' && depth == 0 {
