@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Writes docs/cli.md from the commands' own --help, so the page cannot drift
 # from the binary. docs/docs_test.go runs this script against a fresh build
-# and fails when the committed page differs.
+# and fails when the committed page differs. The list of commands is the
+# binary's own (its hidden `commands` command walks the command tree,
+# internal/cli.NewRoot): a new command gets its section with nothing added
+# here.
 #
 # Usage: hack/generate-cli-doc.sh [BINARY [OUT]]
 #   BINARY defaults to bin/clusterip-policy (make build), OUT to docs/cli.md;
@@ -32,7 +35,11 @@ page() {
 
 One binary, `clusterip-policy`; the command is its first argument (`serve`
 when none is given). Each section below is that command's `--help`, exit
-statuses included.
+statuses included. Installed as `kubectl-clusterip_policy` on the PATH, the
+same binary is the kubectl plugin `kubectl clusterip-policy`, and its help
+says so. `clusterip-policy completion SHELL` prints the shell completion
+script (its sections say how to load it); `help [COMMAND]` prints this list
+or a command's help on stdout, where `COMMAND --help` prints it on stderr.
 
 HEAD
 	echo '## `clusterip-policy help`'
@@ -40,14 +47,18 @@ HEAD
 	echo '```text'
 	"$bin" help
 	echo '```'
-	for cmd in serve review audit bands; do
+	local cmd
+	"$bin" commands >/dev/null # fails the script (set -e) if the binary lacks it
+	while IFS= read -r cmd; do
+		[[ $cmd == help ]] && continue
 		echo
 		echo "## \`clusterip-policy $cmd\`"
 		echo
 		echo '```text'
-		help "$cmd"
+		# shellcheck disable=SC2086 # "completion bash" is two words
+		help $cmd
 		echo '```'
-	done
+	done < <("$bin" commands)
 }
 
 if [[ "$out" == - ]]; then

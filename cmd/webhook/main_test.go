@@ -2,15 +2,21 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
+	"clusterip-policy/internal/cli"
 	"clusterip-policy/internal/exitcode"
 )
 
+// runCLI runs the command line args as main does, through the one command
+// tree.
 func runCLI(stdin string, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	code := run(args, strings.NewReader(stdin), &out, &errb)
+	code := run(cli.Name, args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -26,14 +32,78 @@ func TestVersion(t *testing.T) {
 // --help alone lists the commands, not the flags of serve.
 func TestHelpAloneListsTheCommands(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
-		var out, errOut bytes.Buffer
-		if code := run(args, strings.NewReader(""), &out, &errOut); code != exitcode.OK {
-			t.Fatalf("%v: exit %d, stderr %s", args, code, errOut.String())
+		code, out, errOut := runCLI("", args...)
+		if code != exitcode.OK {
+			t.Fatalf("%v: exit %d, stderr %s", args, code, errOut)
 		}
 		for _, c := range []string{"serve", "review", "audit", "bands", "version"} {
-			if !strings.Contains(out.String(), "clusterip-policy "+c) && !strings.Contains(out.String(), "clusterip-policy ["+c+"]") {
-				t.Fatalf("%v printed no line for %s:\n%s", args, c, out.String())
+			if !strings.Contains(out, "clusterip-policy "+c) && !strings.Contains(out, "clusterip-policy ["+c+"]") {
+				t.Fatalf("%v printed no line for %s:\n%s", args, c, out)
 			}
 		}
+	}
+}
+
+// The command tree is the one list of commands: docs/architecture.md names
+// them, so a command added to the tree alone fails here (and docs/cli.md,
+// made from the tree, fails docs.TestCLIPageMatchesHelp until regenerated).
+func TestTheCommandTreeIsTheDocumentedOne(t *testing.T) {
+	var tree []string
+	for _, name := range cli.Commands(newRoot(cli.Name, strings.NewReader(""), io.Discard, io.Discard)) {
+		// cobra's own: completion (and its shells) and help.
+		if !strings.HasPrefix(name, "completion") && name != "help" {
+			tree = append(tree, name)
+		}
+	}
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)is one binary with \w+ commands \(([^)]*)\)`).FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/architecture.md no longer says \"is one binary with N commands (`serve`, ...)\"; keep a list of the commands there for this test")
+	}
+	var documented []string
+	for _, n := range regexp.MustCompile("`([a-z-]+)`").FindAllSubmatch(m[1], -1) {
+		documented = append(documented, string(n[1]))
+	}
+	if strings.Join(tree, ",") != strings.Join(documented, ",") {
+		t.Errorf("the command tree (internal/cli.NewRoot, main's serve) has %v; docs/architecture.md lists %v: add the command to both, in the same order", tree, documented)
+	}
+	// The README's short list, in its "The command line" block.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "## The command line\n\n```text\n")
+	block, _, _ := strings.Cut(section, "```")
+	var listed []string
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == cli.Name {
+			listed = append(listed, f[1])
+		}
+	}
+	if strings.Join(tree, ",") != strings.Join(listed, ",") {
+		t.Errorf("the command tree has %v; README.md's \"The command line\" lists %v: keep them the same, in the same order", tree, listed)
+	}
+}
+
+// serve is main's: the default command, with its flags (--log-level among
+// them) checked before anything starts.
+func TestServeIsTheDefaultCommand(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--log-level", "verbose"}, {"--log-level", "verbose"}} {
+		code, out, stderr := runCLI("", args...)
+		want := "serve: invalid argument \"verbose\" for \"--log-level\" flag: \"verbose\" is not a log level; use debug, info or error\nRun 'clusterip-policy serve --help' for its flags.\n"
+		if code != exitcode.BadData || out != "" || stderr != want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", args, code, out, stderr, want)
+		}
+	}
+	code, _, stderr := runCLI("")
+	if code != exitcode.BadData || !strings.Contains(stderr, "--policy is required") {
+		t.Errorf("no arguments: exit %d, stderr %q; want serve's refusal of its missing --policy", code, stderr)
+	}
+	code, _, stderr = runCLI("", "serve", "--help")
+	if code != exitcode.OK || !strings.HasPrefix(stderr, "Usage: clusterip-policy serve [flags]\n") || !strings.Contains(stderr, "      --leader-election-identity string ") {
+		t.Errorf("serve --help: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -16,10 +16,9 @@ import (
 
 	"clusterip-policy/internal/version"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"clusterip-policy/internal/clusterread"
 	"clusterip-policy/internal/exitcode"
@@ -47,49 +46,58 @@ type auditJSON struct {
 
 type auditOptions struct {
 	policyPath   string
-	kubeconfig   string
-	context      string
+	kube         kubeFlags
 	serviceCIDRs []string
 	output       string
 	maxPerRule   int
 	timeout      time.Duration
 }
 
-// Audit is `clusterip-policy audit`: it lists the cluster's Services,
-// ServiceCIDRs and IPAddresses (read-only) and reports every Service whose
-// addresses break the policy (policy.Audit).
-func Audit(args []string, stdout, stderr io.Writer) int {
-	var o auditOptions
-	fs := pflag.NewFlagSet("audit", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file (or object manifest, clusterip-policy.io/v1alpha1) to audit against, the one you mean to enforce. Without it: the default policy (first address of the primary range reserved for default/kubernetes).")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig of the cluster to audit. Empty: $KUBECONFIG, else ~/.kube/config, as kubectl does; inside a pod without either, its service account.")
-	fs.StringVar(&o.context, "context", "", "Kubeconfig context to use. Empty: the current context.")
-	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster, as --service-cluster-ip-range (repeatable, primary family first); only for a cluster that serves no ServiceCIDR objects (before 1.33). Replaces the policy's serviceCIDRs.")
-	fs.StringVarP(&o.output, "output", "o", "text", outputHelp)
-	fs.IntVar(&o.maxPerRule, "max-per-rule", 20, "Findings listed per rule (1-1000); the rest are counted in a \"... and N more\" line. Counts are always complete.")
-	fs.DurationVar(&o.timeout, "timeout", time.Minute, "Time allowed for reading the cluster (1s-1h).")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: clusterip-policy audit [--policy FILE] [--kubeconfig FILE] [-o text|json|yaml]
-
-Reports every existing Service whose addresses break the policy, before you
+// auditLong is audit's help: what it does, what it cannot judge, and its
+// exit statuses.
+const auditLong = `Reports every existing Service whose addresses break the policy, before you
 enforce it: an address outside the active or allowed ranges, an address
 reserved for another Service, an address whose IPAddress names another holder,
 and a reservation owner that holds another address than its reserved one. It
 only reads: it lists Services (all namespaces), ServiceCIDRs and IPAddresses.
-%s
+` + cannotJudge + `
+
+The cluster is the kubeconfig's, as kubectl finds it, with kubectl's flags to
+pick another (--kubeconfig, --context, --cluster, --user, --server) and to
+impersonate (--as, --as-group, --as-uid): audit what a user may see.
 
 Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
-3 the cluster could not be read (unreachable, timed out, or forbidden).
+3 the cluster could not be read (unreachable, timed out, or forbidden).`
 
-%s`, cannotJudge, fs.FlagUsages())
+// newAuditCommand is `clusterip-policy audit`: it lists the cluster's
+// Services, ServiceCIDRs and IPAddresses (read-only) and reports every
+// Service whose addresses break the policy (policy.Audit).
+func newAuditCommand(streams IOStreams) *cobra.Command {
+	var o auditOptions
+	cmd := &cobra.Command{
+		Use:               "audit [--policy FILE] [--kubeconfig FILE] [-o text|json|yaml]",
+		Short:             "report existing Services that break the policy (read-only)",
+		Long:              auditLong,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(_ *cobra.Command, args []string) error {
+			return exitcode.Err(o.run(args, streams.Out, streams.ErrOut))
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitcode.OK
-		}
-		return exitcode.BadData
-	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file (or object manifest, clusterip-policy.io/v1alpha1) to audit against, the one you mean to enforce. Without it: the default policy (first address of the primary range reserved for default/kubernetes).")
+	o.kube.addFlags(fs)
+	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster, as --service-cluster-ip-range (repeatable, primary family first); only for a cluster that serves no ServiceCIDR objects (before 1.33). Replaces the policy's serviceCIDRs.")
+	fs.StringVarP(&o.output, "output", "o", "text", outputHelp)
+	fs.IntVar(&o.maxPerRule, "max-per-rule", 20, "Findings listed per rule (1-1000); the rest are counted in a \"... and N more\" line. Counts are always complete.")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "Time allowed for reading the cluster (1s-1h).")
+	completeOutput(cmd)
+	completePolicyFile(cmd)
+	o.kube.complete(cmd)
+	return cmd
+}
+
+// run audits the cluster; it returns the exit code.
+func (o *auditOptions) run(args []string, stdout, stderr io.Writer) int {
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "audit: "+format+"\n", a...)
 		return code
@@ -97,19 +105,21 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 	switch {
 	case checkOutput(o.output) != nil:
 		return fail(exitcode.BadData, "%v", checkOutput(o.output))
-	case fs.NArg() > 0:
-		return fail(exitcode.BadData, "unexpected argument %q: audit reads the cluster, not files (use `clusterip-policy review` for manifests)", fs.Arg(0))
+	case len(args) > 0:
+		return fail(exitcode.BadData, "unexpected argument %q: audit reads the cluster, not files (use `clusterip-policy review` for manifests)", args[0])
 	case o.maxPerRule < 1 || o.maxPerRule > 1000:
 		return fail(exitcode.BadData, "--max-per-rule %d: use 1 to 1000", o.maxPerRule)
 	case o.timeout < time.Second || o.timeout > time.Hour:
 		return fail(exitcode.BadData, "--timeout %s: use 1s to 1h", o.timeout)
+	case o.kube.check() != nil:
+		return fail(exitcode.BadData, "%v", o.kube.check())
 	}
 	env, err := toolEnv("audit", o.policyPath, o.serviceCIDRs, stderr)
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}
 	pol := env.Policy
-	cfg, err := auditRESTConfig(o.kubeconfig, o.context)
+	cfg, err := auditRESTConfig(o.kube)
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}
@@ -154,21 +164,19 @@ Exit status: 0 nothing found, 1 findings, 2 bad flags, policy or kubeconfig,
 }
 
 // auditRESTConfig loads a kubeconfig the way kubectl does ($KUBECONFIG,
-// else ~/.kube/config; --kubeconfig wins), and falls back to the pod's
-// service account when there is none.
-func auditRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+// else ~/.kube/config; --kubeconfig wins; kubectl's flags override it),
+// and falls back to the pod's service account when there is none.
+func auditRESTConfig(kube kubeFlags) (*rest.Config, error) {
+	cfg, err := kube.loader().ClientConfig()
 	if err != nil {
 		where := "$KUBECONFIG or ~/.kube/config"
-		if kubeconfig != "" {
-			where = "--kubeconfig " + kubeconfig
+		if kube.kubeconfig != "" {
+			where = "--kubeconfig " + kube.kubeconfig
 		}
 		// client-go's own advice (KUBERNETES_MASTER) does not apply here.
 		msg := strings.TrimSuffix(err.Error(), ", try setting KUBERNETES_MASTER environment variable")
 		fix := "name one with --kubeconfig"
-		if kubeContext != "" {
+		if kube.overrides.CurrentContext != "" {
 			fix = "check --context against the kubeconfig's contexts"
 		}
 		return nil, fmt.Errorf("kubeconfig (%s): %s; %s", where, msg, fix)

@@ -1,12 +1,11 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 
 	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/pkg/allocview"
@@ -21,30 +20,34 @@ type bandsRow struct {
 	Offset  uint64 `json:"offset"`
 }
 
-// Bands is `clusterip-policy bands`; it returns the exit code.
-func Bands(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("bands", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	output := fs.StringP("output", "o", "text", outputHelp+" The document: ranges (one object per CIDR, in order).")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: clusterip-policy bands [-o text|json|yaml] CIDR...\n\nPrints each range's usable addresses and its static and dynamic band, as the\napiserver's allocator computes them.\n\n%s", fs.FlagUsages())
+// newBandsCommand is `clusterip-policy bands`.
+func newBandsCommand(streams IOStreams) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:               "bands [-o text|json|yaml] CIDR...",
+		Short:             "print each range's static and dynamic band",
+		Long:              "Prints each range's usable addresses and its static and dynamic band, as the\napiserver's allocator computes them.\n\nExit status: 0 printed, 2 a CIDR or a flag cannot be used.",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(_ *cobra.Command, args []string) error {
+			return exitcode.Err(bands(output, args, streams.Out, streams.ErrOut))
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitcode.OK
-		}
-		return exitcode.BadData
-	}
-	if err := checkOutput(*output); err != nil {
+	cmd.Flags().StringVarP(&output, "output", "o", "text", outputHelp+" The document: ranges (one object per CIDR, in order).")
+	completeOutput(cmd)
+	return cmd
+}
+
+func bands(output string, cidrs []string, stdout, stderr io.Writer) int {
+	if err := checkOutput(output); err != nil {
 		fmt.Fprintf(stderr, "bands: %v\n", err)
 		return exitcode.BadData
 	}
-	if fs.NArg() == 0 {
+	if len(cidrs) == 0 {
 		fmt.Fprintln(stderr, "bands needs at least one CIDR, such as 10.96.0.0/16")
 		return exitcode.BadData
 	}
-	rows := make([]bandsRow, 0, fs.NArg())
-	for _, s := range fs.Args() {
+	rows := make([]bandsRow, 0, len(cidrs))
+	for _, s := range cidrs {
 		p, err := allocview.ParsePrefix(s)
 		if err != nil {
 			fmt.Fprintf(stderr, "bands: %v\n", err)
@@ -57,8 +60,8 @@ func Bands(args []string, stdout, stderr io.Writer) int {
 		}
 		rows = append(rows, bandsRow{CIDR: p.String(), Usable: r.Usable().String(), Static: r.Static().String(), Dynamic: r.Dynamic().String(), Offset: r.Offset()})
 	}
-	if *output != "text" {
-		if err := writeDocument(stdout, *output, struct {
+	if output != "text" {
+		if err := writeDocument(stdout, output, struct {
 			Ranges []bandsRow `json:"ranges"`
 		}{rows}); err != nil {
 			fmt.Fprintf(stderr, "bands: %v\n", err)

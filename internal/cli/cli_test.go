@@ -14,22 +14,11 @@ import (
 	"clusterip-policy/internal/exitcode"
 )
 
-// runCLI runs one offline command as main dispatches it.
+// runCLI runs the command line args through the command tree main runs
+// (NewRoot, Run), without serve.
 func runCLI(stdin string, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	var code int
-	switch args[0] {
-	case "review":
-		code = Review(args[1:], strings.NewReader(stdin), &out, &errb)
-	case "bands":
-		code = Bands(args[1:], &out, &errb)
-	case "audit":
-		code = Audit(args[1:], &out, &errb)
-	case "version":
-		code = Version(args[1:], &out, &errb)
-	default:
-		panic("runCLI: not an offline command: " + args[0])
-	}
+	code := Run(NewRoot(Name, IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errb}, nil), args)
 	return code, out.String(), errb.String()
 }
 

@@ -2,12 +2,11 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"clusterip-policy/internal/exitcode"
@@ -56,36 +55,55 @@ type versionDocument struct {
 	Platform string `json:"platform"`
 }
 
-// Version is `clusterip-policy version`; it returns the exit code.
-func Version(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("version", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	output := fs.StringP("output", "o", "text", outputHelp)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: clusterip-policy version [-o text|json|yaml]\n\nPrints the release, the commit it was built from, the Go version and the platform.\n\n%s", fs.FlagUsages())
+// newVersionCommand is `clusterip-policy version`.
+func newVersionCommand(streams IOStreams) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:               "version [-o text|json|yaml]",
+		Short:             "print version information",
+		Long:              "Prints the release, the commit it was built from, the Go version and the platform.\n\nExit status: 0 printed, 2 a flag or an argument cannot be used.",
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(_ *cobra.Command, args []string) error {
+			return exitcode.Err(printVersion(output, args, streams.Out, streams.ErrOut))
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitcode.OK
-		}
-		return exitcode.BadData
-	}
-	if err := checkOutput(*output); err != nil {
+	cmd.Flags().StringVarP(&output, "output", "o", "text", outputHelp)
+	completeOutput(cmd)
+	return cmd
+}
+
+func printVersion(output string, args []string, stdout, stderr io.Writer) int {
+	if err := checkOutput(output); err != nil {
 		fmt.Fprintf(stderr, "version: %v\n", err)
 		return exitcode.BadData
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "version: unexpected argument %q; it takes only -o\n", policy.Echo(fs.Arg(0)))
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "version: unexpected argument %q; it takes only -o\n", policy.Echo(args[0]))
 		return exitcode.BadData
 	}
-	if *output == "text" {
+	if output == "text" {
 		fmt.Fprintln(stdout, version.String())
 		return exitcode.OK
 	}
 	doc := versionDocument{Version: version.Version(), Commit: version.Commit(), Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	if err := writeDocument(stdout, *output, doc); err != nil {
+	if err := writeDocument(stdout, output, doc); err != nil {
 		fmt.Fprintf(stderr, "version: %v\n", err)
 		return exitcode.BadData
 	}
 	return exitcode.OK
+}
+
+// The completions of the flags every command shares.
+func completeOutput(cmd *cobra.Command) {
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]cobra.Completion{"text", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+func completePolicyFile(cmd *cobra.Command) {
+	_ = cmd.MarkFlagFilename("policy", "yaml", "yml", "json")
+}
+
+// manifestFiles completes review's FILE arguments: manifests and
+// directories.
+func manifestFiles(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	return []cobra.Completion{"yaml", "yml", "json"}, cobra.ShellCompDirectiveFilterFileExt
 }

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsjson "sigs.k8s.io/json"
@@ -46,35 +46,42 @@ type reviewOptions struct {
 	output       string
 }
 
-// Review is `clusterip-policy review`; it returns the exit code.
-func Review(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var o reviewOptions
-	fs := pflag.NewFlagSet("review", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file, or a ClusterIPPolicy object manifest (clusterip-policy.io/v1alpha1, loaded as the webhook loads the object). Without it: the default policy (deny, first address of the primary range reserved for default/kubernetes).")
-	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster to review against, as --service-cluster-ip-range (repeatable, primary family first). Replaces the policy's serviceCIDRs.")
-	fs.StringArrayVar(&o.allocated, "allocated", nil, "An IP the cluster already has allocated, as IP=NAMESPACE/NAME (repeatable), to check already-allocated.")
-	fs.StringVarP(&o.output, "output", "o", "text", outputHelp+" The document: services (one object per Service, in order), allowed, denied.")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: clusterip-policy review [--policy FILE] [--service-cidr CIDR]... [--allocated IP=NAMESPACE/NAME]... [-o text|json|yaml] FILE...
-
-Evaluates Service manifests offline, as if each were created in order (a
+// reviewLong is review's help: what it does and its exit statuses.
+const reviewLong = `Evaluates Service manifests offline, as if each were created in order (a
 Service allowed earlier holds its IPs for the ones after it). FILE holds YAML
 or JSON: one Service, several documents, or a v1 List; "-" reads stdin, and a
 directory means its *.yaml, *.yml and *.json files. Other kinds are skipped
 with a note on stderr. A Service without a namespace is in "default".
 
 Exit status: 0 every Service allowed, 1 any denied, 2 an input or the policy
-cannot be read.
+cannot be read.`
 
-%s`, fs.FlagUsages())
+// newReviewCommand is `clusterip-policy review`.
+func newReviewCommand(streams IOStreams) *cobra.Command {
+	var o reviewOptions
+	cmd := &cobra.Command{
+		Use:   "review [--policy FILE] [--service-cidr CIDR]... [--allocated IP=NAMESPACE/NAME]... [-o text|json|yaml] FILE...",
+		Short: "evaluate Service manifests offline, as if created",
+		Long:  reviewLong,
+		RunE: func(_ *cobra.Command, args []string) error {
+			return exitcode.Err(o.run(args, streams.In, streams.Out, streams.ErrOut))
+		},
+		ValidArgsFunction: manifestFiles,
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitcode.OK
-		}
-		return exitcode.BadData
-	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file, or a ClusterIPPolicy object manifest (clusterip-policy.io/v1alpha1, loaded as the webhook loads the object). Without it: the default policy (deny, first address of the primary range reserved for default/kubernetes).")
+	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster to review against, as --service-cluster-ip-range (repeatable, primary family first). Replaces the policy's serviceCIDRs.")
+	fs.StringArrayVar(&o.allocated, "allocated", nil, "An IP the cluster already has allocated, as IP=NAMESPACE/NAME (repeatable), to check already-allocated.")
+	fs.StringVarP(&o.output, "output", "o", "text", outputHelp+" The document: services (one object per Service, in order), allowed, denied.")
+	completeOutput(cmd)
+	completePolicyFile(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("service-cidr", cobra.NoFileCompletions)
+	_ = cmd.RegisterFlagCompletionFunc("allocated", cobra.NoFileCompletions)
+	return cmd
+}
+
+// run reviews the manifests of files; it returns the exit code.
+func (o *reviewOptions) run(files []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "review: "+format+"\n", a...)
 		return exitcode.BadData
@@ -82,7 +89,7 @@ cannot be read.
 	if err := checkOutput(o.output); err != nil {
 		return fail("%v", err)
 	}
-	if fs.NArg() == 0 {
+	if len(files) == 0 {
 		return fail("no input: name one or more files of Service manifests, or - for stdin")
 	}
 	env, err := toolEnv("review", o.policyPath, o.serviceCIDRs, stderr)
@@ -97,7 +104,7 @@ cannot be read.
 	if err != nil {
 		return fail("%v", err)
 	}
-	services, err := readServices(fs.Args(), stdin, stderr)
+	services, err := readServices(files, stdin, stderr)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -13,11 +13,14 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// New is the JSON logger every part of the process logs through.
-func New(w io.Writer) logr.Logger {
+// New is the JSON logger every part of the process logs through, at Info.
+func New(w io.Writer) logr.Logger { return NewAt(w, Info) }
+
+// NewAt is New writing only lines at least as severe as level.
+func NewAt(w io.Writer, level Level) logr.Logger {
 	enc := zap.NewProductionEncoderConfig()
 	enc.TimeKey = "ts"
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), zapcore.InfoLevel)
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), zapcore.Level(level))
 	return zapr.NewLogger(zap.New(core))
 }

@@ -56,6 +56,7 @@ type serveOptions struct {
 	policyPath     string
 	policySource   string
 	kubeconfig     string
+	logLevel       logging.Level
 	certDir        string
 	bindAddress    string
 	port           int
@@ -76,6 +77,8 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.StringVar(&o.policyPath, "policy", "", "Path of the ClusterIPPolicy object manifest (required unless --policy-source=crd; the retired policy file format still loads). It is re-read when it changes, so a ConfigMap mounted as a directory takes effect without a restart; a file that fails to load is refused and the last good policy stays.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for reaching the apiserver. Empty: the in-cluster service account.")
+	o.logLevel = logging.Info
+	fs.Var(&o.logLevel, "log-level", logging.LevelHelp)
 	fs.StringVar(&o.certDir, "cert-dir", "/tls", "Directory holding the serving certificate as tls.crt and tls.key (a kubernetes.io/tls Secret mounted as a volume). The files are reloaded when they change, so certificates rotate without a restart.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address the webhook listens on; empty means all interfaces.")
 	fs.IntVar(&o.port, "port", 9443, "Port of the HTTPS webhook endpoints /mutate-v1-service, /validate-v1-service and /validate-v1-servicecidr.")
@@ -195,22 +198,14 @@ func (o *serveOptions) leaderWorks() []string {
 	return works
 }
 
-// Serve is `clusterip-policy serve`; it returns the exit code.
-func Serve(args []string, stderr io.Writer) int {
-	var o serveOptions
-	fs := serveFlags(&o)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitcode.OK
-		}
+// serve runs the webhook with the flags fs parsed into o (Command); it
+// returns the exit code.
+func serve(o serveOptions, fs *pflag.FlagSet, args []string, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", args)
 		return exitcode.BadData
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", fs.Args())
-		return exitcode.BadData
-	}
-	log := logging.New(stderr)
+	log := logging.NewAt(stderr, o.logLevel)
 	staticCIDRs, err := o.validate()
 	if err != nil {
 		log.Error(err, "invalid flags")

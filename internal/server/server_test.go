@@ -15,15 +15,19 @@ import (
 	"clusterip-policy/internal/readiness/readinesstest"
 )
 
-// runCLI runs `clusterip-policy serve ARGS...` as main dispatches it; only
-// flags that fail their checks are given, so it returns before starting.
+// runCLI runs `clusterip-policy serve ARGS...` through serve's command,
+// the one main puts in its tree; only flags that fail their checks are
+// given, so it returns before starting.
 func runCLI(stdin string, args ...string) (int, string, string) {
 	if args[0] != "serve" {
 		panic("runCLI: the server runs serve only, not " + args[0])
 	}
 	var errb bytes.Buffer
-	code := Serve(args[1:], &errb)
-	return code, "", errb.String()
+	cmd := Command(&errb)
+	cmd.SetArgs(args[1:])
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	return exitcode.Of(cmd.Execute()), "", errb.String()
 }
 
 // flagFixture writes, under dir, a good policy file, a bad one and a

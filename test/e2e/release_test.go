@@ -5,6 +5,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"debug/elf"
@@ -80,6 +81,10 @@ func TestReleaseArtefacts(t *testing.T) {
 		"clusterip-policy-" + version + "-linux-arm64",
 		"clusterip-policy-" + version + ".oci.tar",
 		"clusterip-policy-" + version + ".spdx.json",
+		"kubectl-clusterip_policy-" + version + "-darwin-amd64.tar.gz",
+		"kubectl-clusterip_policy-" + version + "-darwin-arm64.tar.gz",
+		"kubectl-clusterip_policy-" + version + "-linux-amd64.tar.gz",
+		"kubectl-clusterip_policy-" + version + "-linux-arm64.tar.gz",
 	}
 	sort.Strings(want)
 	entries, err := os.ReadDir(dir)
@@ -96,6 +101,41 @@ func TestReleaseArtefacts(t *testing.T) {
 	}
 	digest := indexDigestInArchive(t, tars[0])
 	t.Logf("e2e: release: %s (commit %s) in %s; image index %s", version, commit, dir, digest)
+
+	t.Run("each kubectl plugin archive holds its platform's CLI, as kubectl-clusterip_policy, and the LICENSE", func(t *testing.T) {
+		for _, platform := range []string{"darwin-amd64", "darwin-arm64", "linux-amd64", "linux-arm64"} {
+			f, err := os.Open(filepath.Join(dir, "kubectl-clusterip_policy-"+version+"-"+platform+".tar.gz"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			zr, err := gzip.NewReader(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			members := map[string]string{}
+			tr := tar.NewReader(zr)
+			for {
+				hdr, err := tr.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := sha256.New()
+				if _, err := io.Copy(h, tr); err != nil {
+					t.Fatal(err)
+				}
+				members[hdr.Name] = hex.EncodeToString(h.Sum(nil))
+			}
+			f.Close()
+			cli := fileSHA256(t, filepath.Join(dir, "clusterip-policy-"+version+"-"+platform))
+			license := fileSHA256(t, filepath.Join(root, "LICENSE"))
+			if len(members) != 2 || members["kubectl-clusterip_policy"] != cli || members["LICENSE"] != license {
+				t.Errorf("kubectl-clusterip_policy-%s-%s.tar.gz holds %v; want kubectl-clusterip_policy (sha256 %s, the CLI's) and LICENSE (%s)", version, platform, members, cli, license)
+			}
+		}
+	})
 
 	t.Run("SHA256SUMS lists every other file, and each one matches", func(t *testing.T) {
 		sums := readText(t, filepath.Join(dir, "SHA256SUMS"))
