@@ -135,7 +135,7 @@ func Mutate(env Env, req Request) Decision {
 	case !ok:
 	case len(c.d.RequestedIPs) > 0:
 		c.eachNewIP(req, c.checkRequested)
-		if growsToDualStack(req) && !hasNewIP(req) {
+		if (growsToDualStack(req) && !hasNewIP(req)) || (req.Operation == Create && c.namesOwnReservation()) {
 			c.assignSecondary()
 		}
 	case req.Operation == Create || changesFromExternalName(req):

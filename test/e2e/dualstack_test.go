@@ -198,3 +198,43 @@ func TestDualStack(t *testing.T) {
 		}
 	})
 }
+
+// TestAnOwnerNamingItsAddressGetsItsReservedSecondFamilyOnCreate: kube-dns
+// as kubeadm and the coredns chart create it, clusterIP 10.96.0.10 and
+// ipFamilyPolicy PreferDualStack (or RequireDualStack), on a dual-stack
+// apiserver with holds on. Both reserved addresses are held until then; the
+// create must end with both (not a random IPv6 address while the IPv6 hold
+// stays), each now the apiserver's own allocation.
+func TestAnOwnerNamingItsAddressGetsItsReservedSecondFamilyOnCreate(t *testing.T) {
+	c := own(t, framework.Options{
+		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16,fd00:10:96::/108"}},
+		Policy:      dualStackPolicy,
+		Webhooks:    1,
+		WebhookArgs: []string{"--hold-reservations"},
+	})
+	ctx := testContext(t, 2*time.Minute)
+	cs := c.Client(0)
+	for _, tc := range []struct {
+		name, v4, v6 string
+		policy       corev1.IPFamilyPolicy
+	}{
+		{"kube-dns", "10.96.0.10", "fd00:10:96::a", corev1.IPFamilyPolicyPreferDualStack},
+		{"dns-patched", "10.96.0.12", "fd00:10:96::c", corev1.IPFamilyPolicyRequireDualStack},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			waitHold(t, ctx, cs, tc.v4, 30*time.Second)
+			waitHold(t, ctx, cs, tc.v6, 30*time.Second)
+			got := mustCreate(t, ctx, cs, service("kube-system", tc.name, clusterIP(tc.v4), familyPolicy(tc.policy)))
+			if want := []string{tc.v4, tc.v6}; !slices.Equal(got.Spec.ClusterIPs, want) {
+				t.Fatalf("%s created with clusterIP %s and %s got %v, want %v", tc.name, tc.v4, tc.policy, got.Spec.ClusterIPs, want)
+			}
+			for _, ip := range []string{tc.v4, tc.v6} {
+				a, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+				if err != nil || a.Labels["ipaddress.kubernetes.io/managed-by"] != "ipallocator.k8s.io" || a.Spec.ParentRef == nil || a.Spec.ParentRef.Name != tc.name {
+					t.Fatalf("IPAddress %s = %+v (%v), want the apiserver's allocation for %s", ip, a, err, tc.name)
+				}
+			}
+			t.Logf("e2e: dual-stack: %s created with clusterIP %s and %s got %v, both holds released", tc.name, tc.v4, tc.policy, got.Spec.ClusterIPs)
+		})
+	}
+}
