@@ -14,11 +14,10 @@ import (
 // field alone), or its ipFamilies grow. The apiserver then allocates the
 // second family's address (initIPFamilyFields widens ipFamilies); an
 // unchanged PreferDualStack is never upgraded, as in its
-// isMatchingPreferDualStackClusterIPFields. The mutating webhook's
-// matchCondition "allocating-requests-only" (manifests/base/
-// webhook-configurations.yaml) sends exactly these updates too; the e2e
-// subtest "the mutating webhook is sent exactly the updates that may add an
-// address" (test/e2e/dualstack_test.go) holds the two equal.
+// isMatchingPreferDualStackClusterIPFields. The mutating webhook's managed
+// matchCondition sends exactly these updates too (pkg/matchconditions
+// AllocatingUpdate; TestManagedMutatingConditionSendsExactlyTheUpdatesMutateActsOn
+// holds the two equal).
 func growsToDualStack(req Request) bool {
 	if req.Operation != Update || req.OldService == nil {
 		return false
