@@ -711,7 +711,10 @@ func TestManagedMutatingConditionSendsExactlyTheUpdatesMutateActsOn(t *testing.T
 		p := corev1.IPFamilyPolicyPreferDualStack
 		s.Spec.IPFamilyPolicy = &p
 	})
-	external := service("apps", "web", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName; s.Spec.ExternalName = "example.com" })
+	external := service("apps", "web", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeExternalName
+		s.Spec.ExternalName = "example.com"
+	})
 	for _, tc := range []struct {
 		name     string
 		old      *corev1.Service
