@@ -91,7 +91,7 @@ func TestAnotherMutatingWebhookCannotGiveALabelOnlyUpdateASecondAddress(t *testi
 		t.Run(mode.name, func(t *testing.T) {
 			c := own(t, framework.Options{
 				APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/16,fd00:10:96::/108"}},
-				Policy:      sharedPolicy,
+				Policy:      dualStackPolicy, // both families allowed: only the band decides
 				Webhooks:    1,
 				WebhookArgs: mode.args,
 			})
