@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,8 @@ import (
 	"clusterip-policy/internal/logging"
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/readiness/readinesstest"
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/holds"
 )
 
@@ -45,6 +48,60 @@ type wired struct {
 	mutate   http.Handler
 	auditBuf *bytes.Buffer
 	reg      *prometheus.Registry
+	view     *allocview.View
+}
+
+// mirror puts the IPAddresses among objects into the view, as the view's
+// own watch of every IPAddress would.
+func (w wired) mirror(objects ...runtime.Object) {
+	w.view.Update(func(tx *allocview.Tx) {
+		for _, o := range objects {
+			if a, ok := o.(*networkingv1.IPAddress); ok {
+				tx.SetAllocation(netip.MustParseAddr(a.Name), kubesource.HolderOf(a))
+			}
+		}
+	})
+}
+
+// newReleaser is the holds' release through client, reading the holds
+// from the watch every replica keeps, listed before it returns.
+func newReleaser(t *testing.T, client *fake.Clientset, hm *holdctl.Metrics, now func() time.Time) (*holdctl.Releaser, *holdctl.Watch) {
+	t.Helper()
+	w := holdctl.NewWatch(client)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go w.Run(ctx)
+	if !w.WaitForSync(ctx) {
+		t.Fatal("the watch of the holds did not list them")
+	}
+	return holdctl.NewReleaser(client, w, logging.New(&strings.Builder{}), hm, now), w
+}
+
+// waitWatched waits until the watch shows a hold at ip, or none.
+func waitWatched(t *testing.T, w *holdctl.Watch, ip string, present bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := w.Get(netip.MustParseAddr(ip)); ok == present {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch of the holds never showed %s present = %v", ip, present)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// apiCalls are the calls a release made: the watch's lists and watches
+// are not the release's.
+func apiCalls(client *fake.Clientset) []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func newWired(t *testing.T, hook admission.AllocationHook) wired {
@@ -55,67 +112,73 @@ func newWired(t *testing.T, hook admission.AllocationHook) wired {
 	buf.Reset()
 	reg := prometheus.NewRegistry()
 	eps := admission.Endpoints(admission.Config{Gate: f.Gate, Audit: log.WithName("audit"), Registry: reg, Hook: hook})
-	return wired{mutate: eps[names.MutatePath], auditBuf: &buf, reg: reg}
+	return wired{mutate: eps[names.MutatePath], auditBuf: &buf, reg: reg, view: f.View}
 }
 
 func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 	ourHold := func() runtime.Object { return ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns") }
+	kubeDNS := func() runtime.Object {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns"}}
+	}
 	cases := []struct {
 		name    string
 		review  []byte
 		objects []runtime.Object
-		failGet bool
-		// failOwner fails the GET of the owner Service.
-		failOwner   bool
-		ownerExists float64 // releases refused as owner-exists
-		allowed     bool
-		code        int32
-		message     string
-		remains     bool // 10.96.0.10 still exists afterwards
-		calls       int  // API calls made by the release
-		released    float64
+		// failDelete fails the DELETE of the hold, failOwner the GET of
+		// the owner Service.
+		failDelete, failOwner bool
+		ownerExists           float64 // releases refused as owner-exists
+		allowed               bool
+		code                  int32
+		message               string
+		remains               bool // 10.96.0.10 still exists afterwards
+		calls                 int  // API calls made by the release
+		released              float64
 	}{
 		{name: "an owner asking for no IP is patched to its reservation and its hold is deleted",
 			review:  admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")),
-			objects: []runtime.Object{ourHold()}, allowed: true, remains: false, calls: 3, released: 1},
+			objects: []runtime.Object{ourHold()}, allowed: true, remains: false, calls: 2, released: 1},
 		{name: "an owner asking for its reserved IP gets its hold deleted",
 			review:  admissiontest.LoadReview(t, "mutate-003-create-wh-static.json", admissiontest.Named("kube-system", "kube-dns"), admissiontest.WithClusterIP("10.96.0.10")),
-			objects: []runtime.Object{ourHold()}, allowed: true, remains: false, calls: 3, released: 1},
+			objects: []runtime.Object{ourHold()}, allowed: true, remains: false, calls: 2, released: 1},
 		{name: "a dry run releases nothing",
 			review:  admissiontest.LoadReview(t, "mutate-005-create-wh-dryrun.json", admissiontest.Named("kube-system", "kube-dns")),
 			objects: []runtime.Object{ourHold()}, allowed: true, remains: true},
-		{name: "an IPAddress the apiserver manages is never deleted",
+		{name: "a forged create of an owner that exists, whose own IPAddress holds its address, costs no API call and is counted owner-exists",
 			review:  admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")),
-			objects: []runtime.Object{ipAddress("10.96.0.10", "ipallocator.k8s.io", "kube-system", "kube-dns")}, allowed: true, remains: true, calls: 1},
+			objects: []runtime.Object{ipAddress("10.96.0.10", "ipallocator.k8s.io", "kube-system", "kube-dns"), kubeDNS()},
+			allowed: true, remains: true, ownerExists: 1},
 		{name: "another Service's create touches no IPAddress",
 			review:  admissiontest.LoadReview(t, "mutate-003-create-wh-static.json", admissiontest.Named("default", "web"), admissiontest.WithClusterIP("10.96.0.30")),
 			objects: []runtime.Object{ourHold()}, allowed: true, remains: true},
 		{name: "a denied request releases nothing",
 			review:  admissiontest.LoadReview(t, "mutate-003-create-wh-static.json", admissiontest.Named("default", "early-bird"), admissiontest.WithClusterIP("10.96.0.10")),
 			objects: []runtime.Object{ourHold()}, allowed: false, code: http.StatusForbidden, message: "is reserved for Service kube-system/kube-dns", remains: true},
-		{name: "no hold to release: the owner is allowed as before",
-			review: admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")), allowed: true, calls: 1},
+		{name: "no hold to release: the owner is allowed as before, with no API call",
+			review: admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")), allowed: true},
 		{name: "a release that fails refuses the request with 503, naming the address and the owner",
 			review:  admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")),
-			objects: []runtime.Object{ourHold()}, failGet: true, allowed: false, code: http.StatusServiceUnavailable,
-			message: "could not release its hold on 10.96.0.10 for Service kube-system/kube-dns", remains: true, calls: 1},
-		{name: "a create of an owner that already exists (a duplicate, or a review no apiserver sent) releases nothing",
+			objects: []runtime.Object{ourHold()}, failDelete: true, allowed: false, code: http.StatusServiceUnavailable,
+			message: "could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: delete IPAddress 10.96.0.10: connection refused", remains: true, calls: 2},
+		{name: "a create of an owner that exists while our hold names it (a duplicate, or a review no apiserver sent) releases nothing",
 			review:  admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")),
-			objects: []runtime.Object{ourHold(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns"}}},
-			allowed: true, remains: true, calls: 2, ownerExists: 1},
+			objects: []runtime.Object{ourHold(), kubeDNS()},
+			allowed: true, remains: true, calls: 1, ownerExists: 1},
 		{name: "an update of an owner that does not exist (a review no apiserver sent) releases nothing",
 			review:  bytes.Replace(admissiontest.LoadReview(t, "mutate-003-create-wh-static.json", admissiontest.Named("kube-system", "kube-dns"), admissiontest.WithClusterIP("10.96.0.10")), []byte(`"operation":"CREATE"`), []byte(`"operation":"UPDATE"`), 1),
-			objects: []runtime.Object{ourHold()}, allowed: true, remains: true, calls: 2, ownerExists: 1},
+			objects: []runtime.Object{ourHold()}, allowed: true, remains: true, calls: 1, ownerExists: 1},
 		{name: "a check of the owner that fails refuses the request with 503",
 			review:  admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")),
 			objects: []runtime.Object{ourHold()}, failOwner: true, allowed: false, code: http.StatusServiceUnavailable,
-			message: "could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: get Service kube-system/kube-dns: connection refused", remains: true, calls: 2},
+			message: "could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: get Service kube-system/kube-dns: connection refused", remains: true, calls: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset(tc.objects...)
-			if tc.failGet {
-				client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+			hreg := prometheus.NewRegistry()
+			rel, _ := newReleaser(t, client, holdctl.NewMetrics(hreg), time.Now)
+			if tc.failDelete {
+				client.PrependReactor("delete", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 					return true, nil, errors.New("connection refused")
 				})
 			}
@@ -124,11 +187,11 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 					return true, nil, errors.New("connection refused")
 				})
 			}
-			hreg := prometheus.NewRegistry()
-			hm := holdctl.NewMetrics(hreg)
-			r := newWired(t, holdctl.NewReleaser(client, logging.New(&strings.Builder{}), hm, time.Now))
+			r := newWired(t, rel)
+			r.mirror(tc.objects...)
+			client.ClearActions()
 			resp := admissiontest.Post(t, r.mutate, tc.review)
-			calls := len(client.Actions())
+			calls := apiCalls(client)
 			if resp.Allowed != tc.allowed {
 				t.Fatalf("allowed = %v, want %v (%+v)", resp.Allowed, tc.allowed, resp.Result)
 			}
@@ -144,8 +207,8 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 			if remains := err == nil; remains != tc.remains {
 				t.Errorf("10.96.0.10 remains = %v, want %v", remains, tc.remains)
 			}
-			if calls != tc.calls {
-				t.Errorf("%d API calls by the release, want %d: %v", calls, tc.calls, client.Actions())
+			if len(calls) != tc.calls {
+				t.Errorf("%d API calls by the release, want %d: %v", len(calls), tc.calls, calls)
 			}
 			if got := counter(t, hreg, "clusterip_policy_hold_releases_total", "result", "released"); got != tc.released {
 				t.Errorf("releases{released} = %v, want %v", got, tc.released)
@@ -159,18 +222,23 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 
 // Forged creates of an absent owner, each followed by the leader's new
 // hold: the address is freed for the budget's burst, then refused with 503
-// until a release is due again, however many reviews arrive.
+// until a release is due again, however many reviews arrive, and a refused
+// review makes no API call.
 func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 	client := fake.NewClientset()
 	hreg := prometheus.NewRegistry()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r := newWired(t, holdctl.NewReleaser(client, logging.New(&strings.Builder{}), holdctl.NewMetrics(hreg), func() time.Time { return now }))
+	rel, watch := newReleaser(t, client, holdctl.NewMetrics(hreg), func() time.Time { return now })
+	r := newWired(t, rel)
+	hold := ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns")
+	r.mirror(hold) // the view lags behind the releases here; only the watch decides
 	review := admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns"))
 	rehold := func() {
 		t.Helper()
-		if _, err := client.NetworkingV1().IPAddresses().Create(context.Background(), ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := client.NetworkingV1().IPAddresses().Create(context.Background(), hold.DeepCopy(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
+		waitWatched(t, watch, "10.96.0.10", true)
 	}
 	freed := 0
 	for i := 0; i < 50; i++ {
@@ -180,8 +248,9 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 		switch {
 		case resp.Allowed:
 			freed++
-		case len(client.Actions()) != 1:
-			t.Fatalf("review %d, refused, made %d API calls, want 1 (the GET of the hold): %v", i+1, len(client.Actions()), client.Actions())
+			waitWatched(t, watch, "10.96.0.10", false)
+		case len(apiCalls(client)) != 0:
+			t.Fatalf("review %d, refused, made %d API calls, want none: %v", i+1, len(apiCalls(client)), apiCalls(client))
 		case resp.Result.Code != http.StatusServiceUnavailable || !strings.Contains(resp.Result.Message, "clusterip-policy holds 10.96.0.10 for Service kube-system/kube-dns and released it 3 times recently without that Service appearing; it releases it again in "+(holdctl.ReleaseRefill-time.Duration(i)*100*time.Millisecond+time.Second-1).Truncate(time.Second).String()+": retry then"),
 			!strings.Contains(resp.Result.Message, "Who can release a hold"):
 			t.Fatalf("review %d: %d %q", i+1, resp.Result.Code, resp.Result.Message)
@@ -202,6 +271,7 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 	if _, err := client.NetworkingV1().IPAddresses().Get(context.Background(), "10.96.0.10", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the hold was not released one refill later: %v", err)
 	}
+	waitWatched(t, watch, "10.96.0.10", false)
 	// A create that finds no hold of ours spends nothing: an owner whose
 	// hold is not there yet is never refused for it.
 	for i := 0; i < 10; i++ {
@@ -216,13 +286,16 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 // response's auditAnnotations must say the same 503 denial, not the
 // "patched" the decision was before the release was tried.
 func TestAFailedReleaseIsRecordedAsTheDenialItIs(t *testing.T) {
-	client := fake.NewClientset(ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns"))
-	client.PrependReactor("get", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
+	hold := ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns")
+	client := fake.NewClientset(hold)
+	rel, _ := newReleaser(t, client, holdctl.NewMetrics(prometheus.NewRegistry()), time.Now)
+	client.PrependReactor("delete", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	r := newWired(t, holdctl.NewReleaser(client, logging.New(&strings.Builder{}), holdctl.NewMetrics(prometheus.NewRegistry()), time.Now))
+	r := newWired(t, rel)
+	r.mirror(hold)
 	resp := admissiontest.Post(t, r.mutate, admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")))
-	const want = "clusterip-policy could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: get IPAddress 10.96.0.10: connection refused; retry in a few seconds"
+	const want = "clusterip-policy could not release its hold on 10.96.0.10 for Service kube-system/kube-dns before the apiserver allocates it: delete IPAddress 10.96.0.10: connection refused; retry in a few seconds"
 	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != want || len(resp.Patch) != 0 {
 		t.Fatalf("response: allowed %v, %d %q, patch %s; want a 503 %q without a patch", resp.Allowed, resp.Result.Code, resp.Result.Message, resp.Patch, want)
 	}
@@ -233,7 +306,7 @@ func TestAFailedReleaseIsRecordedAsTheDenialItIs(t *testing.T) {
 	if line["decision"] != "denied" || line["message"] != want || len(line["patch"].([]any)) != 0 || len(line["mutations"].([]any)) != 0 {
 		t.Errorf("audit line: decision %v message %q patch %v mutations %v; want denied, %q, no patch", line["decision"], line["message"], line["patch"], line["mutations"], want)
 	}
-	if line["policyDigest"] == "" || line["viewGeneration"] != 1.0 {
+	if line["policyDigest"] == "" || line["viewGeneration"] == nil {
 		t.Errorf("audit line lost what the decision was made against: policyDigest %v viewGeneration %v", line["policyDigest"], line["viewGeneration"])
 	}
 	if got := counter(t, r.reg, "clusterip_policy_decisions_total", "stage", "mutate", "decision", "denied", "rule", ""); got != 1 {

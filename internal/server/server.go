@@ -246,6 +246,11 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		return err
 	}
 	cfg.UserAgent = "clusterip-policy/" + version.Version()
+	// Explicit rather than client-go's default of 5 a second, burst 10,
+	// which every group of a clientset shares: the view's lists, the
+	// Lease, the audit and the conditions' writes. The holds have a client
+	// of their own (holds.ClientQPS). docs/operations.md, "API calls".
+	cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
@@ -276,10 +281,18 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	var hook admission.AllocationHook   // the holds' release; nil with holds off
 	skip := []string{o.lease.Namespace} // the webhook configurations exclude it
 	var leaderWorks []leader.Work
+	var holdWatch *holds.Watch // every replica's watch of the holds; nil with holds off
 	if o.holds.Enabled {
+		hcfg := rest.CopyConfig(cfg)
+		hcfg.QPS, hcfg.Burst = holds.ClientQPS, holds.ClientBurst
+		hclient, err := kubernetes.NewForConfig(hcfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
 		hm := holds.NewMetrics(defaultRegistry)
-		hook = holds.NewReleaser(client, log.WithName("holds"), hm, time.Now)
-		leaderWorks = append(leaderWorks, holds.NewKeeper(client, gate, skip, o.holds.Grace, log.WithName("holds"), hm).Work())
+		holdWatch = holds.NewWatch(hclient)
+		hook = holds.NewReleaser(hclient, holdWatch, log.WithName("holds"), hm, time.Now)
+		leaderWorks = append(leaderWorks, holds.NewKeeper(hclient, holdWatch, gate, skip, o.holds.Grace, log.WithName("holds"), hm).Work())
 	}
 	var audit *periodicaudit.Audit
 	if o.audit.Interval > 0 {
@@ -325,6 +338,15 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 			_, err := gate.Check(time.Now())
 			return err
 		},
+		// A release is decided from the watch of the holds: until it has
+		// listed them, an owner's create could not be told whether there is
+		// a hold to release.
+		"holds": func(*http.Request) error {
+			if holdWatch != nil && !holdWatch.Synced() {
+				return errors.New("the reservation holds are not listed yet")
+			}
+			return nil
+		},
 		"shutdown": func(*http.Request) error {
 			if draining.Load() {
 				return errors.New("shutting down")
@@ -359,6 +381,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		}()
 	}
 	goRun("view", func() error { return source.Run(bgCtx) })
+	if holdWatch != nil {
+		goRun("holds watch", func() error { holdWatch.Run(bgCtx); return nil })
+	}
 	if object != nil {
 		goRun("policy object watcher", func() error { return object.Run(bgCtx) })
 	} else {
@@ -397,6 +422,14 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	log.Info("stopped")
 	return failure
 }
+
+// clientQPS and clientBurst bound the API calls of everything but the
+// holds (holds.ClientQPS): the view's lists and watches, the Lease, the
+// periodic audit, the ClusterIPPolicy status and the managed conditions.
+const (
+	clientQPS   = 20
+	clientBurst = 40
+)
 
 // defaultRegistry is controller-runtime's, where the webhook server's own
 // metrics live: one /metrics serves both.

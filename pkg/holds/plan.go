@@ -55,9 +55,12 @@ const (
 var States = []string{StateHeld, StateOwner, StateOther, StateWaiting, StateCandidate, StateNotApplied}
 
 // Wants returns the reservations to hold, in policy order, and how many
-// are not held by design: the implicit default/kubernetes address (the
-// apiserver creates that Service itself, with no mutating review to
-// release a hold, so a hold would block it), reservations whose owner
+// are not held by design: the address of default/kubernetes, implicit or
+// written out (the apiserver recreates that Service itself, through its
+// loopback identity, which both webhooks exempt: no mutating review would
+// release the hold, the apiserver would fail "provided IP is already
+// allocated" every 10 s and in-cluster clients would lose their route to
+// it), reservations whose owner
 // lives in a namespace the webhook never reviews (skipNamespaces: its own,
 // and those the policy exempts, which get no release either), and
 // addresses outside the active ranges (the apiserver could not allocate
@@ -65,7 +68,7 @@ var States = []string{StateHeld, StateOwner, StateOther, StateWaiting, StateCand
 // the holds are bounded too: one small IPAddress each.
 func Wants(p *policy.Policy, rs allocview.RangeSet, skipNamespaces []string) (wants []Want, notApplied int) {
 	for _, r := range p.Reservations {
-		if r.Implicit || slices.Contains(skipNamespaces, r.Owner.Namespace) || slices.Contains(p.ExemptNamespaces, r.Owner.Namespace) {
+		if r.Implicit || r.Owner == policy.KubernetesService || slices.Contains(skipNamespaces, r.Owner.Namespace) || slices.Contains(p.ExemptNamespaces, r.Owner.Namespace) {
 			notApplied++
 			continue
 		}

@@ -49,6 +49,26 @@ exemptions:
 	}
 }
 
+// The apiserver recreates default/kubernetes itself, through its loopback
+// identity, which both webhooks exempt: no review of that create ever
+// releases a hold, so a hold on its address, implicit or written out, would
+// keep the apiserver from recreating it ("provided IP is already allocated"
+// every 10 s) and cut in-cluster clients off from the apiserver.
+func TestWantsNeverHoldsTheAddressOfDefaultKubernetes(t *testing.T) {
+	p := mustPolicy(t, `reservations:
+- {ip: 10.96.0.1, service: default/kubernetes, note: written out}
+- {ip: 10.96.0.10, service: kube-system/kube-dns}
+`)
+	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
+	wants, notApplied := Wants(p, rs, nil)
+	if want := []Want{{dnsIP, dns}}; !slices.Equal(wants, want) {
+		t.Errorf("wants = %v, want %v: default/kubernetes is never held", wants, want)
+	}
+	if notApplied != 1 {
+		t.Errorf("notApplied = %d, want 1 (default/kubernetes)", notApplied)
+	}
+}
+
 func TestDecide(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	grace := time.Second

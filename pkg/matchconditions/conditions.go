@@ -9,8 +9,10 @@
 // does not recognise as harmless (an unknown shape, an address outside the
 // list, a list too long to encode) makes it true. It is ANDed with the
 // static conditions of manifests/base/webhook-configurations.yaml, which
-// stay as they are; for anything but a CREATE it is true, so UPDATEs keep
-// today's static filter.
+// stay as they are. The validating one is true for anything but a CREATE,
+// so UPDATEs keep that webhook's static filter; the mutating one narrows
+// UPDATEs to those that may allocate (AllocatingUpdate), since the mutating
+// webhook's static conditions send it every UPDATE.
 package matchconditions
 
 import (
@@ -94,6 +96,11 @@ func Compute(p *policy.Policy, rs allocview.RangeSet) Conditions {
 		c.Owners, c.OwnersCapped = nil, true
 		c.Mutating = mutating(nil, true, false)
 	}
+	if p == nil {
+		// The fail-safe conditions: with no policy nothing can be told,
+		// not even whether another mutating admission acts on UPDATEs.
+		c.Mutating = "true"
+	}
 	// The validating allow-list as ranges and holes; past MaxTerms,
 	// MaxHoles or the expression's size, as its exact prefixes; past
 	// that, nothing.
@@ -164,8 +171,38 @@ func literalSafe(s string) bool {
 // evaluate counts as a webhook failure and, with failurePolicy Fail,
 // rejects the request.
 
-// notCreate keeps UPDATEs under the static allocating-requests-only filter.
+// notCreate keeps UPDATEs under the validating webhook's static
+// allocating-requests-only filter.
 const notCreate = "request.operation != 'CREATE'"
+
+// AllocatingUpdate is true for an UPDATE that may allocate an address, the
+// ones policy.Mutate does not skip (pkg/policy mutateSkips): from type
+// ExternalName to a type with a ClusterIP (not ExternalName to
+// ExternalName), a single-stack Service growing to dual-stack with a second
+// clusterIP named, or growing by ipFamilyPolicy (to RequireDualStack or
+// PreferDualStack) or ipFamilies alone (growsToDualStack). It was the
+// mutating webhook's static condition; the mutating webhook now gets every
+// UPDATE from its static conditions, so that another mutating admission
+// that acts on an UPDATE after ours reinvokes it (the apiserver reinvokes
+// only a webhook called in the first round), and the managed condition
+// narrows UPDATEs to these while no such admission exists.
+// TestManagedMutatingConditionSendsExactlyTheUpdatesMutateActsOn holds it
+// equal to Go; test/e2e/dualstack_test.go on a real apiserver.
+const AllocatingUpdate = "(has(oldObject.spec) && has(oldObject.spec.type) && oldObject.spec.type == 'ExternalName' &&\n" +
+	" (!has(object.spec) || !has(object.spec.type) || object.spec.type != 'ExternalName')) ||\n" +
+	"(has(object.spec) && has(object.spec.clusterIPs) && has(oldObject.spec) &&\n" +
+	" (!has(oldObject.spec.clusterIPs) || size(object.spec.clusterIPs) > size(oldObject.spec.clusterIPs))) ||\n" +
+	"(has(object.spec) && has(oldObject.spec) &&\n" +
+	" !(has(object.spec.type) && object.spec.type == 'ExternalName') &&\n" +
+	" (!has(object.spec.clusterIPs) || size(object.spec.clusterIPs) < 2) &&\n" +
+	" ((has(object.spec.ipFamilyPolicy) && object.spec.ipFamilyPolicy != 'SingleStack' &&\n" +
+	"   (!has(oldObject.spec.ipFamilyPolicy) || oldObject.spec.ipFamilyPolicy != object.spec.ipFamilyPolicy)) ||\n" +
+	"  (has(object.spec.ipFamilies) &&\n" +
+	"   size(object.spec.ipFamilies) > (has(oldObject.spec.ipFamilies) ? size(oldObject.spec.ipFamilies) : 0))))"
+
+// updateFirst decides an UPDATE by AllocatingUpdate alone; what follows it
+// decides every other request.
+const updateFirst = "request.operation == 'UPDATE' ? (\n" + AllocatingUpdate + ") :\n"
 
 // namesAddress: the request names a ClusterIP ("None" included); the
 // mutating webhook checks every requested address.
@@ -199,7 +236,7 @@ const ownerNamed = "((has(object.metadata.name) && object.metadata.name != '') ?
 // expression would be too long with it.
 func mutating(owners []string, capped, prefilter bool) string {
 	if capped {
-		return "true"
+		return updateFirst + "true"
 	}
 	parts := []string{notCreate, "!has(object.spec)", "!has(object.metadata)", namesAddress, oddFamilies}
 	if len(owners) > 0 && !prefilter {
@@ -213,7 +250,7 @@ func mutating(owners []string, capped, prefilter bool) string {
 		names = slices.Compact(names)
 		parts = append(parts, "("+fmt.Sprintf(ownerNamed, quoteList(names))+" && "+serviceKey+" in "+quoteList(owners)+")")
 	}
-	return strings.Join(parts, " ||\n")
+	return updateFirst + "(" + strings.Join(parts, " ||\n") + ")"
 }
 
 // validating is true for a CREATE the validating webhook may deny, warn

@@ -231,7 +231,10 @@ func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
 		{"static create, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.ClusterIP = "10.96.0.50" }), true, false, admission.Create},
 		{"headless create, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.ClusterIP = "None" }), true, false, admission.Create},
 		{"odd ipFamilies, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{"IPv4", "IPv4"} }), true, false, admission.Create},
-		{"update, mutate", true, "apps", "web", service("apps", "web"), true, false, admission.Update},
+		// An UPDATE that changes nothing allocates nothing: the mutating
+		// webhook's static conditions send every UPDATE, the managed one
+		// narrows them (AllocatingUpdate).
+		{"update that allocates nothing, mutate", true, "apps", "web", service("apps", "web"), false, false, admission.Update},
 		{"dynamic allocation, validate", false, "apps", "web", service("apps", "web", final("10.96.77.3")), false, false, admission.Create},
 		{"dual-stack dynamic allocation, validate", false, "apps", "web", service("apps", "web", final("fd00:10:96::9:1", "10.96.77.3")), false, false, admission.Create},
 		{"dynamic landing on a reservation, validate", false, "apps", "web", service("apps", "web", final("10.96.100.5")), true, false, admission.Create},
@@ -471,8 +474,8 @@ func TestCappedOwnersSendEveryCreate(t *testing.T) {
 	}
 	p := mustPolicy(t, b.String())
 	c := Compute(p, policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))}.Ranges())
-	if !c.OwnersCapped || c.Mutating != "true" {
-		t.Fatalf("owners capped %v, mutating %q", c.OwnersCapped, c.Mutating)
+	if !c.OwnersCapped || !strings.HasSuffix(c.Mutating, ") :\ntrue") {
+		t.Fatalf("owners capped %v, mutating %q; want every CREATE sent", c.OwnersCapped, c.Mutating)
 	}
 	if !newMatcher(t, c.Mutating).match(t, admission.Create, "apps", "web", service("apps", "web"), nil, false) {
 		t.Fatal("a capped mutating condition skipped a create")
@@ -687,6 +690,69 @@ func TestSkipSetIsExactlyTheAllowList(t *testing.T) {
 				}
 			}
 			t.Logf("%d addresses agree; %d terms, %d holes against %d exact prefixes", len(addrs), len(s.Terms), len(s.Holes), len(exact))
+		})
+	}
+}
+
+// The mutating webhook's static conditions send it every UPDATE (so that
+// another mutating admission acting on an UPDATE after ours reinvokes it);
+// the managed condition narrows them to exactly the UPDATEs policy.Mutate
+// does not skip: none it acts on is left out, none it skips is sent.
+func TestManagedMutatingConditionSendsExactlyTheUpdatesMutateActsOn(t *testing.T) {
+	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	c := Compute(env.Policy, env.Ranges())
+	mut := newMatcher(t, c.Mutating)
+	single := service("apps", "web", func(s *corev1.Service) {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies = "10.96.0.40", []string{"10.96.0.40"}, []corev1.IPFamily{corev1.IPv4Protocol}
+		p := corev1.IPFamilyPolicySingleStack
+		s.Spec.IPFamilyPolicy = &p
+	})
+	dual := service("apps", "web", dualStack("10.96.0.40", "fd00:10:96::40"), func(s *corev1.Service) {
+		p := corev1.IPFamilyPolicyPreferDualStack
+		s.Spec.IPFamilyPolicy = &p
+	})
+	external := service("apps", "web", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeExternalName
+		s.Spec.ExternalName = "example.com"
+	})
+	for _, tc := range []struct {
+		name     string
+		old      *corev1.Service
+		change   func(*corev1.Service)
+		wantSent bool
+	}{
+		{"a label only", single, func(s *corev1.Service) { s.Labels = map[string]string{"a": "b"} }, false},
+		{"a label of a dual-stack Service", dual, func(s *corev1.Service) { s.Labels = map[string]string{"a": "b"} }, false},
+		{"an ExternalName's label", external, func(s *corev1.Service) { s.Labels = map[string]string{"a": "b"} }, false},
+		{"PreferDualStack with a second address named", single, func(s *corev1.Service) {
+			p := corev1.IPFamilyPolicyPreferDualStack
+			s.Spec.IPFamilyPolicy = &p
+			s.Spec.ClusterIPs = []string{"10.96.0.40", "fd00:10:96::5000"}
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		}, true},
+		{"PreferDualStack alone", single, func(s *corev1.Service) {
+			p := corev1.IPFamilyPolicyPreferDualStack
+			s.Spec.IPFamilyPolicy = &p
+		}, true},
+		{"ipFamilies grown", single, func(s *corev1.Service) {
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		}, true},
+		{"RequireDualStack on a Service with two addresses", dual, func(s *corev1.Service) {
+			p := corev1.IPFamilyPolicyRequireDualStack
+			s.Spec.IPFamilyPolicy = &p
+		}, false},
+		{"ExternalName to ClusterIP", external, func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP; s.Spec.ExternalName = "" }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := tc.old.DeepCopy()
+			tc.change(obj)
+			d := policy.Mutate(env, policy.Request{Operation: policy.Update, Service: obj, OldService: tc.old, User: "alice", Groups: []string{"system:authenticated"}})
+			if acts := d.Skipped == ""; acts != tc.wantSent {
+				t.Fatalf("policy.Mutate acts = %v (skipped %q), want %v", acts, d.Skipped, tc.wantSent)
+			}
+			if got := mut.match(t, admission.Update, "apps", "web", obj, tc.old, false); got != tc.wantSent {
+				t.Fatalf("managed mutating condition sends = %v, want %v", got, tc.wantSent)
+			}
 		})
 	}
 }

@@ -37,8 +37,9 @@ type Mutator struct {
 // the count stays exact.
 const maxMutatorNames = 10
 
-// SelectsServiceCreate reports whether one of m's rules selects a CREATE of
-// a core/v1 Service. Only the rules are read: selectors, matchConditions
+// SelectsServiceCreate reports whether one of m's rules selects a CREATE or
+// an UPDATE of a core/v1 Service: either can be given an address after ours
+// ran, and ours is reinvoked only if the first round called it. Only the rules are read: selectors, matchConditions
 // and policy bindings narrow a mutator further, but an expression of
 // someone else's that we cannot evaluate is taken as matching, so a
 // mistake here costs a webhook call, never a skipped one.
@@ -54,7 +55,7 @@ func (m Mutator) SelectsServiceCreate() bool {
 // scope "*", "Namespaced" or unset.
 func ruleSelectsServiceCreate(r admissionregistrationv1.RuleWithOperations) bool {
 	op := slices.ContainsFunc(r.Operations, func(o admissionregistrationv1.OperationType) bool {
-		return o == admissionregistrationv1.OperationAll || o == admissionregistrationv1.Create
+		return o == admissionregistrationv1.OperationAll || o == admissionregistrationv1.Create || o == admissionregistrationv1.Update
 	})
 	group := slices.ContainsFunc(r.APIGroups, func(g string) bool { return g == "*" || g == "" })
 	version := slices.ContainsFunc(r.APIVersions, func(v string) bool { return v == "*" || v == "v1" })

@@ -34,7 +34,10 @@ func TestRuleSelectsServiceCreateAsTheApiserverMatchesRules(t *testing.T) {
 	}{
 		{"services CREATE in core/v1", rule(create, core, v1only, []string{"services"}, nil), true},
 		{"every operation", rule(allOps, core, v1only, []string{"services"}, nil), true},
-		{"UPDATE only", rule(update, core, v1only, []string{"services"}, nil), false},
+		// An UPDATE can be given an address after ours too (a label-only
+		// update turned dual-stack), and ours is reinvoked only if called.
+		{"UPDATE only", rule(update, core, v1only, []string{"services"}, nil), true},
+		{"DELETE only", rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}, core, v1only, []string{"services"}, nil), false},
 		{"every group", rule(create, []string{"*"}, v1only, []string{"services"}, nil), true},
 		{"another group only", rule(create, []string{"apps"}, v1only, []string{"services"}, nil), false},
 		{"every version", rule(create, core, []string{"*"}, []string{"services"}, nil), true},

@@ -135,7 +135,7 @@ func Mutate(env Env, req Request) Decision {
 	case !ok:
 	case len(c.d.RequestedIPs) > 0:
 		c.eachNewIP(req, c.checkRequested)
-		if growsToDualStack(req) && !hasNewIP(req) {
+		if (growsToDualStack(req) && !hasNewIP(req)) || (req.Operation == Create && c.namesOwnReservation()) {
 			c.assignSecondary()
 		}
 	case req.Operation == Create || changesFromExternalName(req):
@@ -202,10 +202,12 @@ func (c *checker) eachNewIP(req Request, check func(field, raw string)) {
 	}
 }
 
-// mutateSkips and validateSkips are the Go side of the webhook
-// configurations' matchConditions named allocating-requests-only
-// (manifests/base/webhook-configurations.yaml): the CEL there sends an
-// UPDATE only when these would review it. See operations.go.
+// mutateSkips and validateSkips are the Go side of the UPDATE filters in
+// CEL: the validating webhook's static matchCondition
+// allocating-requests-only (manifests/base/webhook-configurations.yaml) and
+// the mutating webhook's managed one (pkg/matchconditions
+// AllocatingUpdate), which send an UPDATE only when these would review it.
+// See operations.go.
 func mutateSkips(req Request) string {
 	return skips(req, changesFromExternalName(req) || hasNewIP(req) || growsToDualStack(req), "UPDATE that allocates no IP")
 }

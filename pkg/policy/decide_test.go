@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -570,5 +571,54 @@ func TestValidateAdviceNeverDeletesTheDefaultServiceCIDR(t *testing.T) {
 	assertRule(t, d, RuleOutsideServiceCIDRs, `allocated ClusterIP "10.96.77.3" comes from 10.96.0.0/16 (ServiceCIDR "kubernetes"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random), or name a free address in the static band 10.69.0.1-10.69.1.0; an administrator must add 10.96.0.0/16 to allowedCIDRs (ServiceCIDR "kubernetes" is the apiserver's default ServiceCIDR, made again from its --service-cluster-ip-range if deleted)`)
 	if strings.Contains(d.Violations[0].Message, `delete ServiceCIDR "kubernetes"`) {
 		t.Fatalf("advises deleting the default ServiceCIDR: %s", d.Violations[0].Message)
+	}
+}
+
+// kubeadm's and the coredns chart's kube-dns names its address and asks for
+// two families: the apiserver would allocate the second one at random while
+// its reservation stays unused (and held). It gets its reserved second
+// address on create, as on an update to dual-stack.
+func TestMutateGivesAnOwnerNamingItsAddressTheReservedSecondFamilyOnCreate(t *testing.T) {
+	p := mustPolicy(t, dnsPolicy)
+	for _, tt := range []struct {
+		name  string
+		cidrs []allocview.ServiceCIDR
+		svc   *corev1.Service
+		want  []string // clusterIPs patched in; nil for no patch
+	}{
+		{name: "PreferDualStack on a dual-stack cluster", cidrs: dualStack,
+			svc: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"), familyPolicy(corev1.IPFamilyPolicyPreferDualStack)), want: []string{"10.96.0.10", "fd00:10:96::a"}},
+		{name: "RequireDualStack", cidrs: dualStack,
+			svc: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), want: []string{"10.96.0.10", "fd00:10:96::a"}},
+		{name: "IPv6 first", cidrs: dualStack,
+			svc: makeService("kube-system/kube-dns", clusterIP("fd00:10:96::a"), families(corev1.IPv6Protocol), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)), want: []string{"fd00:10:96::a", "10.96.0.10"}},
+		{name: "PreferDualStack on a single-stack cluster stays single", cidrs: v4Only,
+			svc: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"), familyPolicy(corev1.IPFamilyPolicyPreferDualStack))},
+		{name: "an address of its own, not its reservation, gets nothing added", cidrs: dualStack,
+			svc: makeService("kube-system/kube-dns", clusterIP("10.96.0.11"), familyPolicy(corev1.IPFamilyPolicyPreferDualStack))},
+		{name: "both addresses named: nothing to add", cidrs: dualStack,
+			svc: makeService("kube-system/kube-dns", clusterIPs("10.96.0.10", "fd00:10:96::a"), familyPolicy(corev1.IPFamilyPolicyPreferDualStack))},
+		{name: "single-stack: nothing to add", cidrs: dualStack,
+			svc: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(tt.cidrs)}, Request{Operation: Create, Service: tt.svc})
+			if !d.Allowed() {
+				t.Fatalf("denied: %s", d.Message)
+			}
+			if tt.want == nil {
+				if len(d.Patch) != 0 {
+					t.Fatalf("unexpected patch %v", d.Patch)
+				}
+				return
+			}
+			wantPatch := []PatchOp{{"add", "/spec/clusterIPs", tt.want}}
+			if got, want := mustJSON(d.Patch), mustJSON(wantPatch); got != want {
+				t.Fatalf("patch = %s, want %s", got, want)
+			}
+			if d.Outcome != Patched || len(d.Mutations) != 1 || d.Mutations[0] != MutationAssignReserved || !slices.Equal(d.FinalIPs, tt.want) {
+				t.Fatalf("outcome %s mutations %v final %v", d.Outcome, d.Mutations, d.FinalIPs)
+			}
+		})
 	}
 }

@@ -14,11 +14,10 @@ import (
 // field alone), or its ipFamilies grow. The apiserver then allocates the
 // second family's address (initIPFamilyFields widens ipFamilies); an
 // unchanged PreferDualStack is never upgraded, as in its
-// isMatchingPreferDualStackClusterIPFields. The mutating webhook's
-// matchCondition "allocating-requests-only" (manifests/base/
-// webhook-configurations.yaml) sends exactly these updates too; the e2e
-// subtest "the mutating webhook is sent exactly the updates that may add an
-// address" (test/e2e/dualstack_test.go) holds the two equal.
+// isMatchingPreferDualStackClusterIPFields. The mutating webhook's managed
+// matchCondition sends exactly these updates too (pkg/matchconditions
+// AllocatingUpdate; TestManagedMutatingConditionSendsExactlyTheUpdatesMutateActsOn
+// holds the two equal).
 func growsToDualStack(req Request) bool {
 	if req.Operation != Update || req.OldService == nil {
 		return false
@@ -33,11 +32,29 @@ func growsToDualStack(req Request) bool {
 	return policyGrows || len(svc.Spec.IPFamilies) > len(old.Spec.IPFamilies)
 }
 
+// namesOwnReservation reports a request that names one address, the
+// Service's own reservation of that family: kube-dns created with
+// clusterIP 10.96.0.10 (kubeadm's and the coredns chart's shape).
+func (c *checker) namesOwnReservation() bool {
+	if len(c.d.RequestedIPs) != 1 {
+		return false
+	}
+	ip, err := allocview.ParseIP(c.d.RequestedIPs[0])
+	if err != nil {
+		return false
+	}
+	r, ok := c.env.Policy.ReservationsOf(c.self(), c.rs)[allocview.FamilyOf(ip)]
+	return ok && r.IP == ip
+}
+
 // assignSecondary gives a reservation owner that grows to dual-stack (see
-// growsToDualStack) its reserved address of the added family, as a create
-// would: kube-dns patched to RequireDualStack gets fd00:10:96::a, not a
-// random IPv6 address while its reservation stays unused. The Service keeps
-// its first address; the patch names the second one in clusterIPs[1].
+// growsToDualStack), or is created naming its reserved address of one
+// family and asking for two (namesOwnReservation), its reserved address of
+// the other family: kube-dns patched to RequireDualStack, or created with
+// clusterIP 10.96.0.10 and PreferDualStack, gets fd00:10:96::a, not a
+// random IPv6 address while its reservation stays unused (and held). The
+// Service keeps its first address; the patch names the second one in
+// clusterIPs[1].
 func (c *checker) assignSecondary() {
 	if len(c.d.RequestedIPs) != 1 {
 		return

@@ -12,10 +12,14 @@ import (
 //
 // The same filter is written twice more, on purpose: the webhook
 // configurations (manifests/base/webhook-configurations.yaml) send only
-// these operations (rules[].operations), and their matchConditions named
-// allocating-requests-only narrow UPDATE the way mutateSkips and
-// validateSkips do, so that a Service update that cannot allocate still
-// goes through while the webhook is down. TestManifestFiltersOperationsAsGoDoes
+// these operations (rules[].operations), and the validating webhook's
+// matchCondition allocating-requests-only narrows UPDATE the way
+// validateSkips does, so that a Service update that cannot allocate still
+// goes through while the webhook is down. The mutating webhook gets every
+// UPDATE from its static conditions (a later mutating admission may give
+// an UPDATE an address, and the apiserver reinvokes only a webhook it
+// called first); the managed condition narrows them as mutateSkips does
+// (pkg/matchconditions AllocatingUpdate). TestManifestFiltersOperationsAsGoDoes
 // holds the manifest and this file equal; test/e2e/matchconditions_test.go
 // evaluates the expressions on a real apiserver.
 var AllocatingOperations = []Operation{Create, Update}

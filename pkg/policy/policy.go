@@ -42,6 +42,11 @@ const (
 	kubernetesServiceName             = "kubernetes"
 )
 
+// KubernetesService is the Service the apiserver creates itself, through
+// its loopback identity, which both webhooks exempt: no review of its
+// create ever reaches the webhook.
+var KubernetesService = Owner{kubernetesServiceNamespace, kubernetesServiceName}
+
 // Rules lists every rule ID.
 var Rules = []RuleID{RuleInvalidIP, RuleOutsideServiceCIDRs, RuleReservedForOther, RuleStaticIPInDynamicBand, RuleAlreadyAllocated}
 
@@ -403,7 +408,7 @@ func (p *Policy) ReservedOwner(ip netip.Addr, rs allocview.RangeSet) (Reservatio
 	}
 	if p.ReserveKubernetesService {
 		if first, name, ok := rs.KubernetesServiceIP(); ok && first == ip {
-			return Reservation{IP: ip, Owner: Owner{kubernetesServiceNamespace, kubernetesServiceName}, Note: "first address of " + name, Implicit: true}, true
+			return Reservation{IP: ip, Owner: KubernetesService, Note: "first address of " + name, Implicit: true}, true
 		}
 	}
 	return Reservation{}, false
@@ -412,7 +417,7 @@ func (p *Policy) ReservedOwner(ip netip.Addr, rs allocview.RangeSet) (Reservatio
 // ReservationsOf returns the IPs reserved for owner, at most one per family.
 // It is nil (no map built) for the many Services that own none.
 func (p *Policy) ReservationsOf(owner Owner, rs allocview.RangeSet) map[allocview.Family]Reservation {
-	isKubernetes := p.ReserveKubernetesService && owner == (Owner{kubernetesServiceNamespace, kubernetesServiceName})
+	isKubernetes := p.ReserveKubernetesService && owner == KubernetesService
 	if len(p.byOwner[owner]) == 0 && !isKubernetes {
 		return nil
 	}

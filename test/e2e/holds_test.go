@@ -321,3 +321,57 @@ func eventuallyMetric(t *testing.T, ctx context.Context, c *framework.Cluster, n
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestDefaultKubernetesComesBackWithHoldsOn writes the reservation of
+// default/kubernetes out (the loader accepts it) and turns holds on. The
+// apiserver recreates that Service through its loopback identity, which
+// both webhooks exempt, so no mutating review ever releases a hold on its
+// address: were 10.96.0.1 held, the apiserver would fail "provided IP is
+// already allocated" every 10 s and never recreate it. It must come back on
+// its address, and no hold of ours may ever name it.
+func TestDefaultKubernetesComesBackWithHoldsOn(t *testing.T) {
+	const pol = `apiVersion: clusterip-policy/v1alpha1
+kind: ClusterIPPolicy
+allowedCIDRs: [10.96.0.0/12]
+reserveKubernetesService: false
+reservations:
+- ip: 10.96.0.1
+  service: default/kubernetes
+  note: written out
+- ip: 10.96.0.10
+  service: kube-system/kube-dns
+  note: cluster DNS
+`
+	c := own(t, framework.Options{Policy: pol, Webhooks: 1, WebhookArgs: []string{"--hold-reservations"}})
+	cs := c.Client(0)
+	ctx := testContext(t, 2*time.Minute)
+	waitHold(t, ctx, cs, "10.96.0.10", 30*time.Second) // the leader is at work
+
+	if err := cs.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	deadline := deleted.Add(45 * time.Second) // the apiserver reconciles every 10 s
+	for {
+		if a, err := cs.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.1", metav1.GetOptions{}); err == nil && a.Labels["ipaddress.kubernetes.io/managed-by"] == "clusterip-policy.io" {
+			t.Fatalf("the webhook holds 10.96.0.1 for %s/%s while default/kubernetes is absent: the apiserver cannot recreate it", a.Spec.ParentRef.Namespace, a.Spec.ParentRef.Name)
+		}
+		svc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err == nil {
+			if svc.Spec.ClusterIP != "10.96.0.1" {
+				t.Fatalf("default/kubernetes came back on %s, want 10.96.0.1", svc.Spec.ClusterIP)
+			}
+			break
+		}
+		if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("default/kubernetes was not recreated within %s of its deletion, with holds on and its reservation written out", time.Since(deleted).Round(time.Second))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("e2e: holds: default/kubernetes came back on 10.96.0.1 %s after its deletion, with holds on and its reservation written out", time.Since(deleted).Round(10*time.Millisecond))
+	// Not held by design, as the gauge says.
+	eventuallyMetric(t, ctx, c, "clusterip_policy_holds", `state="not-applied"`, 1)
+}

@@ -67,7 +67,7 @@ func TestMakeUpDemoDown(t *testing.T) {
 		// The reservation is held before its Service exists.
 		"10.96.0.10   kube-system   kube-dns",
 		// The leader wrote the managed condition into both configurations.
-		"mutatingwebhookconfiguration clusterip-policy: not-default-kubernetes allocating-requests-only policy-may-apply",
+		"mutatingwebhookconfiguration clusterip-policy: not-default-kubernetes policy-may-apply",
 		"validatingwebhookconfiguration clusterip-policy: not-default-kubernetes allocating-requests-only policy-may-apply",
 		"patched: the webhook assigns the reserved 10.96.0.10",
 		"denied by mutate-services.clusterip-policy.io: spec.clusterIP: Invalid value: \"10.96.0.10\": is reserved for Service kube-system/kube-dns",

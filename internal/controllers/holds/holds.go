@@ -7,6 +7,7 @@ package holds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync/atomic"
@@ -19,8 +20,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -57,9 +56,19 @@ const (
 	// ReleaseBurst and ReleaseRefill are each address's budget of releases
 	// (holds.ReleaseBudget): a failed owner create and two retries at once,
 	// then one a minute, so forged reviews free an address for about
-	// three graces and then one grace a minute.
+	// three graces and then one grace a minute. The budget lives in each
+	// replica's memory: a replica that restarts starts with full buckets.
 	ReleaseBurst  = 3
 	ReleaseRefill = time.Minute
+	// ClientQPS and ClientBurst bound the API calls of the holds (the
+	// releases of every replica, and the leader's creates and deletes) on a
+	// client of their own, rather than client-go's default of 5 a second
+	// shared with everything else: a release costs two calls (the owner's
+	// GET, the DELETE), so 50 owners created at once are served within
+	// about a second. Reviews that the watch of the holds and the view
+	// already answer make no call at all (Releaser.release).
+	ClientQPS   = 50
+	ClientBurst = 100
 	// refusalLogInterval bounds the log of refused releases: a hostile
 	// caller must not be able to fill the log; the metric counts each.
 	refusalLogInterval = 10 * time.Second
@@ -104,7 +113,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"action"}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_hold_releases_total",
-			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed), and releases refused: owner-exists (a create of an owner that already exists, or an update of one that does not: a forged or duplicate review), rate-limited (the address was released too often without its owner appearing; see docs/operations.md \"Who can release a hold\").",
+			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed), and releases refused: owner-exists (a create of an owner that already exists, whose own IPAddress holds the address or whose GET found it, or an update of one that does not: a forged or duplicate review), rate-limited (the address was released too often without its owner appearing; see docs/operations.md \"Who can release a hold\").",
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.states, m.leader, m.changes, m.releases)
@@ -120,19 +129,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Keeper is the leader's loop.
 type Keeper struct {
 	client kubernetes.Interface
+	watch  *Watch
 	gate   *readiness.Gate
 	skip   []string // namespaces the webhook never reviews (its own)
 	grace  time.Duration
-	// holds lists our holds: from the leader's label-filtered informer.
+	// holds lists our holds: from the watch every replica keeps.
 	holds   func() ([]*networkingv1.IPAddress, error)
 	log     logr.Logger
 	metrics *Metrics
 }
 
 // NewKeeper keeps the holds the gate's policy and view call for, in every
-// namespace but skip (the webhook's own, which it never reviews).
-func NewKeeper(client kubernetes.Interface, gate *readiness.Gate, skip []string, grace time.Duration, log logr.Logger, m *Metrics) *Keeper {
-	return &Keeper{client: client, gate: gate, skip: skip, grace: grace, log: log, metrics: m}
+// namespace but skip (the webhook's own, which it never reviews), reading
+// them from watch and writing through client (ClientQPS).
+func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, skip []string, grace time.Duration, log logr.Logger, m *Metrics) *Keeper {
+	return &Keeper{client: client, watch: watch, gate: gate, skip: skip, grace: grace, log: log, metrics: m}
 }
 
 // Work keeps the holds while this replica leads; at the term's end the
@@ -153,23 +164,14 @@ func (k *Keeper) Work() leader.Work {
 // with no memory of when addresses became free, so it waits the whole
 // grace before its first creates.
 func (k *Keeper) keep(ctx context.Context) {
-	// The leader follows its own holds with a watch filtered by the label,
+	// The leader reads its holds from the watch every replica keeps,
 	// rather than listing them each pass: a label-selected list makes the
 	// apiserver scan every IPAddress of the cluster.
-	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = holds.Selector }))
-	lister := factory.Networking().V1().IPAddresses().Lister()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			k.log.Info("stopped before the holds were listed", "type", typ.String())
-			return
-		}
+	if !k.watch.WaitForSync(ctx) {
+		k.log.Info("stopped before the holds were listed")
+		return
 	}
-	k.holds = func() ([]*networkingv1.IPAddress, error) {
-		return lister.List(labels.SelectorFromSet(labels.Set{holds.ManagedByLabel: holds.ManagedBy}))
-	}
+	k.holds = k.watch.List
 	free := holds.FreeSince{}
 	t := time.NewTicker(holdPollInterval)
 	defer t.Stop()
@@ -312,15 +314,21 @@ const (
 // The review that asks for a release may not come from an apiserver:
 // without client certificates (--client-ca-file; impossible on managed
 // control planes) anything that reaches the webhook port can send one. So
-// a release is checked against the cluster and budgeted:
-//   - a CREATE releases only if the owner Service does not exist (the
-//     apiserver refuses a create of one that does anyway), an UPDATE only
-//     if it does: a review that contradicts the cluster frees nothing;
-//   - each address has a budget of releases (holds.ReleaseBudget), so
-//     forged creates of an absent owner free the address for about three
-//     graces and then one grace a minute, however many are sent.
+// a release is decided in this order, and a forged review costs no API
+// call until the last step:
+//   - from local state: the watch of the holds must show a hold of ours
+//     at the address naming this owner; when the view shows the owner's
+//     own IPAddress there instead, a CREATE is of an owner that exists
+//     (counted owner-exists); anything else is counted absent;
+//   - within each address's budget (holds.ReleaseBudget): forged creates
+//     of an absent owner free the address for about three graces and then
+//     one grace a minute, however many are sent;
+//   - against the cluster: a CREATE releases only if a GET finds no owner
+//     Service (the apiserver refuses a create of one that exists anyway),
+//     an UPDATE only if it finds one.
 type Releaser struct {
 	client  kubernetes.Interface
+	watch   *Watch
 	log     logr.Logger
 	metrics *Metrics
 	budget  *holds.ReleaseBudget
@@ -329,10 +337,11 @@ type Releaser struct {
 	lastRefusalLog atomic.Int64 // unix nanoseconds
 }
 
-// NewReleaser releases through client, within each address's budget
-// (refilled by the clock now: time.Now but in tests).
-func NewReleaser(client kubernetes.Interface, log logr.Logger, m *Metrics, now func() time.Time) *Releaser {
-	return &Releaser{client: client, log: log, metrics: m,
+// NewReleaser releases the holds watch shows through client (ClientQPS),
+// within each address's budget (refilled by the clock now: time.Now but
+// in tests).
+func NewReleaser(client kubernetes.Interface, watch *Watch, log logr.Logger, m *Metrics, now func() time.Time) *Releaser {
+	return &Releaser{client: client, watch: watch, log: log, metrics: m,
 		budget: &holds.ReleaseBudget{Burst: ReleaseBurst, Refill: ReleaseRefill}, now: now}
 }
 
@@ -381,7 +390,7 @@ func (r *Releaser) BeforeAllocation(ctx context.Context, req admission.Request, 
 			continue
 		}
 		seen[ip] = true
-		out, wait, err := r.release(ctx, req.Operation, ip, owner)
+		out, wait, err := r.release(ctx, req.Operation, ip, owner, env.Snapshot)
 		switch {
 		case err != nil:
 			r.metrics.releases.WithLabelValues(releaseFailed).Inc()
@@ -429,25 +438,28 @@ func (r *Releaser) logRefusal(msg string, ip netip.Addr, owner policy.Owner, req
 
 // release deletes the hold on ip if it is ours and names owner; anything
 // else at that address is left alone (an allocation of the owner being
-// re-created, someone else's IPAddress: the apiserver then decides). A hold
-// of ours is deleted only within the address's budget (otherwise wait says
-// when the next release is due) and only if the owner's existence agrees
-// with op (contradictsCluster). Only a deleted hold spends the budget, so an
-// owner that finds no hold is never refused; and a review spends at most
-// one GET once the budget is spent, however many arrive. It returns the
-// result it counted.
-func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner) (result string, wait time.Duration, err error) {
-	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
-	defer cancel()
-	a, err := r.client.NetworkingV1().IPAddresses().Get(cctx, ip.String(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		r.metrics.releases.WithLabelValues(releaseAbsent).Inc()
-		return releaseAbsent, 0, nil
+// re-created, someone else's IPAddress: the apiserver then decides). What
+// the watch of the holds and the view (snap) answer costs no API call: no
+// hold of ours naming owner at ip is "absent", or "owner-exists" for a
+// CREATE when the owner's own IPAddress holds ip. A hold of ours is deleted
+// only within the address's budget (otherwise wait says when the next
+// release is due) and only if a GET of the owner agrees with op
+// (contradictsCluster); a contradiction spends the budget too, so the GETs
+// are bounded by it. Only a review that spends the budget makes API calls:
+// two at most. It returns the result it counted.
+func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner, snap *allocview.Snapshot) (result string, wait time.Duration, err error) {
+	if !r.watch.Synced() {
+		return releaseFailed, 0, errors.New("the holds are not listed yet")
 	}
-	if err != nil {
-		return releaseFailed, 0, fmt.Errorf("get IPAddress %s: %w", ip, err)
-	}
-	if holds.Releasable(a.Labels, kubesource.HolderOf(a), owner) != nil {
+	a, ok := r.watch.Get(ip)
+	if !ok || holds.Releasable(a.Labels, kubesource.HolderOf(a), owner) != nil {
+		// Not our hold for owner. The view shows every IPAddress: one
+		// naming owner that is not our hold is the owner's own allocation,
+		// so a CREATE of owner is of a Service that exists.
+		if h, held := holderAt(snap, ip); held && h.IsService(owner.Namespace, owner.Name) && op == admissionv1.Create {
+			r.metrics.releases.WithLabelValues(releaseOwnerExists).Inc()
+			return releaseOwnerExists, 0, nil
+		}
 		r.metrics.releases.WithLabelValues(releaseAbsent).Inc()
 		return releaseAbsent, 0, nil
 	}
@@ -455,12 +467,16 @@ func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip net
 		r.metrics.releases.WithLabelValues(releaseRateLimited).Inc()
 		return releaseRateLimited, wait, nil
 	}
+	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+	defer cancel()
 	contradicts, err := r.contradictsCluster(cctx, op, owner)
-	if err != nil || contradicts {
-		r.budget.Refund(ip, r.now()) // nothing was freed
-		if err != nil {
-			return releaseFailed, 0, err
-		}
+	if err != nil {
+		r.budget.Refund(ip, r.now()) // nothing was freed, and no review chose to fail it
+		return releaseFailed, 0, err
+	}
+	if contradicts {
+		// Not refunded: a stream of such reviews would otherwise cost a GET
+		// each, without bound.
 		r.metrics.releases.WithLabelValues(releaseOwnerExists).Inc()
 		return releaseOwnerExists, 0, nil
 	}
@@ -472,4 +488,12 @@ func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip net
 	r.metrics.releases.WithLabelValues(releaseReleased).Inc()
 	r.log.Info("hold released for the owner's allocation", "ip", ip.String(), "owner", owner.String())
 	return releaseReleased, 0, nil
+}
+
+// holderAt is the view's holder of ip; none without a view.
+func holderAt(snap *allocview.Snapshot, ip netip.Addr) (allocview.Holder, bool) {
+	if snap == nil {
+		return allocview.Holder{}, false
+	}
+	return snap.Holder(ip)
 }

@@ -50,7 +50,7 @@ func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 		ipAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
 	)
 	hm := NewMetrics(prometheus.NewRegistry())
-	k := NewKeeper(client, r.Gate, nil, time.Second, logging.New(&strings.Builder{}), hm)
+	k := NewKeeper(client, nil, r.Gate, nil, time.Second, logging.New(&strings.Builder{}), hm)
 	k.holds = func() ([]*networkingv1.IPAddress, error) {
 		// What the leader's informer holds: the list by label.
 		l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
@@ -110,7 +110,7 @@ func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "kube-dns", errors.New("RBAC says no"))
 	})
 	hm := NewMetrics(prometheus.NewRegistry())
-	k := NewKeeper(client, r.Gate, nil, time.Second, logging.New(&strings.Builder{}), hm)
+	k := NewKeeper(client, nil, r.Gate, nil, time.Second, logging.New(&strings.Builder{}), hm)
 	k.holds = func() ([]*networkingv1.IPAddress, error) { return nil, nil }
 	long := time.Now().Add(-time.Minute)
 	free := holds.FreeSince{}

@@ -34,6 +34,7 @@ import (
 	"clusterip-policy/internal/readiness"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
+	"clusterip-policy/pkg/policy"
 )
 
 // The annotations written with the conditions, in the same update: what
@@ -275,7 +276,23 @@ func (k *Keeper) lead(ctx context.Context) {
 					break
 				}
 				k.metrics.updates.WithLabelValues("failed").Inc()
-				k.log.Error(errors.New(refusal(err)), "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold", "retryIn", backoff.String())
+				msg := "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold"
+				if !want.failSafe {
+					// The conditions in place encode an earlier policy (or
+					// half of the new one) and may skip requests the policy
+					// in force would deny: send every create meanwhile.
+					safe := matchconditions.Compute(nil, allocview.RangeSet{})
+					if changed, ferr := k.write(ctx, safe, ""); ferr == nil {
+						msg = "cannot write the managed matchConditions; the fail-safe conditions, which send every Service create to the webhook, are in place until a write succeeds"
+						failSafeWritten, written = true, ""
+						if changed {
+							k.metrics.updates.WithLabelValues("updated").Inc()
+						}
+					} else {
+						msg += "; nor could the fail-safe ones be written (" + policy.Clip(ferr.Error(), 256) + ")"
+					}
+				}
+				k.log.Error(errors.New(refusal(err)), msg, "retryIn", backoff.String())
 				if k.WriteFailed != nil {
 					k.WriteFailed(refusal(err))
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -286,5 +288,60 @@ func TestManagementOffRemovesALeftoverConditionDespiteATransientError(t *testing
 	})
 	if n := failures.Load(); n != 1 {
 		t.Fatalf("the reactor failed %d updates, want 1", n)
+	}
+}
+
+// A write of new selective conditions that the apiserver refuses (an
+// expression it cannot compile, a configuration grown too large) must not
+// leave the previous selective ones in place: they encode the policy
+// before, and skip requests the policy now in force may deny. The leader
+// falls back to the fail-safe conditions, which send every create.
+func TestARefusedWriteOfNewConditionsFallsBackToTheFailSafeOnes(t *testing.T) {
+	r := readinesstest.New(t, readinesstest.Policy, true, logr.Discard())
+	m0, v0 := testConfigurations()
+	client := fake.NewClientset(m0, v0)
+	k := New(client, r.Gate, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); k.Work()(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	failSafe := matchconditions.Compute(nil, allocview.RangeSet{})
+	first := r.Store.Current().Policy.Digest
+	eventually(t, "selective conditions written", 10*time.Second, func() bool {
+		m, v, p := managedExprs(t, client)
+		return m != "" && v != failSafe.Validating && p == first
+	})
+	_, before, _ := managedExprs(t, client)
+
+	// From now on the apiserver refuses every condition but the fail-safe
+	// ones, as it refuses an expression it cannot compile.
+	var refused atomic.Int32
+	client.PrependReactor("update", "validatingwebhookconfigurations", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		v := a.(k8stesting.UpdateAction).GetObject().(*admissionregistrationv1.ValidatingWebhookConfiguration)
+		for _, c := range v.Webhooks[0].MatchConditions {
+			if c.Name == matchconditions.Name && c.Expression != failSafe.Validating {
+				refused.Add(1)
+				return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"}, v.Name, nil)
+			}
+		}
+		return false, nil, nil
+	})
+	// A new policy: its conditions differ from the ones in place.
+	if err := os.WriteFile(r.Path, []byte(readinesstest.Policy+"- ip: 10.96.0.20\n  service: default/ingress-vip\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Store.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the fail-safe conditions in place once the new ones were refused", 10*time.Second, func() bool {
+		m, v, p := managedExprs(t, client)
+		return refused.Load() > 0 && m == "true" && v == failSafe.Validating && p == ""
+	})
+	if before == failSafe.Validating {
+		t.Fatal("the test's first conditions were the fail-safe ones already")
+	}
+	if got := testutil.ToFloat64(k.metrics.synced); got != 0 {
+		t.Fatalf("synced = %v with the fail-safe conditions in place", got)
 	}
 }
