@@ -85,7 +85,7 @@ func withComponent(t *testing.T, dir string) *objects {
 			if d.Name != deploymentName {
 				continue
 			}
-			doc, err := json.Marshal(d)
+			doc, err := withEmptyLists(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,6 +100,44 @@ func withComponent(t *testing.T, dir string) *objects {
 		}
 	}
 	return o
+}
+
+// withEmptyLists is the Deployment as JSON with its container's
+// volumeMounts and the pod's volumes present even when empty: the base
+// states them as [] so that the components' "add .../-" applies in
+// kustomize, and the typed round trip here drops empty lists
+// (TestBaseStatesTheListsTheComponentsAppendTo holds the base to it).
+func withEmptyLists(d *appsv1.Deployment) ([]byte, error) {
+	doc, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(doc, &m); err != nil {
+		return nil, err
+	}
+	pod := m["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	if _, ok := pod["volumes"]; !ok {
+		pod["volumes"] = []any{}
+	}
+	for _, c := range pod["containers"].([]any) {
+		if c := c.(map[string]any); c["volumeMounts"] == nil {
+			c["volumeMounts"] = []any{}
+		}
+	}
+	return json.Marshal(m)
+}
+
+func TestBaseStatesTheListsTheComponentsAppendTo(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("base", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"\n        volumeMounts: []\n", "\n      volumes: []\n"} {
+		if !strings.Contains(string(data), line) {
+			t.Errorf("base/deployment.yaml lacks %q: the components' JSON patches add to it, and kustomize fails on a missing list", strings.TrimSpace(line))
+		}
+	}
 }
 
 // clientCAMount checks that --client-ca-file names ca.crt in a directory

@@ -633,6 +633,23 @@ func certMount(o *objects) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
+	if src, _ := flagValue(c, "certificate-source"); src == "managed" {
+		// The Secret is read through the API; a mount of it would be the
+		// kubelet's late copy, and --cert-dir is refused with managed.
+		var p []string
+		if dir, ok := flagValue(c, "cert-dir"); ok {
+			p = append(p, problemf("--cert-dir=%q with --certificate-source=managed: the webhook refuses to start; drop one", dir))
+		}
+		if v, _ := mountsOf(d, c, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == tlsSecret }); v != nil {
+			p = append(p, problemf("Secret %s is mounted, but --certificate-source=managed reads it through the API", tlsSecret))
+		}
+		if !slices.ContainsFunc(o.Roles, func(r *rbacv1.Role) bool {
+			return slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.ResourceNames, tlsSecret) })
+		}) {
+			p = append(p, problemf("--certificate-source=managed, but no Role grants the webhook its Secret %s", tlsSecret))
+		}
+		return p
+	}
 	v, mounts := mountsOf(d, c, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == tlsSecret })
 	if v == nil || len(mounts) != 1 {
 		return []string{"the webhook container does not mount Secret " + tlsSecret + " once"}
@@ -823,7 +840,7 @@ var safetyChecks = []struct {
 	{"probes /readyz and /healthz on the health port", probes},
 	{"mounts the policy ConfigMap as a directory, not with subPath, or reads the one ClusterIPPolicy, which loads", policyMount},
 	{"ships a policy that loads", policyParses},
-	{"mounts the serving certificate where --cert-dir points", certMount},
+	{"reads the serving certificate through the API (managed), or mounts it where --cert-dir points", certMount},
 	{"gives the shutdown delay and in-flight reviews time before SIGKILL", gracefulShutdown},
 	{"sets resource requests and a memory limit", resourcesSet},
 	{"routes the webhook Service to the webhook port", serviceRoutesToWebhook},
@@ -1078,7 +1095,13 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 		{"rejects a container without a liveness probe", probes,
 			func(o *objects) { ctr(o).LivenessProbe = nil }, "no HTTP livenessProbe"},
 		{"rejects a --cert-dir where the Secret is not mounted", certMount,
-			func(o *objects) { setArg(ctr(o), "cert-dir", "/certs") }, "--cert-dir"},
+			func(o *objects) { setArg(ctr(o), "certificate-source", "file"); ctr(o).Args = append(ctr(o).Args, "--cert-dir=/certs") }, "does not mount Secret"},
+		{"rejects --cert-dir beside --certificate-source=managed", certMount,
+			func(o *objects) { ctr(o).Args = append(ctr(o).Args, "--cert-dir=/tls") }, "the webhook refuses to start"},
+		{"rejects managed certificates without the Role on their Secret", certMount,
+			func(o *objects) {
+				o.Roles = slices.DeleteFunc(o.Roles, func(r *rbacv1.Role) bool { return r.Name == "clusterip-policy-webhook-certificates" })
+			}, "no Role grants the webhook its Secret"},
 		{"rejects a grace period shorter than the shutdown delay and a review", gracefulShutdown,
 			func(o *objects) { pod(o).TerminationGracePeriodSeconds = ptr(int64(5)) }, "in-flight reviews would be killed"},
 		{"rejects a webhook without a shutdown delay", gracefulShutdown,
