@@ -12,6 +12,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -68,6 +69,11 @@ func withComponent(t *testing.T, dir string) *objects {
 	for _, p := range c.Patches {
 		if p.Target.Kind == "ClusterIPPolicy" && strings.Contains(p.Patch, "$patch: delete") {
 			o.Policies = slices.DeleteFunc(o.Policies, func(po *policyObject) bool { return po.Name == p.Target.Name })
+			continue
+		}
+		if (p.Target.Kind == "Role" || p.Target.Kind == "RoleBinding") && strings.Contains(p.Patch, "$patch: delete") {
+			o.Roles = slices.DeleteFunc(o.Roles, func(r *rbacv1.Role) bool { return p.Target.Kind == "Role" && r.Name == p.Target.Name })
+			o.RoleBindings = slices.DeleteFunc(o.RoleBindings, func(b *rbacv1.RoleBinding) bool { return p.Target.Kind == "RoleBinding" && b.Name == p.Target.Name })
 			continue
 		}
 		if p.Target.Kind != "Deployment" || p.Target.Name != deploymentName {
@@ -206,4 +212,39 @@ func TestClientCAComponentKeepsTheBaseSafeAndMountsTheCAWhereTheFlagPoints(t *te
 			t.Errorf("on the base: %q", p)
 		}
 	})
+}
+
+// The cert-dir component (the cert-manager and self-signed overlays):
+// the base's safety checks hold, the certificate is mounted where
+// --cert-dir points, and the webhook is granted no Secret.
+func TestCertDirComponentMountsTheCertificateAndDropsTheSecretGrants(t *testing.T) {
+	dir := filepath.Join("components", "cert-dir")
+	o := withComponent(t, dir)
+	for _, sc := range safetyChecks {
+		for _, p := range sc.check(o) {
+			t.Errorf("with %s: %s: %s", dir, sc.name, p)
+		}
+	}
+	_, c, err := o.webhookContainer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, ok := flagValue(c, "certificate-source"); ok && src != "file" {
+		t.Errorf("--certificate-source=%s with the component", src)
+	}
+	if dir, _ := flagValue(c, "cert-dir"); dir != "/tls" {
+		t.Errorf("--cert-dir=%q, want /tls", dir)
+	}
+	for _, r := range o.Roles {
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.Resources, "secrets") {
+				t.Errorf("Role %s still grants Secrets", r.Name)
+			}
+		}
+	}
+	for _, b := range o.RoleBindings {
+		if !slices.ContainsFunc(o.Roles, func(r *rbacv1.Role) bool { return r.Name == b.RoleRef.Name }) {
+			t.Errorf("RoleBinding %s binds the deleted Role %s", b.Name, b.RoleRef.Name)
+		}
+	}
 }
