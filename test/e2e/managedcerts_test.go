@@ -9,16 +9,19 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -156,6 +159,7 @@ func TestManagedCertificatesBootstrapAndRestart(t *testing.T) {
 		t.Errorf("the restart reissued the serving certificate (serial %s, was %s)", after.served.SerialNumber.Text(16), before.served.SerialNumber.Text(16))
 	}
 	requireManagedFreshHandshake(t, c, ns)
+	measureBundleLoad(t, c, ns)
 	if m, err := w.Metrics(); err != nil || !strings.Contains(m, `clusterip_policy_certificate_expiry_seconds{certificate="serving"}`) || !strings.Contains(m, `clusterip_policy_certificate_expiry_seconds{certificate="ca"}`) {
 		t.Errorf("the expiry gauge is missing (err %v)", err)
 	}
@@ -348,4 +352,77 @@ func requireManagedFreshHandshake(t *testing.T, c *framework.Cluster, ns string)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// measureBundleLoad measures what --ca-bundle-settle waits for: how long
+// after a caBundle is written the apiserver verifies new connections
+// against it. A configuration of its own (localhost, labelled Services
+// only, failurePolicy Fail) first trusts an unrelated CA, so every call
+// fails the handshake; at T0 its caBundle becomes the managed one, and
+// dry-run creates every 10 ms find the first that the webhook decides.
+func measureBundleLoad(t *testing.T, c *framework.Cluster, ns string) {
+	t.Helper()
+	ctx := testContext(t, 60e9)
+	cs := c.Client(0)
+	cur, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	managed := cur.Webhooks[0].ClientConfig.CABundle
+	unrelated, err := certs.NewCA("unrelated", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var took []time.Duration
+	for round := range 5 {
+		cfg := cur.DeepCopy()
+		cfg.ObjectMeta = metav1.ObjectMeta{Name: fmt.Sprintf("e2e-bundle-load-%d", round)}
+		cfg.Webhooks = cfg.Webhooks[:1]
+		cfg.Webhooks[0].Name = "bundle-load.e2e.clusterip-policy.io"
+		cfg.Webhooks[0].MatchConditions = nil
+		url := fmt.Sprintf("https://localhost:%d%s", c.Webhooks[0].Port, framework.ValidatePath)
+		cfg.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: unrelated.CertPEM}
+		label := fmt.Sprintf("round-%d", round)
+		cfg.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-bundle-load": label}}
+		created, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := func(i int) error {
+			svc := service(ns, fmt.Sprintf("bundle-load-%d-%d", round, i))
+			svc.Labels = map[string]string{"e2e-bundle-load": label}
+			_, err := dryRunCreate(ctx, cs, svc)
+			return err
+		}
+		// The unrelated CA is in force: a call fails the handshake.
+		deadline := time.Now().Add(20 * time.Second)
+		for i := 0; ; i++ {
+			err := probe(i)
+			if err != nil && strings.Contains(err.Error(), "failed calling webhook") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: a webhook trusting an unrelated CA never failed the call (last %v)", round, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		created.Webhooks[0].ClientConfig.CABundle = managed
+		t0 := time.Now()
+		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 1000; ; i++ {
+			if err := probe(i); err == nil {
+				took = append(took, time.Since(t0))
+				break
+			}
+			if time.Since(t0) > 20*time.Second {
+				t.Fatalf("round %d: the apiserver did not trust the new caBundle within 20s", round)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, created.Name, metav1.DeleteOptions{})
+	}
+	slices.Sort(took)
+	t.Logf("e2e: the apiserver verified new connections against a written caBundle %v after the write (5 rounds, with a 10 ms probe period and the dry-run create's own time)", took)
 }
