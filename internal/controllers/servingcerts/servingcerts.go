@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -358,8 +359,18 @@ func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
 		caSec = nil
 	}
 	ca, previous, reason := k.readCA(caSec, now)
-	if leafCA != nil {
-		previous = append(previous, leafCA)
+	if leafCA != nil && !slices.ContainsFunc(previous, leafCA.Equal) {
+		// The CA Secret lost the CA of what is served (deleted, damaged):
+		// keep trusting it, but only if the configurations trust it now.
+		// A CA that someone wrote into the serving Secret's ca.crt is
+		// never added to the caBundle on that Secret's word.
+		trusted, err := k.trustedNow(ctx)
+		if err != nil {
+			return now, err
+		}
+		if slices.ContainsFunc(trusted, leafCA.Equal) {
+			previous = append(previous, leafCA)
+		}
 	}
 	if reason != "" {
 		next, err := certs.NewCAAt(fmt.Sprintf("clusterip-policy-ca@%d-%s", now.Unix(), rand.String(5)), now, k.o.CAValidity)
@@ -406,7 +417,7 @@ func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
 		next = earliest(next, c.NotAfter) // dropped from the bundle then
 	}
 	if why := servingReason(leaf, ca.Cert, k.dnsNames, k.ips, now); why != "" {
-		if leaf != nil && leaf.CheckSignatureFrom(ca.Cert) != nil && now.Before(settled) {
+		if leaf != nil && leaf.CheckSignatureFrom(ca.Cert) != nil && issuerIn(leaf, bundle) != nil && now.Before(settled) {
 			// Replicas serve leaf; the apiservers may not trust ca yet.
 			k.log.V(1).Info("waiting for the apiservers to load the caBundle before serving a certificate of the new CA", "until", settled.UTC().Format(time.RFC3339Nano))
 			return earliest(next, settled), nil
@@ -440,6 +451,35 @@ func earliest(a, b time.Time) time.Time {
 func digestOf(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
+}
+
+// trustedNow is every CA the caBundles of the configurations hold now.
+func (k *Keeper) trustedNow(ctx context.Context) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	add := func(b []byte) {
+		if certs, err := parseCerts(b, "caBundle"); err == nil {
+			out = append(out, certs...)
+		}
+	}
+	m, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Mutating, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		for _, h := range m.Webhooks {
+			add(h.ClientConfig.CABundle)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("read MutatingWebhookConfiguration %s: %w", k.o.Mutating, err)
+	}
+	v, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Validating, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		for _, h := range v.Webhooks {
+			add(h.ClientConfig.CABundle)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("read ValidatingWebhookConfiguration %s: %w", k.o.Validating, err)
+	}
+	return out, nil
 }
 
 // readCA reads the CA Secret: the signing CA, the other CAs of its bundle,

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"clusterip-policy/certs"
 )
 
 func testOptions() Options {
@@ -348,6 +350,27 @@ func TestDamageIsRepaired(t *testing.T) {
 		}
 		w.pass()
 		w.requireTrusted("after the serving key was damaged")
+	})
+	t.Run("a certificate of a foreign CA written into the serving Secret: replaced at once, its CA never trusted", func(t *testing.T) {
+		w := newWorld(t, testOptions())
+		w.pass()
+		foreign := newCA(t, time.Hour)
+		kp, err := foreign.Sign(certs.Options{CommonName: "impostor", DNSNames: []string{"clusterip-policy-webhook.clusterip-policy.svc"}, Validity: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec := w.secret(w.k.o.Secret)
+		sec.Data[KeyTLSCert], sec.Data[KeyTLSKey], sec.Data[KeyCACert] = kp.CertPEM, kp.KeyPEM, append(foreign.CertPEM, sec.Data[KeyCACert]...)
+		if _, err := w.client.CoreV1().Secrets("clusterip-policy").Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		w.pass() // no settle: the impostor's CA is in no caBundle
+		for _, c := range w.trusted() {
+			if c.Equal(foreign.Cert) {
+				t.Fatal("the foreign CA written into the serving Secret reached the caBundle")
+			}
+		}
+		w.requireTrusted("right after the impostor was replaced")
 	})
 	t.Run("a Secret of another type is refused, naming the fix", func(t *testing.T) {
 		w := newWorld(t, testOptions())
