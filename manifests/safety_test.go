@@ -1095,7 +1095,10 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 		{"rejects a container without a liveness probe", probes,
 			func(o *objects) { ctr(o).LivenessProbe = nil }, "no HTTP livenessProbe"},
 		{"rejects a --cert-dir where the Secret is not mounted", certMount,
-			func(o *objects) { setArg(ctr(o), "certificate-source", "file"); ctr(o).Args = append(ctr(o).Args, "--cert-dir=/certs") }, "does not mount Secret"},
+			func(o *objects) {
+				setArg(ctr(o), "certificate-source", "file")
+				ctr(o).Args = append(ctr(o).Args, "--cert-dir=/certs")
+			}, "does not mount Secret"},
 		{"rejects --cert-dir beside --certificate-source=managed", certMount,
 			func(o *objects) { ctr(o).Args = append(ctr(o).Args, "--cert-dir=/tls") }, "the webhook refuses to start"},
 		{"rejects managed certificates without the Role on their Secret", certMount,
