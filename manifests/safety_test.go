@@ -650,18 +650,24 @@ func certMount(o *objects) []string {
 		}
 		return p
 	}
-	v, mounts := mountsOf(d, c, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == tlsSecret })
-	if v == nil || len(mounts) != 1 {
-		return []string{"the webhook container does not mount Secret " + tlsSecret + " once"}
-	}
+	// The Secret is clusterip-policy-webhook-tls, or the chart's
+	// certificate.existingSecret: whichever Secret volume --cert-dir names.
+	dir, _ := flagValue(c, "cert-dir")
 	var p []string
-	if mounts[0].SubPath != "" || mounts[0].SubPathExpr != "" {
-		p = append(p, problemf("Secret %s is mounted with subPath: a rotated certificate would never reach the pod", tlsSecret))
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Clean(dir) {
+			continue
+		}
+		v, _ := mountsOf(d, c, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if v == nil || v.Secret == nil {
+			return []string{problemf("--cert-dir=%q is mounted from volume %s, which is not a Secret", dir, m.Name)}
+		}
+		if m.SubPath != "" || m.SubPathExpr != "" {
+			p = append(p, problemf("Secret %s is mounted with subPath: a rotated certificate would never reach the pod", v.Secret.SecretName))
+		}
+		return p
 	}
-	if dir, _ := flagValue(c, "cert-dir"); filepath.Clean(dir) != filepath.Clean(mounts[0].MountPath) {
-		p = append(p, problemf("--cert-dir=%q, but Secret %s is mounted at %s", dir, tlsSecret, mounts[0].MountPath))
-	}
-	return p
+	return []string{problemf("the webhook container does not mount a Secret at --cert-dir=%q", dir)}
 }
 
 func gracefulShutdown(o *objects) []string {
@@ -1098,7 +1104,7 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) {
 				setArg(ctr(o), "certificate-source", "file")
 				ctr(o).Args = append(ctr(o).Args, "--cert-dir=/certs")
-			}, "does not mount Secret"},
+			}, "does not mount a Secret at --cert-dir"},
 		{"rejects --cert-dir beside --certificate-source=managed", certMount,
 			func(o *objects) { ctr(o).Args = append(ctr(o).Args, "--cert-dir=/tls") }, "the webhook refuses to start"},
 		{"rejects managed certificates without the Role on their Secret", certMount,
