@@ -47,11 +47,16 @@ type KeyPair struct {
 
 // NewCA creates a self-signed CA valid for validity from now.
 func NewCA(commonName string, validity time.Duration) (*CA, error) {
+	return NewCAAt(commonName, time.Now(), validity)
+}
+
+// NewCAAt creates a self-signed CA valid for validity from now (a clock
+// of the caller's; valid from a minute before it).
+func NewCAAt(commonName string, now time.Time, validity time.Duration) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate CA key: %w", err)
 	}
-	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: commonName},
@@ -87,21 +92,35 @@ func LoadCA(dir string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read CA key: %w", err)
 	}
+	return ParseCA(certPEM, keyPEM, filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile))
+}
+
+// ParseCA parses a PEM CA certificate and its PEM EC key (as NewCA writes
+// them); certName and keyName name where they came from, for the errors.
+// The key must be the certificate's: a CA whose key does not match would
+// sign certificates nobody can verify.
+func ParseCA(certPEM, keyPEM []byte, certName, keyName string) (*CA, error) {
 	cb, _ := pem.Decode(certPEM)
 	if cb == nil {
-		return nil, fmt.Errorf("%s holds no PEM certificate", filepath.Join(dir, CACertFile))
+		return nil, fmt.Errorf("%s holds no PEM certificate", certName)
 	}
 	cert, err := x509.ParseCertificate(cb.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, CACertFile), err)
+		return nil, fmt.Errorf("parse %s: %w", certName, err)
+	}
+	if !cert.BasicConstraintsValid || !cert.IsCA {
+		return nil, fmt.Errorf("%s (%s) is not a CA certificate", certName, cert.Subject)
 	}
 	kb, _ := pem.Decode(keyPEM)
 	if kb == nil {
-		return nil, fmt.Errorf("%s holds no PEM key", filepath.Join(dir, CAKeyFile))
+		return nil, fmt.Errorf("%s holds no PEM key", keyName)
 	}
 	key, err := x509.ParseECPrivateKey(kb.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, CAKeyFile), err)
+		return nil, fmt.Errorf("parse %s: %w", keyName, err)
+	}
+	if pub, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return nil, fmt.Errorf("%s is not the key of the CA certificate %s (%s)", keyName, certName, cert.Subject)
 	}
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM, KeyPEM: keyPEM}, nil
 }
@@ -114,6 +133,9 @@ type Options struct {
 	IPs          []net.IP
 	Validity     time.Duration
 	Client       bool // client authentication instead of server authentication
+	// Now is when the certificate is issued (valid from a minute before);
+	// zero: time.Now().
+	Now time.Time
 }
 
 // Sign issues a leaf certificate from the CA.
@@ -132,7 +154,10 @@ func (ca *CA) Sign(o Options) (*KeyPair, error) {
 	if o.Client {
 		usage = x509.ExtKeyUsageClientAuth
 	}
-	now := time.Now()
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: o.CommonName, Organization: o.Organization},

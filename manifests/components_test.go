@@ -12,6 +12,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -70,6 +71,11 @@ func withComponent(t *testing.T, dir string) *objects {
 			o.Policies = slices.DeleteFunc(o.Policies, func(po *policyObject) bool { return po.Name == p.Target.Name })
 			continue
 		}
+		if (p.Target.Kind == "Role" || p.Target.Kind == "RoleBinding") && strings.Contains(p.Patch, "$patch: delete") {
+			o.Roles = slices.DeleteFunc(o.Roles, func(r *rbacv1.Role) bool { return p.Target.Kind == "Role" && r.Name == p.Target.Name })
+			o.RoleBindings = slices.DeleteFunc(o.RoleBindings, func(b *rbacv1.RoleBinding) bool { return p.Target.Kind == "RoleBinding" && b.Name == p.Target.Name })
+			continue
+		}
 		if p.Target.Kind != "Deployment" || p.Target.Name != deploymentName {
 			t.Fatalf("%s patches %s %s; these tests know only the Deployment", dir, p.Target.Kind, p.Target.Name)
 		}
@@ -85,7 +91,7 @@ func withComponent(t *testing.T, dir string) *objects {
 			if d.Name != deploymentName {
 				continue
 			}
-			doc, err := json.Marshal(d)
+			doc, err := withEmptyLists(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,6 +106,44 @@ func withComponent(t *testing.T, dir string) *objects {
 		}
 	}
 	return o
+}
+
+// withEmptyLists is the Deployment as JSON with its container's
+// volumeMounts and the pod's volumes present even when empty: the base
+// states them as [] so that the components' "add .../-" applies in
+// kustomize, and the typed round trip here drops empty lists
+// (TestBaseStatesTheListsTheComponentsAppendTo holds the base to it).
+func withEmptyLists(d *appsv1.Deployment) ([]byte, error) {
+	doc, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(doc, &m); err != nil {
+		return nil, err
+	}
+	pod := m["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	if _, ok := pod["volumes"]; !ok {
+		pod["volumes"] = []any{}
+	}
+	for _, c := range pod["containers"].([]any) {
+		if c := c.(map[string]any); c["volumeMounts"] == nil {
+			c["volumeMounts"] = []any{}
+		}
+	}
+	return json.Marshal(m)
+}
+
+func TestBaseStatesTheListsTheComponentsAppendTo(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("base", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"\n        volumeMounts: []\n", "\n      volumes: []\n"} {
+		if !strings.Contains(string(data), line) {
+			t.Errorf("base/deployment.yaml lacks %q: the components' JSON patches add to it, and kustomize fails on a missing list", strings.TrimSpace(line))
+		}
+	}
 }
 
 // clientCAMount checks that --client-ca-file names ca.crt in a directory
@@ -168,4 +212,39 @@ func TestClientCAComponentKeepsTheBaseSafeAndMountsTheCAWhereTheFlagPoints(t *te
 			t.Errorf("on the base: %q", p)
 		}
 	})
+}
+
+// The cert-dir component (the cert-manager and self-signed overlays):
+// the base's safety checks hold, the certificate is mounted where
+// --cert-dir points, and the webhook is granted no Secret.
+func TestCertDirComponentMountsTheCertificateAndDropsTheSecretGrants(t *testing.T) {
+	dir := filepath.Join("components", "cert-dir")
+	o := withComponent(t, dir)
+	for _, sc := range safetyChecks {
+		for _, p := range sc.check(o) {
+			t.Errorf("with %s: %s: %s", dir, sc.name, p)
+		}
+	}
+	_, c, err := o.webhookContainer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, ok := flagValue(c, "certificate-source"); ok && src != "file" {
+		t.Errorf("--certificate-source=%s with the component", src)
+	}
+	if dir, _ := flagValue(c, "cert-dir"); dir != "/tls" {
+		t.Errorf("--cert-dir=%q, want /tls", dir)
+	}
+	for _, r := range o.Roles {
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.Resources, "secrets") {
+				t.Errorf("Role %s still grants Secrets", r.Name)
+			}
+		}
+	}
+	for _, b := range o.RoleBindings {
+		if !slices.ContainsFunc(o.Roles, func(r *rbacv1.Role) bool { return r.Name == b.RoleRef.Name }) {
+			t.Errorf("RoleBinding %s binds the deleted Role %s", b.Name, b.RoleRef.Name)
+		}
+	}
 }

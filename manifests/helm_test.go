@@ -3,14 +3,13 @@ package manifests
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,8 +110,10 @@ var chartValueSets = []struct {
 	name string
 	args []string
 }{
-	{"default values (self-signed, generated certificate)", nil},
+	{"default values (managed certificates)", nil},
 	{"cert-manager", []string{"--set", "certificate.source=certManager"}},
+	{"cert-manager with an issuer of your own", []string{"--set", "certificate.source=certManager", "--set", "certificate.certManager.issuerRef.kind=ClusterIssuer", "--set", "certificate.certManager.issuerRef.name=corp-ca"}},
+	{"a Secret of your own", existingSecretArgs},
 	{"the policy from the ConfigMap", []string{"--set", "policySource=file"}},
 }
 
@@ -211,52 +212,111 @@ func TestChartWebhooksMatchTheBase(t *testing.T) {
 	}
 }
 
-// The generated certificate is served from the mounted Secret and verifies
-// against the caBundle of every webhook for every name of the Service.
-func TestChartSelfSignedCertificateVerifies(t *testing.T) {
+// existingSecretArgs: certificate.source=existingSecret with a CA of the
+// test's own.
+var existingSecretArgs = []string{"--set", "certificate.source=existingSecret", "--set", "certificate.existingSecret=corp-webhook-tls",
+	"--set-string", "certificate.caBundle=" + string(must(certs.NewCA("corp-ca", time.Hour)).CertPEM)}
+
+// caBundles returns the caBundle of every webhook the chart renders.
+func caBundles(o *objects) [][]byte {
+	var out [][]byte
+	for _, c := range o.Mutating {
+		for _, w := range c.Webhooks {
+			out = append(out, w.ClientConfig.CABundle)
+		}
+	}
+	for _, c := range o.Validating {
+		for _, w := range c.Webhooks {
+			out = append(out, w.ClientConfig.CABundle)
+		}
+	}
+	return out
+}
+
+// With the default (managed) certificates the chart renders no Secret, no
+// caBundle and no certificate volume: the webhook makes them, so nothing
+// in the render changes from one render to the next, and a re-applied
+// render (GitOps) never reverts the caBundle the leader wrote. The
+// container runs --certificate-source=managed with the values' lifetimes,
+// and the Role names exactly the two Secrets.
+func TestChartManagedCertificatesRenderNothingGenerated(t *testing.T) {
 	r := renderChart(t)
-	if len(r.secrets) != 1 || r.secrets[0].Name != tlsSecret || r.secrets[0].Namespace != ownNamespace || r.secrets[0].Type != corev1.SecretTypeTLS {
-		t.Fatalf("want one kubernetes.io/tls Secret %s/%s, got %d", ownNamespace, tlsSecret, len(r.secrets))
+	if len(r.secrets) != 0 {
+		t.Errorf("the chart renders %d Secrets; the webhook makes %s", len(r.secrets), tlsSecret)
 	}
-	s := r.secrets[0]
-	var bundles [][]byte
-	for _, c := range r.objects.Mutating {
-		for _, w := range c.Webhooks {
-			bundles = append(bundles, w.ClientConfig.CABundle)
+	for i, b := range caBundles(r.objects) {
+		if len(b) != 0 {
+			t.Errorf("webhook %d carries a caBundle; the leader writes it", i)
 		}
 	}
-	for _, c := range r.objects.Validating {
-		for _, w := range c.Webhooks {
-			bundles = append(bundles, w.ClientConfig.CABundle)
+	c := r.objects.Deployments[0].Spec.Template.Spec.Containers[0]
+	for flag, want := range map[string]string{"certificate-source": "managed", "cert-validity": "2160h", "ca-validity": "43800h"} {
+		if v, _ := flagValue(&c, flag); v != want {
+			t.Errorf("--%s=%q, want %q", flag, v, want)
 		}
 	}
+	if v, ok := flagValue(&c, "cert-dir"); ok {
+		t.Errorf("--cert-dir=%s with managed certificates; the webhook refuses both", v)
+	}
+	if len(r.objects.Deployments[0].Spec.Template.Spec.Volumes) != 0 {
+		t.Error("the pods mount a volume; the managed certificate is read through the API")
+	}
+	short := renderChart(t, "--set", "certificate.managed.validity=30s", "--set", "certificate.managed.caValidity=1m").objects.Deployments[0].Spec.Template.Spec.Containers[0]
+	if v, _ := flagValue(&short, "cert-validity"); v != "30s" {
+		t.Errorf("certificate.managed.validity did not reach --cert-validity: %q", v)
+	}
+	if v, _ := flagValue(&short, "ca-validity"); v != "1m" {
+		t.Errorf("certificate.managed.caValidity did not reach --ca-validity: %q", v)
+	}
+	// Byte-identical renders of the same values, for every source.
+	for _, vs := range chartValueSets {
+		a, err := helmTemplate(t, vs.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := helmTemplate(t, vs.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s: two renders of the same values differ", vs.name)
+		}
+	}
+	// Without managed certificates the webhook is granted no Secret.
+	for _, args := range [][]string{{"--set", "certificate.source=certManager"}, existingSecretArgs} {
+		for _, role := range renderChart(t, args...).objects.Roles {
+			for _, rule := range role.Rules {
+				if slices.Contains(rule.Resources, "secrets") {
+					t.Errorf("%v: Role %s grants Secrets", args, role.Name)
+				}
+			}
+		}
+	}
+}
+
+// certificate.source=existingSecret mounts the Secret given and writes the
+// CA given into every webhook.
+func TestChartExistingSecretMountsItAndTrustsTheCAGiven(t *testing.T) {
+	r := renderChart(t, existingSecretArgs...)
+	if len(r.secrets) != 0 {
+		t.Errorf("the chart renders %d Secrets; the Secret is yours", len(r.secrets))
+	}
+	want := []byte(existingSecretArgs[len(existingSecretArgs)-1][len("certificate.caBundle="):])
+	bundles := caBundles(r.objects)
 	if len(bundles) != 4 {
 		t.Fatalf("%d webhooks, want 4", len(bundles))
 	}
 	for i, b := range bundles {
-		if !bytes.Equal(b, s.Data["ca.crt"]) {
-			t.Errorf("webhook %d: caBundle is not the Secret's ca.crt", i)
+		if !bytes.Equal(b, want) {
+			t.Errorf("webhook %d: caBundle is not certificate.caBundle", i)
 		}
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(bundles[0]) {
-		t.Fatal("the caBundle holds no PEM certificate")
+	pod := r.objects.Deployments[0].Spec.Template.Spec
+	if len(pod.Volumes) != 1 || pod.Volumes[0].Secret == nil || pod.Volumes[0].Secret.SecretName != "corp-webhook-tls" {
+		t.Errorf("volumes %+v, want the Secret corp-webhook-tls", pod.Volumes)
 	}
-	block, _ := pem.Decode(s.Data["tls.crt"])
-	if block == nil {
-		t.Fatal("tls.crt holds no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range certs.ServiceDNSNames(deploymentName, ownNamespace) {
-		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			t.Errorf("the served certificate does not verify for %s: %v", name, err)
-		}
-	}
-	if len(s.Data["tls.key"]) == 0 {
-		t.Error("the Secret has no tls.key")
+	if v, _ := flagValue(&pod.Containers[0], "cert-dir"); v != "/tls" {
+		t.Errorf("--cert-dir=%q", v)
 	}
 }
 
@@ -324,9 +384,22 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "extraArgs={serve}"}, "at '/extraArgs/0': 'serve' does not match pattern"},
 		{[]string{"--set", "imagePullSecrets[0].nam=x"}, "at '/imagePullSecrets/0': missing property 'name'"},
 		{[]string{"--set", "image.tag="}, "at '/image/tag': minLength: got 0, want 1"},
-		{[]string{"--set", "certificate.source=vault"}, "at '/certificate/source': value must be one of 'selfSigned', 'certManager'"},
-		{[]string{"--set", "certificate.source=vault", "--skip-schema-validation"}, `certificate.source: "vault" is neither selfSigned nor certManager`},
-		{[]string{"--set", "certificate.selfSigned.caCert=x"}, "give all three of caCert, tlsCert and tlsKey"},
+		{[]string{"--set", "certificate.source=vault"}, "at '/certificate/source': value must be one of 'managed', 'certManager', 'existingSecret', 'selfSigned'"},
+		{[]string{"--set", "certificate.source=vault", "--skip-schema-validation"}, `certificate.source: "vault" is not a certificate source; use managed (the default), certManager or existingSecret`},
+		// The removed selfSigned source: refused, naming what replaces it.
+		{[]string{"--set", "certificate.source=selfSigned"}, "certificate.source: selfSigned was removed: it generated a new CA at every render"},
+		{[]string{"--set", "certificate.source=selfSigned"}, "Drop certificate.source: managed, the default"},
+		{[]string{"--set", "certificate.selfSigned.caCert=x"}, "certificate.selfSigned.caCert, tlsCert and tlsKey were removed with the selfSigned source. To keep that certificate: certificate.source=existingSecret"},
+		{[]string{"--set", "certificate.existingSecret=mine"}, "certificate.existingSecret and certificate.caBundle are for certificate.source=existingSecret, not managed"},
+		{[]string{"--set", "certificate.source=certManager", "--set", "certificate.caBundle=x"}, "are for certificate.source=existingSecret, not certManager"},
+		{[]string{"--set", "certificate.source=existingSecret"}, "certificate.source=existingSecret needs certificate.existingSecret"},
+		{[]string{"--set", "certificate.source=existingSecret", "--set", "certificate.existingSecret=mine"}, "certificate.source=existingSecret needs certificate.caBundle"},
+		{[]string{"--set", "certificate.source=existingSecret", "--set", "certificate.existingSecret=mine", "--set-string", "certificate.caBundle=-----BEGIN CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----"}, "certificate.caBundle holds a private key"},
+		{[]string{"--set", "certificate.source=existingSecret", "--set", "certificate.existingSecret=clusterip-policy-webhook-ca"}, "clusterip-policy-webhook-ca is the managed source's CA Secret"},
+		{[]string{"--set", "certificate.certManager.issuerRef.name=corp"}, "certificate.certManager.issuerRef is for certificate.source=certManager, not managed"},
+		{[]string{"--set", "certificate.source=certManager", "--set", "certificate.certManager.issuerRef.name=corp"}, "needs a name and kind Issuer or ClusterIssuer"},
+		{[]string{"--set", "certificate.certManager.issuerRef.nam=corp"}, "additional properties 'nam' not allowed"},
+		{[]string{"--set", "certificate.managed.validity=90d"}, "at '/certificate/managed/validity': '90d' does not match pattern"},
 		{[]string{"--set", "policySource=configmap"}, "at '/policySource': value must be one of 'crd', 'file'"},
 		{[]string{"--set", "policySource=configmap", "--skip-schema-validation"}, `policySource: "configmap" is neither crd`},
 		{[]string{"--set", "policy=apiVersion: v1"}, `policy: apiVersion "v1" is not the ClusterIPPolicy object's clusterip-policy.io/v1alpha1`},

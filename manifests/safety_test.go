@@ -344,8 +344,10 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)", nil},
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec", nil},
 	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit", nil},
-	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
-	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
+	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"get", "update", "list", "watch"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration; --certificate-source=managed: the caBundle of its webhooks (get: an update carries the object as read; list, watch by name: a reverted caBundle is written again at once)", []string{"clusterip-policy"}},
+	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update", "list", "watch"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration; --certificate-source=managed: the caBundle of its webhooks (get: an update carries the object as read; list, watch by name: a reverted caBundle is written again at once)", []string{"clusterip-policy"}},
+	{"Role", "", "secrets", []string{"create"}, "--certificate-source=managed: the leader creates the serving Secret and the CA's Secret (RBAC sees no name on a create)", nil},
+	{"Role", "", "secrets", []string{"get", "list", "watch", "update"}, "--certificate-source=managed: every replica watches the serving Secret by name; the leader renews both Secrets", []string{"clusterip-policy-webhook-tls", "clusterip-policy-webhook-ca"}},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"list", "watch"}, "--manage-match-conditions: the leader sends every create to the mutating webhook while another mutating webhook can act on Services (reinvocation reaches only webhooks called in the first round)", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingadmissionpolicies", []string{"list", "watch"}, "--manage-match-conditions: as for the other mutating webhooks, the MutatingAdmissionPolicies that can act on Services", nil},
 }
@@ -635,18 +637,41 @@ func certMount(o *objects) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
-	v, mounts := mountsOf(d, c, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == tlsSecret })
-	if v == nil || len(mounts) != 1 {
-		return []string{"the webhook container does not mount Secret " + tlsSecret + " once"}
+	if src, _ := flagValue(c, "certificate-source"); src == "managed" {
+		// The Secret is read through the API; a mount of it would be the
+		// kubelet's late copy, and --cert-dir is refused with managed.
+		var p []string
+		if dir, ok := flagValue(c, "cert-dir"); ok {
+			p = append(p, problemf("--cert-dir=%q with --certificate-source=managed: the webhook refuses to start; drop one", dir))
+		}
+		if v, _ := mountsOf(d, c, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == tlsSecret }); v != nil {
+			p = append(p, problemf("Secret %s is mounted, but --certificate-source=managed reads it through the API", tlsSecret))
+		}
+		if !slices.ContainsFunc(o.Roles, func(r *rbacv1.Role) bool {
+			return slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.ResourceNames, tlsSecret) })
+		}) {
+			p = append(p, problemf("--certificate-source=managed, but no Role grants the webhook its Secret %s", tlsSecret))
+		}
+		return p
 	}
+	// The Secret is clusterip-policy-webhook-tls, or the chart's
+	// certificate.existingSecret: whichever Secret volume --cert-dir names.
+	dir, _ := flagValue(c, "cert-dir")
 	var p []string
-	if mounts[0].SubPath != "" || mounts[0].SubPathExpr != "" {
-		p = append(p, problemf("Secret %s is mounted with subPath: a rotated certificate would never reach the pod", tlsSecret))
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Clean(dir) {
+			continue
+		}
+		v, _ := mountsOf(d, c, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if v == nil || v.Secret == nil {
+			return []string{problemf("--cert-dir=%q is mounted from volume %s, which is not a Secret", dir, m.Name)}
+		}
+		if m.SubPath != "" || m.SubPathExpr != "" {
+			p = append(p, problemf("Secret %s is mounted with subPath: a rotated certificate would never reach the pod", v.Secret.SecretName))
+		}
+		return p
 	}
-	if dir, _ := flagValue(c, "cert-dir"); filepath.Clean(dir) != filepath.Clean(mounts[0].MountPath) {
-		p = append(p, problemf("--cert-dir=%q, but Secret %s is mounted at %s", dir, tlsSecret, mounts[0].MountPath))
-	}
-	return p
+	return []string{problemf("the webhook container does not mount a Secret at --cert-dir=%q", dir)}
 }
 
 func gracefulShutdown(o *objects) []string {
@@ -825,7 +850,7 @@ var safetyChecks = []struct {
 	{"probes /readyz and /healthz on the health port", probes},
 	{"mounts the policy ConfigMap as a directory, not with subPath, or reads the one ClusterIPPolicy, which loads", policyMount},
 	{"ships a policy that loads", policyParses},
-	{"mounts the serving certificate where --cert-dir points", certMount},
+	{"reads the serving certificate through the API (managed), or mounts it where --cert-dir points", certMount},
 	{"gives the shutdown delay and in-flight reviews time before SIGKILL", gracefulShutdown},
 	{"sets resource requests and a memory limit", resourcesSet},
 	{"routes the webhook Service to the webhook port", serviceRoutesToWebhook},
@@ -1080,7 +1105,16 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 		{"rejects a container without a liveness probe", probes,
 			func(o *objects) { ctr(o).LivenessProbe = nil }, "no HTTP livenessProbe"},
 		{"rejects a --cert-dir where the Secret is not mounted", certMount,
-			func(o *objects) { setArg(ctr(o), "cert-dir", "/certs") }, "--cert-dir"},
+			func(o *objects) {
+				setArg(ctr(o), "certificate-source", "file")
+				ctr(o).Args = append(ctr(o).Args, "--cert-dir=/certs")
+			}, "does not mount a Secret at --cert-dir"},
+		{"rejects --cert-dir beside --certificate-source=managed", certMount,
+			func(o *objects) { ctr(o).Args = append(ctr(o).Args, "--cert-dir=/tls") }, "the webhook refuses to start"},
+		{"rejects managed certificates without the Role on their Secret", certMount,
+			func(o *objects) {
+				o.Roles = slices.DeleteFunc(o.Roles, func(r *rbacv1.Role) bool { return r.Name == "clusterip-policy-webhook-certificates" })
+			}, "no Role grants the webhook its Secret"},
 		{"rejects a grace period shorter than the shutdown delay and a review", gracefulShutdown,
 			func(o *objects) { pod(o).TerminationGracePeriodSeconds = ptr(int64(5)) }, "in-flight reviews would be killed"},
 		{"rejects a webhook without a shutdown delay", gracefulShutdown,

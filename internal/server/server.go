@@ -37,6 +37,7 @@ import (
 	"clusterip-policy/internal/controllers/holds"
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
+	"clusterip-policy/internal/controllers/servingcerts"
 	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/logging"
@@ -71,6 +72,8 @@ type serveOptions struct {
 	lease          leader.Options
 	audit          periodicaudit.Options
 	conditions     matchconditions.Options
+	certs          servingcerts.Options
+	certDirSet     bool // --cert-dir given on the command line
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -79,7 +82,16 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for reaching the apiserver. Empty: the in-cluster service account.")
 	o.logLevel = logging.Info
 	fs.Var(&o.logLevel, "log-level", logging.LevelHelp)
-	fs.StringVar(&o.certDir, "cert-dir", "/tls", "Directory holding the serving certificate as tls.crt and tls.key (a kubernetes.io/tls Secret mounted as a volume). The files are reloaded when they change, so certificates rotate without a restart.")
+	fs.StringVar(&o.certDir, "cert-dir", "/tls", "With --certificate-source=file: directory holding the serving certificate as tls.crt and tls.key (a kubernetes.io/tls Secret mounted as a volume, from cert-manager or your own), and optionally ca.crt (read for clusterip_policy_certificate_expiry_seconds{certificate=\"ca\"}). The files are reloaded when they change, so certificates rotate without a restart.")
+	fs.StringVar(&o.certs.Source, "certificate-source", servingcerts.SourceFile, "Where the admission port's certificate comes from: file (--cert-dir; the default) or managed: the elected replica creates and renews a CA (--ca-secret, which only it reads) and the serving certificate (--cert-secret), and writes the caBundle of every webhook of the two webhook configurations; every replica serves the serving Secret read through the API (a watch of that Secret by name), not a mounted volume. A new CA joins the caBundle beside the old one and is served only after --ca-bundle-settle. Needs create on Secrets in --cert-namespace, get, list, watch and update on the two Secrets by name, and get and update on the two configurations (manifests/base/rbac.yaml); uses the Lease.")
+	fs.StringVar(&o.certs.Namespace, "cert-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "With --certificate-source=managed: namespace of the two Secrets and of the webhook Service (default: $POD_NAMESPACE from the downward API).")
+	fs.StringVar(&o.certs.Secret, "cert-secret", "clusterip-policy-webhook-tls", "With --certificate-source=managed: the kubernetes.io/tls Secret every replica serves (tls.crt, tls.key; ca.crt is the caBundle in force). The leader creates it.")
+	fs.StringVar(&o.certs.CASecret, "ca-secret", "clusterip-policy-webhook-ca", "With --certificate-source=managed: the Secret holding the CA's key and the bundle of trusted CAs; only the leader reads it. The leader creates it; deleting it makes a new CA (rotated without a failed review).")
+	fs.StringVar(&o.certs.Service, "cert-service", "clusterip-policy-webhook", "With --certificate-source=managed: the webhook Service, whose DNS names (name, name.ns, name.ns.svc, name.ns.svc.cluster.local) the serving certificate carries.")
+	fs.StringArrayVar(&o.certs.ExtraSANs, "cert-extra-san", nil, "With --certificate-source=managed: one more DNS name or IP address for the serving certificate (repeatable), for a webhook registered by URL.")
+	fs.DurationVar(&o.certs.Validity, "cert-validity", 90*24*time.Hour, "With --certificate-source=managed: lifetime of the serving certificate; it is renewed after 2/3 of it (the caBundle does not change). 10s-20y, at most --ca-validity.")
+	fs.DurationVar(&o.certs.CAValidity, "ca-validity", 5*365*24*time.Hour, "With --certificate-source=managed: lifetime of the CA; it is rotated after 2/3 of it, the old CA staying in the caBundle until it expires. 10s-20y.")
+	fs.DurationVar(&o.certs.Settle, "ca-bundle-settle", 5*time.Second, "With --certificate-source=managed: how long a new caBundle must have been in every webhook configuration before the replicas serve a certificate of a new CA: the time your apiservers take to load a changed configuration, with a margin (docs/design.md has the figures). 0-5m.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address the webhook listens on; empty means all interfaces.")
 	fs.IntVar(&o.port, "port", 9443, "Port of the HTTPS webhook endpoints /mutate-v1-service, /validate-v1-service and /validate-v1-servicecidr.")
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz (liveness: the process answers) and /readyz (ready: webhook serving, policy loaded, view of ServiceCIDRs and IPAddresses synced).")
@@ -98,8 +110,8 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringVar(&o.lease.Identity, "leader-election-identity", leader.DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
 	fs.BoolVar(&o.conditions.Manage, "manage-match-conditions", false, "Keep the matchCondition "+conditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
 	fs.DurationVar(&o.conditions.Settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
-	fs.StringVar(&o.conditions.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition.")
-	fs.StringVar(&o.conditions.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition.")
+	fs.StringVar(&o.conditions.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition, and whose webhooks get the caBundle with --certificate-source=managed.")
+	fs.StringVar(&o.conditions.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition, and whose webhooks get the caBundle with --certificate-source=managed.")
 	return fs
 }
 
@@ -133,9 +145,15 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	if o.port <= 0 || o.port > 65535 {
 		return nil, fmt.Errorf("--port %d is not a TCP port; use 1-65535", o.port)
 	}
-	for _, f := range []string{"tls.crt", "tls.key"} {
-		if _, err := os.Stat(filepath.Join(o.certDir, f)); err != nil {
-			return nil, fmt.Errorf("--cert-dir %s: %w; mount the serving certificate there or run `make certs`", o.certDir, err)
+	o.certs.Mutating, o.certs.Validating = o.conditions.Mutating, o.conditions.Validating
+	if err := o.certs.Validate(o.certDirSet); err != nil {
+		return nil, err
+	}
+	if !o.certs.Managed() {
+		for _, f := range []string{"tls.crt", "tls.key"} {
+			if _, err := os.Stat(filepath.Join(o.certDir, f)); err != nil {
+				return nil, fmt.Errorf("--cert-dir %s: %w; mount the serving certificate there, or use --certificate-source=managed", o.certDir, err)
+			}
 		}
 	}
 	if o.reloadInterval <= 0 {
@@ -192,6 +210,9 @@ func (o *serveOptions) leaderWorks() []string {
 	if o.conditions.Manage {
 		works = append(works, "--manage-match-conditions")
 	}
+	if o.certs.Managed() {
+		works = append(works, "--certificate-source=managed")
+	}
 	if o.policySource == policysource.SourceCRD {
 		works = append(works, "the ClusterIPPolicy status (--policy-source=crd)")
 	}
@@ -205,6 +226,7 @@ func serve(o serveOptions, fs *pflag.FlagSet, args []string, stderr io.Writer) i
 		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", args)
 		return exitcode.BadData
 	}
+	o.certDirSet = fs.Changed("cert-dir")
 	log := logging.NewAt(stderr, o.logLevel)
 	staticCIDRs, err := o.validate()
 	if err != nil {
@@ -324,7 +346,20 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		}
 		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", cas.Digest(), "cas", cas.Subject())
 	}
-	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsauth.Options(cas)})
+	// The serving certificate: the Secret read through the API (managed),
+	// or controller-runtime's watcher of --cert-dir (file).
+	tlsOpts := tlsauth.Options(cas)
+	cm := servingcerts.NewMetrics(defaultRegistry)
+	var certSource *servingcerts.Source
+	if o.certs.Managed() {
+		certSource = servingcerts.NewSource(client, o.certs.Namespace, o.certs.Secret, log.WithName("certificates"), cm)
+		tlsOpts = append(tlsOpts, certSource.TLSOption())
+		servingcerts.RegisterExpiry(defaultRegistry, certSource.Served)
+		leaderWorks = append(leaderWorks, servingcerts.New(client, o.certs, log.WithName("certificates"), cm).Work())
+	} else {
+		servingcerts.RegisterExpiry(defaultRegistry, servingcerts.FromDir(o.certDir))
+	}
+	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOpts})
 	for path, h := range admission.Endpoints(admission.Config{Gate: gate, Audit: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
 		server.Register(path, h)
 	}
@@ -369,7 +404,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 
-	errs := make(chan error, 8) // one per goroutine below, so none blocks on exit
+	errs := make(chan error, 9) // one per goroutine below, so none blocks on exit
 	var wg sync.WaitGroup
 	goRun := func(name string, fn func() error) {
 		wg.Add(1)
@@ -388,6 +423,10 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		goRun("policy object watcher", func() error { return object.Run(bgCtx) })
 	} else {
 		goRun("policy watcher", func() error { policies.Watch(bgCtx, o.reloadInterval); return nil })
+	}
+	if certSource != nil {
+		// With the webhook's context: it serves until the server stops.
+		goRun("serving certificate watcher", func() error { return certSource.Run(webhookCtx) })
 	}
 	goRun("webhook server", func() error { return server.Start(webhookCtx) })
 	if !o.conditions.Manage {

@@ -97,9 +97,8 @@ func TestHelmChart(t *testing.T) {
 		start := time.Now()
 		out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--create-namespace",
 			"--set-file", "policy="+filepath.Join(dir, "policy.yaml"),
-			"--set-file", "certificate.selfSigned.caCert="+filepath.Join(dir, "ca.crt"),
-			"--set-file", "certificate.selfSigned.tlsCert="+filepath.Join(dir, "tls.crt"),
-			"--set-file", "certificate.selfSigned.tlsKey="+filepath.Join(dir, "tls.key"))
+			"--set", "certificate.source=existingSecret", "--set", "certificate.existingSecret=clusterip-policy-webhook-tls",
+			"--set-file", "certificate.caBundle="+filepath.Join(dir, "ca.crt"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +109,7 @@ func TestHelmChart(t *testing.T) {
 		}
 		n := 0
 		for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/clusterippolicies.clusterip-policy.io", "clusterippolicies.clusterip-policy.io/default",
-			"serviceaccount/clusterip-policy-webhook", "secret/clusterip-policy-webhook-tls",
+			"serviceaccount/clusterip-policy-webhook",
 			"service/clusterip-policy-webhook", "deployment.apps/clusterip-policy-webhook", "poddisruptionbudget.policy/clusterip-policy-webhook",
 			"role.rbac.authorization.k8s.io/clusterip-policy-webhook-holds", "rolebinding.rbac.authorization.k8s.io/clusterip-policy-webhook-holds",
 			"clusterrole.rbac.authorization.k8s.io/clusterip-policy-webhook", "clusterrolebinding.rbac.authorization.k8s.io/clusterip-policy-webhook",
@@ -234,10 +233,13 @@ func TestHelmChart(t *testing.T) {
 		return
 	}
 
-	// Without a certificate in values helm generates one at install; an
-	// upgrade must keep it (read back with lookup), or the caBundle would
-	// change under pods still serving the old certificate.
-	t.Run("a generated certificate survives helm upgrade, which changes the policy", func(t *testing.T) {
+	// With the default (managed) certificates the chart renders no Secret
+	// and no caBundle: the leader writes the caBundle. A helm upgrade (a
+	// three-way merge: the field is in neither render) must keep what the
+	// leader wrote, or every Service create would fail until it wrote it
+	// again. The leader's write is made here as the leader makes it (an
+	// update of the object as read).
+	t.Run("a caBundle written by the leader survives helm upgrade, which changes the policy", func(t *testing.T) {
 		// With no DNS address in values and no DNS Service to read it
 		// from, the chart refuses rather than reserve a guess.
 		out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy")
@@ -265,11 +267,28 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("a first install's enforcement is %q, want warn", mode)
 		}
 		t.Cleanup(func() { _, _ = runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy") })
-		state := func() (secret, bundle, policy string) {
-			secret, _, err := c.Kubectl(ctx, "", "get", "secret", "clusterip-policy-webhook-tls", "-n", "clusterip-policy", "-o", "jsonpath={.data}")
-			if err != nil {
-				t.Fatal(err)
+		if _, _, err := c.Kubectl(ctx, "", "get", "secret", "clusterip-policy-webhook-tls", "-n", "clusterip-policy"); err == nil {
+			t.Error("the chart rendered the Secret clusterip-policy-webhook-tls; with managed certificates the leader makes it")
+		}
+		leaderCA, err := certs.NewCA("leader-written", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range v.Webhooks {
+			if len(v.Webhooks[i].ClientConfig.CABundle) != 0 {
+				t.Errorf("webhook %s has a caBundle from the chart", v.Webhooks[i].Name)
 			}
+			v.Webhooks[i].ClientConfig.CABundle = leaderCA.CertPEM
+		}
+		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{FieldManager: "clusterip-policy-certificates"}); err != nil {
+			t.Fatal(err)
+		}
+		state := func() (secret, bundle, policy string) {
+			secret = "none"
 			bundle, _, err = c.Kubectl(ctx, "", "get", "validatingwebhookconfiguration", "clusterip-policy", "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}")
 			if err != nil {
 				t.Fatal(err)
@@ -281,8 +300,8 @@ func TestHelmChart(t *testing.T) {
 			return secret, bundle, policy
 		}
 		secret1, bundle1, policy1 := state()
-		if secret1 == "" || bundle1 == "" || !strings.Contains(policy1, "10.96.0.10") {
-			t.Fatalf("after install: secret %d bytes, caBundle %d bytes, policy %q", len(secret1), len(bundle1), policy1)
+		if bundle1 == "" || !strings.Contains(policy1, "10.96.0.10") {
+			t.Fatalf("after install and the leader's write: caBundle %d bytes, policy %q", len(bundle1), policy1)
 		}
 		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values",
 			"--set-file", "policy="+filepath.Join(dir, "policy.yaml")); err != nil {
@@ -290,7 +309,7 @@ func TestHelmChart(t *testing.T) {
 		}
 		secret2, bundle2, policy2 := state()
 		if secret2 != secret1 || bundle2 != bundle1 {
-			t.Error("helm upgrade replaced the generated certificate or the caBundle")
+			t.Error("helm upgrade reverted the caBundle the leader wrote")
 		}
 		if policy2 != "10.96.0.53" {
 			t.Errorf("helm upgrade did not change the policy object: reservations %q, want 10.96.0.53", policy2)

@@ -45,13 +45,14 @@ spec:
     default: deny
 `
 
-// selfSignedOverlay copies manifests/base and the self-signed overlay into a
+// selfSignedOverlay copies manifests/base, the cert-dir component and the self-signed overlay into a
 // temporary tree, runs gencerts there (as `make certs` does in the
 // repository) and returns the overlay directory and its rendered objects.
 func selfSignedOverlay(t *testing.T, root string) (string, []*unstructured.Unstructured) {
 	t.Helper()
 	tmp := t.TempDir()
 	copyDir(t, filepath.Join(root, "manifests", "base"), filepath.Join(tmp, "manifests", "base"))
+	copyDir(t, filepath.Join(root, "manifests", "components", "cert-dir"), filepath.Join(tmp, "manifests", "components", "cert-dir"))
 	overlay := filepath.Join(tmp, "manifests", "overlays", "self-signed")
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		t.Fatal(err)
@@ -414,16 +415,18 @@ spec:
 			"clusterippolicies.clusterip-policy.io [] []":        {resource: "clusterippolicies.clusterip-policy.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},
 			"clusterippolicies.clusterip-policy.io/status [] []": {resource: "clusterippolicies.clusterip-policy.io/status", nonResource: "[]", names: "[]", verbs: "[update]"},
 			// --manage-match-conditions: its one condition in the two
-			// configurations named clusterip-policy, nothing else.
-			"mutatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]":   {resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update]"},
-			"validatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]": {resource: "validatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update]"},
+			// configurations named clusterip-policy, nothing else;
+			// --certificate-source=managed: their caBundle, watched by name.
+			"mutatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]":   {resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update list watch]"},
+			"validatingwebhookconfigurations.admissionregistration.k8s.io [] [clusterip-policy]": {resource: "validatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[clusterip-policy]", verbs: "[get update list watch]"},
 			// ... and reads the other mutating admission, which may set a
 			// ClusterIP after ours.
 			"mutatingwebhookconfigurations.admissionregistration.k8s.io [] []": {resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[]", verbs: "[list watch]"},
 			"mutatingadmissionpolicies.admissionregistration.k8s.io [] []":     {resource: "mutatingadmissionpolicies.admissionregistration.k8s.io", nonResource: "[]", names: "[]", verbs: "[list watch]"},
 		}
 		// In its own namespace, the Lease electing the replica that keeps
-		// the holds.
+		// the holds; no Secret: the self-signed overlay mounts its
+		// certificate and deletes the base's Role on the managed Secrets.
 		own := maps.Clone(everywhere)
 		own["leases.coordination.k8s.io [] []"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"}
 		own["leases.coordination.k8s.io [] [clusterip-policy-holds]"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[clusterip-policy-holds]", verbs: "[get update]"}

@@ -7,31 +7,55 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/*
-The self-signed TLS material as a dict (caCert, tlsCert, tlsKey), computed once
-per render: the values when all three are given, else the Secret already in the
-cluster (so an upgrade keeps the certificate the pods serve and the caBundle
-that trusts it), else new ones from genCA/genSignedCert for the names an
-apiserver may use for the webhook Service (certs.ServiceDNSNames).
+Where the serving certificate comes from (certificate.source), checked once:
+managed (the default), certManager or existingSecret. The values of the other
+sources are refused rather than ignored, and the removed selfSigned is refused
+with what to use instead. Nothing here generates anything: the same values
+render the same output every time (GitOps).
 */}}
-{{- define "clusterip-policy.tls" -}}
-{{- $s := .Values.certificate.selfSigned -}}
-{{- if and $s.caCert $s.tlsCert $s.tlsKey -}}
-{{- dict "caCert" $s.caCert "tlsCert" $s.tlsCert "tlsKey" $s.tlsKey | toJson -}}
-{{- else if or $s.caCert $s.tlsCert $s.tlsKey -}}
-{{- fail "certificate.selfSigned: give all three of caCert, tlsCert and tlsKey, or none to have helm generate them" -}}
-{{- else -}}
-{{- $old := lookup "v1" "Secret" .Release.Namespace "clusterip-policy-webhook-tls" -}}
-{{- if and $old (index $old.data "ca.crt") -}}
-{{- dict "caCert" (index $old.data "ca.crt" | b64dec) "tlsCert" (index $old.data "tls.crt" | b64dec) "tlsKey" (index $old.data "tls.key" | b64dec) | toJson -}}
-{{- else -}}
-{{- $svc := "clusterip-policy-webhook" -}}
-{{- $ns := .Release.Namespace -}}
-{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
-{{- $ca := genCA "clusterip-policy-ca" (int $s.days) -}}
-{{- $cert := genSignedCert (printf "%s.%s.svc" $svc $ns) nil $names (int $s.days) $ca -}}
-{{- dict "caCert" $ca.Cert "tlsCert" $cert.Cert "tlsKey" $cert.Key | toJson -}}
+{{- define "clusterip-policy.certificateSource" -}}
+{{- $c := .Values.certificate -}}
+{{- $src := $c.source | default "managed" -}}
+{{- $own := "certificate.source=existingSecret with certificate.existingSecret (a kubernetes.io/tls Secret you create: kubectl -n NAMESPACE create secret tls NAME --cert=tls.crt --key=tls.key) and certificate.caBundle (the PEM of its CA)" -}}
+{{- if eq $src "selfSigned" -}}
+{{- fail (printf "certificate.source: selfSigned was removed: it generated a new CA at every render, so each `helm template` (Argo CD, Flux) replaced the caBundle ahead of the pods and failed Service creates until the kubelet refreshed the Secret. Drop certificate.source: managed, the default, has the webhook make and renew its own CA and certificate, with nothing generated at render. To keep a certificate of your own: %s" $own) -}}
+{{- end -}}
+{{- with $c.selfSigned -}}
+{{- if or .caCert .tlsCert .tlsKey -}}
+{{- fail (printf "certificate.selfSigned.caCert, tlsCert and tlsKey were removed with the selfSigned source. To keep that certificate: %s; or drop them and let the webhook manage its own (certificate.source=managed, the default)" $own) -}}
 {{- end -}}
 {{- end -}}
+{{- if not (has $src (list "managed" "certManager" "existingSecret")) -}}
+{{- fail (printf "certificate.source: %q is not a certificate source; use managed (the default), certManager or existingSecret" $src) -}}
+{{- end -}}
+{{- if ne $src "existingSecret" -}}
+{{- if or $c.existingSecret $c.caBundle -}}
+{{- fail (printf "certificate.existingSecret and certificate.caBundle are for certificate.source=existingSecret, not %s; set the source, or drop them" $src) -}}
+{{- end -}}
+{{- else -}}
+{{- if not $c.existingSecret -}}
+{{- fail "certificate.source=existingSecret needs certificate.existingSecret: the name of a kubernetes.io/tls Secret in the release namespace holding tls.crt and tls.key for clusterip-policy-webhook.<namespace>.svc" -}}
+{{- end -}}
+{{- if eq $c.existingSecret "clusterip-policy-webhook-ca" -}}
+{{- fail "certificate.existingSecret: clusterip-policy-webhook-ca is the managed source's CA Secret; give the Secret holding your serving certificate" -}}
+{{- end -}}
+{{- if not (contains "-----BEGIN CERTIFICATE-----" ($c.caBundle | default "")) -}}
+{{- fail "certificate.source=existingSecret needs certificate.caBundle: the PEM CA certificate(s) that signed the Secret's tls.crt, which the apiservers trust (--set-file certificate.caBundle=ca.crt)" -}}
+{{- end -}}
+{{- if contains "PRIVATE KEY" $c.caBundle -}}
+{{- fail "certificate.caBundle holds a private key; give only the CA certificate(s): the caBundle is readable by anyone who can read webhook configurations" -}}
+{{- end -}}
+{{- end -}}
+{{- $issuer := dig "certManager" "issuerRef" dict $c -}}
+{{- if $issuer -}}
+{{- if ne $src "certManager" -}}
+{{- fail (printf "certificate.certManager.issuerRef is for certificate.source=certManager, not %s; set the source, or drop it" $src) -}}
+{{- end -}}
+{{- if not (and $issuer.name (has ($issuer.kind | default "") (list "Issuer" "ClusterIssuer"))) -}}
+{{- fail (printf "certificate.certManager.issuerRef %s needs a name and kind Issuer or ClusterIssuer (group defaults to cert-manager.io)" (toJson $issuer)) -}}
+{{- end -}}
+{{- end -}}
+{{- $src -}}
 {{- end -}}
 
 {{/*

@@ -61,6 +61,11 @@ type Options struct {
 	// WebhookClientAuth makes every apiserver present a client certificate
 	// to the webhooks and every webhook require it (see clientauth.go).
 	WebhookClientAuth bool
+
+	// ManagedCerts starts every webhook with --certificate-source=managed
+	// and registers the configurations with no caBundle: the leader writes
+	// it (WebhookOptions.ManagedCerts).
+	ManagedCerts bool
 }
 
 // Cluster is a running control plane with its webhooks.
@@ -318,7 +323,7 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 			return err
 		}
 		start := time.Now()
-		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile, ExtraArgs: append(c.ClientAuth.WebhookArgs(), c.opts.WebhookArgs...)}
+		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile, ExtraArgs: append(c.ClientAuth.WebhookArgs(), c.opts.WebhookArgs...), ManagedCerts: c.opts.ManagedCerts}
 		if slices.Contains(c.opts.WebhookArgs, "--policy-source=crd") {
 			o.Policy = "" // the webhook refuses --policy with the policy object
 		}

@@ -47,7 +47,11 @@ func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	wc.PointAt(addr, c.WebhookCA.CertPEM)
+	caPEM := c.WebhookCA.CertPEM
+	if c.opts.ManagedCerts {
+		caPEM = nil // the leader writes it; a harness CA would be replaced
+	}
+	wc.PointAt(addr, caPEM)
 	c.Configs = wc
 	cs := c.Client(0)
 	// Validating first: once the mutating webhook is called, both are.

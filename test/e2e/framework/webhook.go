@@ -29,6 +29,11 @@ type WebhookOptions struct {
 	Policy       string   // policy file; the webhook re-reads it on change; empty: no --policy
 	ServiceCIDRs []string // --service-cidr fallbacks
 	ExtraArgs    []string
+	// ManagedCerts runs the webhook with --certificate-source=managed: no
+	// --cert-dir; the elected replica makes the CA and the certificate in
+	// Secrets of namespace clusterip-policy (for 127.0.0.1 and localhost)
+	// and writes the caBundle itself. CA stays nil.
+	ManagedCerts bool
 }
 
 // Webhook is a running `webhook serve` with its own serving certificate.
@@ -65,7 +70,9 @@ func StartWebhookUnready(binary, dir string, ca *certs.CA, o WebhookOptions, po 
 		o.Name = "webhook"
 	}
 	w := &Webhook{CertDir: filepath.Join(dir, o.Name+"-certs"), CA: ca}
-	if _, err := w.RotateCert(); err != nil {
+	if o.ManagedCerts {
+		w.CertDir, w.CA = "", nil
+	} else if _, err := w.RotateCert(); err != nil {
 		return nil, err
 	}
 	ports := make([]int, 3)
@@ -79,12 +86,16 @@ func StartWebhookUnready(binary, dir string, ca *certs.CA, o WebhookOptions, po 
 	w.Port, w.HealthAddr, w.MetricsAddr = ports[0], hostPort(ports[1]), hostPort(ports[2])
 	argv := []string{binary, "serve",
 		"--kubeconfig=" + o.Kubeconfig,
-		"--cert-dir=" + w.CertDir,
 		"--bind-address=127.0.0.1",
 		"--port=" + strconv.Itoa(w.Port),
 		"--health-probe-bind-address=" + w.HealthAddr,
 		"--metrics-bind-address=" + w.MetricsAddr,
 		"--shutdown-delay=0s",
+	}
+	if o.ManagedCerts {
+		argv = append(argv, "--certificate-source=managed", "--cert-namespace="+ManagedCertsNamespace, "--cert-extra-san=127.0.0.1", "--cert-extra-san=localhost")
+	} else {
+		argv = append(argv, "--cert-dir="+w.CertDir)
 	}
 	if o.Policy != "" { // empty: the policy comes from elsewhere (--policy-source=crd)
 		argv = append(argv, "--policy="+o.Policy)
@@ -100,6 +111,10 @@ func StartWebhookUnready(binary, dir string, ca *certs.CA, o WebhookOptions, po 
 	w.Process = p
 	return w, nil
 }
+
+// ManagedCertsNamespace holds the Secrets of webhooks started with
+// ManagedCerts (the namespace of the Lease and of manifests/base's Role).
+const ManagedCertsNamespace = "clusterip-policy"
 
 // Review posts an AdmissionReview to the webhook's path (MutatePath or
 // ValidatePath) over a new TLS connection that trusts only the webhook CA,

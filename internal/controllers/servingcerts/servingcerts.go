@@ -1,0 +1,651 @@
+// Package servingcerts is the admission port's certificate with
+// --certificate-source=managed: the elected replica (Keeper) creates and
+// renews a CA and the serving certificate in two Secrets and writes the
+// caBundle of every webhook of the webhook configurations; every replica
+// (Source) serves the serving Secret read through the API. With
+// --certificate-source=file the certificate is a mounted --cert-dir (cert-manager,
+// a Secret of your own) and only the expiry gauge is this package's.
+//
+// A CA rotation never fails a review: the new CA joins the caBundle
+// (old and new), and only once every configuration carries that bundle and
+// --ca-bundle-settle has passed (the apiservers load a changed
+// configuration from their own informer within milliseconds) does the
+// leader write a serving certificate the new CA signed. A serving
+// certificate renewed under the same CA changes no caBundle. docs/design.md
+// ("Certificates") has the reasoning and why this is not
+// open-policy-agent/cert-controller's rotator.
+package servingcerts
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+
+	"clusterip-policy/certs"
+	"clusterip-policy/internal/leader"
+	"clusterip-policy/internal/poll"
+)
+
+// The --certificate-source values.
+const (
+	SourceFile    = "file"
+	SourceManaged = "managed"
+)
+
+// FieldManager names the leader's writes (managedFields): the caBundle of
+// the configurations and the two Secrets.
+const FieldManager = "clusterip-policy-certificates"
+
+// Options are the certificate flags.
+type Options struct {
+	Source    string
+	Namespace string // of both Secrets
+	Secret    string // the serving Secret every replica reads
+	CASecret  string // the CA's key and the bundle; the leader alone reads it
+	Service   string // the webhook Service: the certificate's DNS names
+	ExtraSANs []string
+	// Validity and CAValidity are the lifetimes of what the leader issues;
+	// each is renewed after 2/3 of it.
+	Validity, CAValidity time.Duration
+	// Settle is how long a new caBundle must have been in every
+	// configuration before the leader serves a certificate only it trusts.
+	Settle time.Duration
+	// Mutating and Validating name the configurations whose webhooks get
+	// the caBundle (serve fills them from the matchConditions' flags).
+	Mutating, Validating string
+}
+
+// Limits of the flags: lifetimes short enough for a test to see a
+// renewal within a minute, long enough that a renewal is not a hot loop.
+const (
+	minValidity = 10 * time.Second
+	maxValidity = 20 * 365 * 24 * time.Hour
+	maxSettle   = 5 * time.Minute
+)
+
+// Managed reports whether the leader manages the certificates.
+func (o Options) Managed() bool { return o.Source == SourceManaged }
+
+// Validate checks the flags, naming the flag, the value and the fix.
+// certDirSet says whether --cert-dir was given on the command line.
+func (o Options) Validate(certDirSet bool) error {
+	switch o.Source {
+	case SourceFile:
+		return nil
+	case SourceManaged:
+	default:
+		return fmt.Errorf("--certificate-source %q is not a certificate source; use managed (the webhook creates and renews its CA and certificate in a Secret) or file (--cert-dir, for cert-manager or a Secret of your own)", o.Source)
+	}
+	if certDirSet {
+		return errors.New("--cert-dir and --certificate-source=managed exclude each other: managed serves the Secret named by --cert-secret, read through the API; drop --cert-dir, or use --certificate-source=file")
+	}
+	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
+		return fmt.Errorf("--cert-namespace %q is not a namespace name (%s); give the webhook's namespace (POD_NAMESPACE from the downward API)", o.Namespace, strings.Join(errs, "; "))
+	}
+	for flag, v := range map[string]string{"--cert-secret": o.Secret, "--ca-secret": o.CASecret} {
+		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+			return fmt.Errorf("%s %q is not a Secret name (%s); give a lowercase name such as clusterip-policy-webhook-tls", flag, v, strings.Join(errs, "; "))
+		}
+	}
+	if o.Secret == o.CASecret {
+		return fmt.Errorf("--cert-secret and --ca-secret are both %q; the CA's key must not be in the Secret every replica reads: give two names", o.Secret)
+	}
+	if errs := validation.IsDNS1123Label(o.Service); len(errs) > 0 {
+		return fmt.Errorf("--cert-service %q is not a Service name (%s); give the webhook Service's name, such as clusterip-policy-webhook", o.Service, strings.Join(errs, "; "))
+	}
+	for _, san := range o.ExtraSANs {
+		if net.ParseIP(san) == nil && len(validation.IsDNS1123Subdomain(san)) > 0 {
+			return fmt.Errorf("--cert-extra-san %q is neither an IP address nor a DNS name", san)
+		}
+	}
+	for flag, v := range map[string]time.Duration{"--cert-validity": o.Validity, "--ca-validity": o.CAValidity} {
+		if v < minValidity || v > maxValidity {
+			return fmt.Errorf("%s %s is outside %s-%s; the default is right for a cluster, a few minutes suit a test of renewal", flag, v, minValidity, maxValidity)
+		}
+	}
+	if o.Validity > o.CAValidity {
+		return fmt.Errorf("--cert-validity %s is longer than --ca-validity %s; a certificate cannot outlive its CA: shorten --cert-validity", o.Validity, o.CAValidity)
+	}
+	if o.Settle < 0 || o.Settle > maxSettle {
+		return fmt.Errorf("--ca-bundle-settle %s is outside 0-%s; give the time your apiservers take to load a changed webhook configuration, with a margin (default 5s)", o.Settle, maxSettle)
+	}
+	return nil
+}
+
+// names are the DNS names and addresses the serving certificate carries.
+func (o Options) names() ([]string, []net.IP) {
+	dns := certs.ServiceDNSNames(o.Service, o.Namespace)
+	var ips []net.IP
+	for _, san := range o.ExtraSANs {
+		if ip := net.ParseIP(san); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, san)
+		}
+	}
+	return dns, ips
+}
+
+// Metrics are the certificates'.
+type Metrics struct {
+	loads    *prometheus.CounterVec // every replica: serving Secret loads
+	renewals *prometheus.CounterVec // leader: certificates issued
+	bundle   *prometheus.CounterVec // leader: caBundle writes
+	passes   *prometheus.CounterVec // leader: passes by result
+	failing  prometheus.Gauge       // leader: 1 while the last pass failed
+}
+
+// NewMetrics registers the metrics in reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_certificate_loads_total",
+			Help: "Loads of the serving Secret by this replica with --certificate-source=managed (result: loaded, refused; a refused Secret leaves the last good certificate in force).",
+		}, []string{"result"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_certificate_issued_total",
+			Help: "Certificates the leader issued with --certificate-source=managed (certificate: serving, ca).",
+		}, []string{"certificate"}),
+		bundle: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_certificate_cabundle_writes_total",
+			Help: "Webhook configurations whose caBundle the leader wrote (result: updated, failed).",
+		}, []string{"result"}),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_certificate_passes_total",
+			Help: "The leader's passes over the certificates and caBundles (result: ok, failed).",
+		}, []string{"result"}),
+		failing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_certificate_renewal_failing",
+			Help: "1 on the leader while its last pass over the certificates and caBundles failed (it retries with backoff, at most every 30s); 0 otherwise and on other replicas.",
+		}),
+	}
+	reg.MustRegister(m.loads, m.renewals, m.bundle, m.passes, m.failing)
+	for _, r := range []string{"loaded", "refused"} {
+		m.loads.WithLabelValues(r)
+	}
+	for _, c := range []string{"serving", "ca"} {
+		m.renewals.WithLabelValues(c)
+	}
+	for _, r := range []string{"updated", "failed"} {
+		m.bundle.WithLabelValues(r)
+		m.passes.WithLabelValues(r)
+	}
+	m.passes.WithLabelValues("ok")
+	return m
+}
+
+// Keeper is the leader's work: the CA, the serving certificate and the
+// caBundles.
+type Keeper struct {
+	client   kubernetes.Interface
+	o        Options
+	log      logr.Logger
+	metrics  *Metrics
+	now      func() time.Time
+	dnsNames []string
+	ips      []net.IP
+}
+
+// New keeps the certificates o names.
+func New(client kubernetes.Interface, o Options, log logr.Logger, m *Metrics) *Keeper {
+	dns, ips := o.names()
+	return &Keeper{client: client, o: o, log: log, metrics: m, now: time.Now, dnsNames: dns, ips: ips}
+}
+
+// Work keeps the certificates while this replica leads.
+func (k *Keeper) Work() leader.Work {
+	return leader.Term(k.log, "keeping the webhook's CA, serving certificate and caBundles",
+		[]any{"secret", k.o.Namespace + "/" + k.o.Secret, "caSecret", k.o.Namespace + "/" + k.o.CASecret,
+			"configurations", []string{k.o.Mutating, k.o.Validating}, "validity", k.o.Validity.String(), "caValidity", k.o.CAValidity.String()},
+		k.lead, func() { k.metrics.failing.Set(0) })
+}
+
+// resync bounds how long the leader goes without a pass: a change it was
+// not told of (a watch that lapsed) is repaired within it.
+const resync = time.Minute
+
+// maxBackoff bounds the retries of a failing pass.
+const maxBackoff = 30 * time.Second
+
+// term is what the leader knows within one term.
+type term struct {
+	// bundle is the digest of the caBundle last seen or written in every
+	// configuration, since when this term knows it is there: the apiservers
+	// trust it from settle later.
+	bundle string
+	since  time.Time
+}
+
+// lead passes whenever something it reads changes, when a certificate
+// falls due, and at least every resync, until ctx (the term) ends.
+func (k *Keeper) lead(ctx context.Context) {
+	kick := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	stop := k.watch(ctx, notify)
+	defer stop()
+	var st term
+	backoff := time.Second
+	lastErr := ""
+	for {
+		next, err := k.pass(ctx, &st)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := time.Until(next)
+		if err != nil {
+			k.metrics.passes.WithLabelValues("failed").Inc()
+			k.metrics.failing.Set(1)
+			if err.Error() != lastErr {
+				k.log.Error(err, "the certificates or caBundles could not be kept; retrying", "retryIn", backoff.String())
+				lastErr = err.Error()
+			}
+			wait, backoff = backoff, min(2*backoff, maxBackoff)
+		} else {
+			k.metrics.passes.WithLabelValues("ok").Inc()
+			k.metrics.failing.Set(0)
+			lastErr, backoff = "", time.Second
+		}
+		wait = max(min(wait, resync), 0)
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-kick:
+			timer.Stop()
+			// A burst of events (our own writes come back as events) is
+			// one pass.
+			if !poll.Sleep(ctx, 50*time.Millisecond) {
+				return
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// watch runs informers on the two Secrets and the configurations, by
+// name, calling kick on every change, until stop.
+func (k *Keeper) watch(ctx context.Context, kick func()) (stop func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { kick() },
+		UpdateFunc: func(any, any) { kick() },
+		DeleteFunc: func(any) { kick() },
+	}
+	var factories []informers.SharedInformerFactory
+	for _, name := range []string{k.o.Secret, k.o.CASecret} {
+		f := namedSecrets(k.client, k.o.Namespace, name)
+		_, _ = f.Core().V1().Secrets().Informer().AddEventHandler(h)
+		factories = append(factories, f)
+	}
+	named := func(name string) informers.SharedInformerFactory {
+		return informers.NewSharedInformerFactoryWithOptions(k.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}))
+	}
+	m, v := named(k.o.Mutating), named(k.o.Validating)
+	_, _ = m.Admissionregistration().V1().MutatingWebhookConfigurations().Informer().AddEventHandler(h)
+	_, _ = v.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer().AddEventHandler(h)
+	factories = append(factories, m, v)
+	for _, f := range factories {
+		f.Start(wctx.Done())
+	}
+	return func() {
+		cancel()
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}
+}
+
+// pass brings the CA, the caBundles and the serving certificate to what
+// they should be at now, in that order, and returns when the next pass is
+// due.
+func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
+	now := k.now()
+	secrets := k.client.CoreV1().Secrets(k.o.Namespace)
+
+	// What the replicas serve now, and the CA that signed it: that CA stays
+	// in the caBundle until it expires, whatever happened to the CA Secret.
+	tlsSec, err := secrets.Get(ctx, k.o.Secret, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return now, fmt.Errorf("read the serving Secret %s/%s: %w", k.o.Namespace, k.o.Secret, err)
+	}
+	if apierrors.IsNotFound(err) {
+		tlsSec = nil
+	}
+	var leaf, leafCA *x509.Certificate
+	if tlsSec != nil {
+		if s, err := parseServing(tlsSec); err == nil {
+			leaf, leafCA = s.leaf, s.ca
+		} else {
+			k.log.Info("the serving Secret does not load; issuing a new certificate", "secret", k.o.Namespace+"/"+k.o.Secret, "error", err.Error())
+		}
+	}
+
+	// 1. The CA.
+	caSec, err := secrets.Get(ctx, k.o.CASecret, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return now, fmt.Errorf("read the CA Secret %s/%s: %w", k.o.Namespace, k.o.CASecret, err)
+	}
+	if apierrors.IsNotFound(err) {
+		caSec = nil
+	}
+	ca, previous, reason := k.readCA(caSec, now)
+	if leafCA != nil && !slices.ContainsFunc(previous, leafCA.Equal) {
+		// The CA Secret lost the CA of what is served (deleted, damaged):
+		// keep trusting it, but only if the configurations trust it now.
+		// A CA that someone wrote into the serving Secret's ca.crt is
+		// never added to the caBundle on that Secret's word.
+		trusted, err := k.trustedNow(ctx)
+		if err != nil {
+			return now, err
+		}
+		if slices.ContainsFunc(trusted, leafCA.Equal) {
+			previous = append(previous, leafCA)
+		}
+	}
+	if reason != "" {
+		next, err := certs.NewCAAt(fmt.Sprintf("clusterip-policy-ca@%d-%s", now.Unix(), rand.String(5)), now, k.o.CAValidity)
+		if err != nil {
+			return now, err
+		}
+		if ca != nil {
+			previous = append([]*x509.Certificate{ca.Cert}, previous...)
+		}
+		bundle := mergeBundle(next.Cert, previous, now)
+		if err := k.writeCA(ctx, caSec, next, bundle); err != nil {
+			return now, err
+		}
+		k.metrics.renewals.WithLabelValues("ca").Inc()
+		k.log.Info("new CA; the caBundle trusts it beside the CAs it replaces, and the serving certificate moves to it once the apiservers have the bundle", "reason", reason,
+			"ca", next.Cert.Subject.CommonName, "notAfter", next.Cert.NotAfter.UTC().Format(time.RFC3339), "bundle", subjects(bundle))
+		ca, previous = next, bundle
+	}
+	bundle := mergeBundle(ca.Cert, previous, now)
+	bundlePEM := encodeBundle(bundle)
+	if caSec != nil && reason == "" && !bytes.Equal(caSec.Data[KeyCABundle], bundlePEM) {
+		// A CA in the bundle expired and is dropped, or the CA of the served
+		// certificate was missing from it (the CA Secret was replaced).
+		if err := k.writeCA(ctx, caSec, ca, bundle); err != nil {
+			return now, err
+		}
+		k.log.Info("updated the bundle of trusted CAs", "bundle", subjects(bundle))
+	}
+
+	// 2. The caBundle of every webhook of the configurations.
+	changed, err := k.inject(ctx, bundlePEM)
+	if err != nil {
+		return now, err
+	}
+	digest := digestOf(bundlePEM)
+	if changed || st.bundle != digest {
+		st.bundle, st.since = digest, now
+	}
+	settled := st.since.Add(k.o.Settle)
+
+	// 3. The serving certificate.
+	next := renewAt(ca.Cert)
+	for _, c := range bundle[1:] {
+		next = earliest(next, c.NotAfter) // dropped from the bundle then
+	}
+	if why := servingReason(leaf, ca.Cert, k.dnsNames, k.ips, now); why != "" {
+		if leaf != nil && leaf.CheckSignatureFrom(ca.Cert) != nil && issuerIn(leaf, bundle) != nil && now.Before(settled) {
+			// Replicas serve leaf; the apiservers may not trust ca yet.
+			k.log.V(1).Info("waiting for the apiservers to load the caBundle before serving a certificate of the new CA", "until", settled.UTC().Format(time.RFC3339Nano))
+			return earliest(next, settled), nil
+		}
+		kp, signed, err := k.issue(ca, now)
+		if err != nil {
+			return now, err
+		}
+		if err := k.writeServing(ctx, tlsSec, kp, bundlePEM); err != nil {
+			return now, err
+		}
+		k.metrics.renewals.WithLabelValues("serving").Inc()
+		k.log.Info("issued the serving certificate", "reason", why, "serial", signed.SerialNumber.Text(16),
+			"notAfter", signed.NotAfter.UTC().Format(time.RFC3339), "ca", ca.Cert.Subject.CommonName, "dnsNames", k.dnsNames, "ips", k.ips)
+		leaf = signed
+	} else if !bytes.Equal(tlsSec.Data[KeyCACert], bundlePEM) {
+		if err := k.writeServing(ctx, tlsSec, nil, bundlePEM); err != nil {
+			return now, err
+		}
+	}
+	return earliest(next, renewAt(leaf)), nil
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func digestOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// trustedNow is every CA the caBundles of the configurations hold now.
+func (k *Keeper) trustedNow(ctx context.Context) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	add := func(b []byte) {
+		if certs, err := parseCerts(b, "caBundle"); err == nil {
+			out = append(out, certs...)
+		}
+	}
+	m, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Mutating, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		for _, h := range m.Webhooks {
+			add(h.ClientConfig.CABundle)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("read MutatingWebhookConfiguration %s: %w", k.o.Mutating, err)
+	}
+	v, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Validating, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		for _, h := range v.Webhooks {
+			add(h.ClientConfig.CABundle)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("read ValidatingWebhookConfiguration %s: %w", k.o.Validating, err)
+	}
+	return out, nil
+}
+
+// readCA reads the CA Secret: the signing CA, the other CAs of its bundle,
+// and why a new CA is needed ("" if none is).
+func (k *Keeper) readCA(sec *corev1.Secret, now time.Time) (*certs.CA, []*x509.Certificate, string) {
+	if sec == nil {
+		return nil, nil, "no CA yet"
+	}
+	var previous []*x509.Certificate
+	if b, err := parseCerts(sec.Data[KeyCABundle], KeyCABundle); err == nil {
+		previous = b
+	}
+	ca, err := certs.ParseCA(sec.Data[KeyCACert], sec.Data[KeyCAKey], "the CA Secret's "+KeyCACert, "the CA Secret's "+KeyCAKey)
+	if err != nil {
+		return nil, previous, fmt.Sprintf("the CA Secret %s/%s does not load (%v)", k.o.Namespace, k.o.CASecret, err)
+	}
+	return ca, previous, caReason(ca.Cert, now)
+}
+
+// writeCA creates or updates the CA Secret (an update carries the
+// resourceVersion read, so two leaders cannot both rotate).
+func (k *Keeper) writeCA(ctx context.Context, old *corev1.Secret, ca *certs.CA, bundle []*x509.Certificate) error {
+	data := map[string][]byte{KeyCACert: ca.CertPEM, KeyCAKey: ca.KeyPEM, KeyCABundle: encodeBundle(bundle)}
+	return k.writeSecret(ctx, old, k.o.CASecret, corev1.SecretTypeOpaque, data)
+}
+
+// writeServing creates or updates the serving Secret: a new pair (kp) and
+// the caBundle, or, with kp nil, the caBundle alone.
+func (k *Keeper) writeServing(ctx context.Context, old *corev1.Secret, kp *certs.KeyPair, bundlePEM []byte) error {
+	data := map[string][]byte{KeyCACert: bundlePEM}
+	if kp != nil {
+		data[KeyTLSCert], data[KeyTLSKey] = kp.CertPEM, kp.KeyPEM
+	} else {
+		data[KeyTLSCert], data[KeyTLSKey] = old.Data[KeyTLSCert], old.Data[KeyTLSKey]
+	}
+	return k.writeSecret(ctx, old, k.o.Secret, corev1.SecretTypeTLS, data)
+}
+
+func (k *Keeper) writeSecret(ctx context.Context, old *corev1.Secret, name string, typ corev1.SecretType, data map[string][]byte) error {
+	api := k.client.CoreV1().Secrets(k.o.Namespace)
+	opts := metav1.CreateOptions{FieldManager: FieldManager}
+	if old == nil {
+		_, err := api.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.o.Namespace, Labels: map[string]string{
+				"app.kubernetes.io/name":       "clusterip-policy-webhook",
+				"app.kubernetes.io/managed-by": "clusterip-policy",
+			}},
+			Type: typ, Data: data,
+		}, opts)
+		if err != nil {
+			return fmt.Errorf("create the Secret %s/%s: %w", k.o.Namespace, name, err)
+		}
+		return nil
+	}
+	if old.Type != typ {
+		return fmt.Errorf("the Secret %s/%s is of type %s, not %s: it was not made by the webhook; delete it (the leader makes it again) or give another name (--cert-secret, --ca-secret)", k.o.Namespace, name, old.Type, typ)
+	}
+	sec := old.DeepCopy()
+	sec.Data = data
+	if _, err := api.Update(ctx, sec, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("update the Secret %s/%s: %w", k.o.Namespace, name, err)
+	}
+	return nil
+}
+
+// issue signs a serving certificate with ca, valid for --cert-validity but
+// never beyond the CA.
+func (k *Keeper) issue(ca *certs.CA, now time.Time) (*certs.KeyPair, *x509.Certificate, error) {
+	validity := min(k.o.Validity, ca.Cert.NotAfter.Sub(now))
+	kp, err := ca.Sign(certs.Options{
+		CommonName: k.o.Service + "." + k.o.Namespace + ".svc",
+		DNSNames:   k.dnsNames,
+		IPs:        k.ips,
+		Validity:   validity,
+		Now:        now,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	leafs, err := parseCerts(kp.CertPEM, "the new certificate")
+	if err != nil {
+		return nil, nil, err
+	}
+	return kp, leafs[0], nil
+}
+
+// inject sets the caBundle of every webhook of both configurations to
+// bundle and reports whether it changed any. It writes nothing else: the
+// update carries the object as read (a conflict is retried on a fresh
+// read). A configuration that does not exist yet (an install applies it
+// after the Deployment) is skipped: nobody calls the webhook through it,
+// and the watch brings the leader back when it appears.
+func (k *Keeper) inject(ctx context.Context, bundle []byte) (bool, error) {
+	mAPI := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	vAPI := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	m, err := injectInto(ctx, "MutatingWebhookConfiguration", k.o.Mutating, bundle, mAPI.Get, mAPI.Update,
+		func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+			out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
+			for i := range c.Webhooks {
+				out[i] = &c.Webhooks[i].ClientConfig
+			}
+			return out
+		})
+	k.countInject(m, err)
+	if err != nil {
+		return false, err
+	}
+	v, err := injectInto(ctx, "ValidatingWebhookConfiguration", k.o.Validating, bundle, vAPI.Get, vAPI.Update,
+		func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+			out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
+			for i := range c.Webhooks {
+				out[i] = &c.Webhooks[i].ClientConfig
+			}
+			return out
+		})
+	k.countInject(v, err)
+	if m || v {
+		k.log.Info("wrote the caBundle of the webhook configurations", "mutating", m, "validating", v, "digest", digestOf(bundle))
+	}
+	return m || v, err
+}
+
+func (k *Keeper) countInject(changed bool, err error) {
+	switch {
+	case err != nil:
+		k.metrics.bundle.WithLabelValues("failed").Inc()
+	case changed:
+		k.metrics.bundle.WithLabelValues("updated").Inc()
+	}
+}
+
+// injectInto is inject for one configuration.
+func injectInto[C any](ctx context.Context, kind, name string, bundle []byte,
+	get func(context.Context, string, metav1.GetOptions) (C, error),
+	put func(context.Context, C, metav1.UpdateOptions) (C, error),
+	clientConfigs func(C) []*admissionregistrationv1.WebhookClientConfig,
+) (bool, error) {
+	written := false
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		cfg, err := get(rctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s %s: %w", kind, name, err)
+		}
+		changed := false
+		for _, cc := range clientConfigs(cfg) {
+			if !bytes.Equal(cc.CABundle, bundle) {
+				cc.CABundle = bytes.Clone(bundle)
+				changed = true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		if _, err := put(rctx, cfg, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("write the caBundle of %s %s: %w", kind, name, err)
+		}
+		written = true
+		return nil
+	})
+	return written, err
+}
