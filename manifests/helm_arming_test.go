@@ -51,7 +51,9 @@ func TestChartArmingValues(t *testing.T) {
 					t.Errorf("%s: failurePolicy %v, want %s", w.where, w.failurePolicy, want)
 				}
 			}
-			probeRole := slices.ContainsFunc(o.Roles, func(r *rbacv1.Role) bool { return r.Namespace == "default" && r.Name == "clusterip-policy-webhook-probe" })
+			probeRole := slices.ContainsFunc(o.Roles, func(r *rbacv1.Role) bool {
+				return r.Namespace == "default" && r.Name == "clusterip-policy-webhook-probe"
+			})
 			if probeRole != c.arm {
 				t.Errorf("the probe's Role in default rendered: %v, want %v", probeRole, c.arm)
 			}

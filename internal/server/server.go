@@ -307,6 +307,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	}
 	keeper := matchconditions.New(client, gate, o.conditions, log.WithName("match-conditions"), matchconditions.NewMetrics(defaultRegistry))
 	var armer *arming.Keeper
+	// Registered whatever the flag, as -1 (nothing known here): a
+	// dashboard or alert reads the same series on every replica.
+	am := arming.NewMetrics(defaultRegistry)
 	if o.arming.Arm {
 		// The probe reads its warnings from the response; client-go would
 		// log each of them (two every probe) with its default handler.
@@ -316,7 +319,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		armer = arming.New(probeClient, o.arming, log.WithName("arming"), arming.NewMetrics(defaultRegistry))
+		armer = arming.New(probeClient, o.arming, log.WithName("arming"), am)
 		// validate made sure the audit runs: after arming it names at
 		// once what was admitted unchecked before (after a second, so
 		// that a create admitted just before the apiservers loaded Fail
