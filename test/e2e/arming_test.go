@@ -114,7 +114,7 @@ type createLoad struct {
 	wg         sync.WaitGroup
 }
 
-func startCreateLoad(ctx context.Context, cs kubernetes.Interface, ns string, clients int) *createLoad {
+func startCreateLoad(ctx context.Context, cs kubernetes.Interface, ns, prefix string, clients int) *createLoad {
 	l := &createLoad{stop: make(chan struct{})}
 	for i := range clients {
 		l.wg.Add(1)
@@ -128,7 +128,7 @@ func startCreateLoad(ctx context.Context, cs kubernetes.Interface, ns string, cl
 					return
 				default:
 				}
-				_, err := create(ctx, cs, service(ns, fmt.Sprintf("load-%d-%d", i, n)))
+				_, err := create(ctx, cs, service(ns, fmt.Sprintf("%s-%d-%d", prefix, i, n)))
 				switch {
 				case err == nil:
 					l.ok.Add(1)
@@ -253,7 +253,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 
 	// 1. Not armed, not reachable: nothing fails, nothing is armed.
 	shipped := registerAsShipped(t, ctx, c, gate.Addr())
-	load := startCreateLoad(ctx, cs, ns, 4)
+	load := startCreateLoad(ctx, cs, ns, "install", 4)
 	// 2. A reserved address taken while nothing reviews creates.
 	squatter, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.10")))
 	if err != nil {
@@ -300,7 +300,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	}
 
 	// 4. A GitOps sync applies the configurations as shipped again.
-	load = startCreateLoad(ctx, cs, ns, 4)
+	load = startCreateLoad(ctx, cs, ns, "resync", 4)
 	reapplied := time.Now()
 	m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
 	if err != nil {
