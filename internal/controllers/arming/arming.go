@@ -235,7 +235,7 @@ func (k *Keeper) lead(ctx context.Context) {
 				return
 			}
 			next = time.Now().Add(Jittered(k.o.ProbeInterval, rand.Float64()))
-			k.expose(last)
+			k.expose(last, st)
 			for _, stage := range unarmed {
 				if last.Reached[stage] {
 					k.arm(ctx, stage)
@@ -316,11 +316,17 @@ func newProbeID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (k *Keeper) expose(r Result) {
+func (k *Keeper) expose(r Result, st armState) {
 	for _, s := range stages {
 		v := 0.0
-		if r.Reached[s] {
+		switch {
+		case r.Reached[s]:
 			v = 1
+		case notRegistered(st, k.o.Arm, s):
+			// Nothing to reach (an install that applies the
+			// configurations last, an uninstall that deleted them
+			// first): not an outage the alert should report.
+			v = -1
 		}
 		k.metrics.reachable.WithLabelValues(s).Set(v)
 	}
@@ -382,6 +388,9 @@ func Condition(r Result, st armState, arm bool) (bool, string, string) {
 		}
 		return true, "Reachable", msg
 	}
+	if notRegistered(st, arm, StageMutate) && notRegistered(st, arm, StageValidate) {
+		return false, "NotRegistered", "the webhook configurations do not exist: nothing sends Service creates to the webhook (an install applies them last; an uninstall deletes them first)"
+	}
 	var missing []string
 	for _, s := range stages {
 		if !r.Reached[s] {
@@ -400,6 +409,11 @@ func Condition(r Result, st armState, arm bool) (bool, string, string) {
 		msg += ": the apiserver could not call it (failurePolicy Ignore admits the request), or did not select it (configuration missing, namespace " + names.ProbeNamespace + " excluded); check the pods, the Service, the caBundle and that the control plane may open the webhook's port (docs/operations.md, \"The apiservers cannot reach the webhook\")"
 	}
 	return false, reason, msg
+}
+
+// notRegistered says that the stage's configuration was read as absent.
+func notRegistered(st armState, arm bool, stage string) bool {
+	return arm && st.err == nil && st.present != nil && !st.present[stage]
 }
 
 func webhookName(stage string) string {

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"clusterip-policy/internal/names"
 )
 
@@ -57,6 +61,8 @@ func TestTheConditionNamesWhatIsUnreachableAndItsFailurePolicy(t *testing.T) {
 			contains: []string{"mutating webhook mutate-services.clusterip-policy.io (failurePolicy Fail) and the validating webhook", "connection refused", "fail meanwhile (fail-closed)", "clusterip-policy-reachability-probe)"}},
 		{name: "not armed and unreachable: admitted, said so", r: none, st: notArmed, arm: true, reason: "Unreachable", contains: []string{"(failurePolicy Ignore: not armed)", "failurePolicy Ignore admits the request"}},
 		{name: "the dry run refused by RBAC", r: forbidden, st: notArmed, arm: true, reason: "ProbeFailed", contains: []string{"the dry run failed: services is forbidden"}},
+		{name: "no configuration yet: not an outage", r: none, st: armState{armed: map[string]bool{}, present: map[string]bool{}}, arm: true, reason: "NotRegistered", contains: []string{"the webhook configurations do not exist"}},
+		{name: "configurations unreadable: not taken for absent", r: none, st: armState{armed: map[string]bool{}, present: map[string]bool{}, err: errors.New("forbidden")}, arm: true, reason: "Unreachable", contains: []string{"(failurePolicy unreadable: see the leader's log)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,5 +125,31 @@ func TestOptions(t *testing.T) {
 		if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want)) {
 			t.Errorf("%+v: %v, want %q", tt.o, err, tt.want)
 		}
+	}
+}
+
+// The gauge the alert reads is 0 only for a webhook that is registered and
+// did not answer: -1 while its configuration does not exist (an install
+// that applies it last, an uninstall that deleted it first) and after the
+// term, so neither fires ClusterIPPolicyWebhookUnreachable.
+func TestTheReachableGaugeIsZeroOnlyForARegisteredWebhookThatDidNotAnswer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	k := New(nil, Options{Arm: true, ProbeInterval: 10 * time.Second}, logr.Discard(), NewMetrics(reg))
+	gauge := func(stage string) float64 { return testutil.ToFloat64(k.metrics.reachable.WithLabelValues(stage)) }
+	if gauge(StageMutate) != -1 {
+		t.Fatalf("before a probe: %v, want -1", gauge(StageMutate))
+	}
+	onlyMutating := armState{armed: map[string]bool{}, present: map[string]bool{StageMutate: true}}
+	k.expose(Result{Reached: map[string]bool{}}, onlyMutating)
+	if gauge(StageMutate) != 0 || gauge(StageValidate) != -1 {
+		t.Fatalf("mutating registered and unanswered, validating absent: %v %v, want 0 -1", gauge(StageMutate), gauge(StageValidate))
+	}
+	k.expose(Result{Reached: map[string]bool{StageMutate: true, StageValidate: true}}, armState{armed: map[string]bool{}, present: map[string]bool{StageMutate: true, StageValidate: true}})
+	if gauge(StageMutate) != 1 || gauge(StageValidate) != 1 {
+		t.Fatalf("both answered: %v %v", gauge(StageMutate), gauge(StageValidate))
+	}
+	k.metrics.reset()
+	if gauge(StageMutate) != -1 || gauge(StageValidate) != -1 {
+		t.Fatal("after the term the gauges must say nothing is known here (-1)")
 	}
 }
