@@ -106,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		reachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "clusterip_policy_webhook_reachable",
-			Help: "On the leader with --arm-failure-policy: 1 if the last reachability probe (a dry-run create the apiserver must send to the webhook) was answered by the Service webhook of this stage, 0 if not; -1 before the first probe and on other replicas. The alert ClusterIPPolicyWebhookUnreachable reads it.",
+			Help: "On the leader with --arm-failure-policy: 1 if the last reachability probe (a dry-run create the apiserver must send to the webhook) was answered by the Service webhook of this stage, 0 if not; -1 before the first probe, while the stage's webhook configuration does not exist, and on other replicas. The alert ClusterIPPolicyWebhookUnreachable reads it.",
 		}, []string{"stage"}),
 		armed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "clusterip_policy_webhook_failure_policy_armed",
