@@ -152,7 +152,7 @@ type Audit struct {
 // Soon asks the running audit for a pass now rather than at the end of the
 // interval: the leader arms the Service webhooks (internal/controllers/
 // arming) and what was admitted unchecked before is named at once. It
-// never blocks; asks made while a pass is due are one pass.
+// never blocks; an ask made while one is pending adds nothing.
 func (a *Audit) Soon() {
 	select {
 	case a.soon <- struct{}{}:
