@@ -360,6 +360,9 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "webhook.failurePolicy=Fial"}, "at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'"},
 		{[]string{"--set", "webhook.failurePolicy=Fial", "--skip-schema-validation"}, `webhook.failurePolicy: "Fial" is neither Fail nor Ignore`},
 		{[]string{"--set", "webhook.excludedNamespaces={kube-system}"}, "webhook.excludedNamespaces: kube-system"},
+		{[]string{"--set", "webhook.failurePolicy=Ignore"}, `webhook.armFailurePolicy: the leader arms the Service webhooks to failurePolicy Fail once the apiserver reaches a ready replica, but webhook.failurePolicy is "Ignore"; set webhook.armFailurePolicy=false`},
+		{[]string{"--set", "webhook.auditInterval=0s"}, "webhook.armFailurePolicy needs webhook.auditInterval: while the Service webhooks are not armed"},
+		{[]string{"--set", "webhook.armFailurePolicy=maybe"}, "at '/webhook/armFailurePolicy': got string, want boolean"},
 		{[]string{"--set", "webhook.excludedNamespaces={Bad_NS}"}, "'Bad_NS' does not match pattern"},
 		{[]string{"--set", "webhook.excludedNamespaces={ci,default}"}, "webhook.excludedNamespaces: default must stay covered"},
 		{[]string{"--set", "webhook.auditInterval=5x"}, "at '/webhook/auditInterval': '5x' does not match pattern"},
@@ -535,7 +538,7 @@ func TestChartConventionalValues(t *testing.T) {
 // Values the operator sets reach the objects, and the result is still safe.
 func TestChartValues(t *testing.T) {
 	r := renderChart(t, "--set", "replicas=5", "--set", "image.repository=registry.example/cip", "--set", "image.tag=v1.2.3",
-		"--set", "webhook.failurePolicy=Ignore", "--set", "webhook.excludedNamespaces={ci,sandbox}",
+		"--set", "webhook.failurePolicy=Ignore", "--set", "webhook.armFailurePolicy=false", "--set", "webhook.excludedNamespaces={ci,sandbox}",
 		"--set", "resources.limits.memory=512Mi", "--set", "webhook.holdReservations=false", "--set", "webhook.manageMatchConditions=false")
 	o := r.objects
 	d := o.Deployments[0]

@@ -56,7 +56,8 @@ func TestAlertsParseWithPromtool(t *testing.T) {
 }
 
 // The alerts fire on the series they are meant for, and only then:
-// testdata/alerts-promtool-test.yaml, run against alerts.yaml without its
+// testdata/alerts-promtool-test.yaml and
+// alerts-promtool-reachability-test.yaml, run against alerts.yaml without its
 // annotations (promtool would otherwise want every text repeated).
 func TestAlertsFireOnTheirSeries(t *testing.T) {
 	bin := promtool(t)
@@ -71,6 +72,10 @@ func TestAlertsFireOnTheirSeries(t *testing.T) {
 	}{
 		// A pod's first refusal (the failure series starts at 1).
 		{"ClusterIPPolicyPolicyRefused", ` or (clusterip_policy_policy_reloads_total{result="failure"} unless clusterip_policy_policy_reloads_total{result="failure"} offset 15m)`},
+		// The leader's verdict, not each replica's (whose -1 means "not
+		// probing here"): without max by (stage) the alert carries the
+		// replica's labels.
+		{"ClusterIPPolicyWebhookUnreachable", "max by (stage) "},
 		// A rule that denied nothing the day before.
 		{"ClusterIPPolicyDenialsRising", "\n         or 0 * sum by (stage, rule) (rate(clusterip_policy_decisions_total{decision=\"denied\"}[15m]))"},
 	} {
@@ -110,14 +115,18 @@ func runAlertTests(t *testing.T, bin string, rf *RulesFile) (string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests, err := os.ReadFile(filepath.Join("testdata", "alerts-promtool-test.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	files := map[string][]byte{"rules.yaml": rules}
+	for name, src := range map[string]string{"tests.yaml": "alerts-promtool-test.yaml", "reachability.yaml": "alerts-promtool-reachability-test.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = data
 	}
-	for name, data := range map[string][]byte{"rules.yaml": rules, "tests.yaml": tests} {
+	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return runPromtool(t, bin, dir, "test", "rules", "tests.yaml")
+	return runPromtool(t, bin, dir, "test", "rules", "tests.yaml", "reachability.yaml")
 }

@@ -348,7 +348,8 @@ func TestAlertsCoverWhatOperatorsWatch(t *testing.T) {
 		}
 	}
 	for alert, metric := range map[string]string{
-		"ClusterIPPolicyWebhookUnreachable":        "apiserver_admission_webhook_rejection_count",
+		"ClusterIPPolicyWebhookCallsFailing":       "apiserver_admission_webhook_rejection_count",
+		"ClusterIPPolicyWebhookUnreachable":        "clusterip_policy_webhook_reachable",
 		"ClusterIPPolicyWebhookDown":               "up",
 		"ClusterIPPolicyWebhookNotReady":           "clusterip_policy_view_synced",
 		"ClusterIPPolicyViewStale":                 "clusterip_policy_view_stale_seconds",

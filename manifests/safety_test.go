@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"clusterip-policy/internal/names"
 	"clusterip-policy/pkg/policy"
 )
 
@@ -344,6 +345,7 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)", nil},
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec", nil},
 	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit", nil},
+	{"Role in default", "", "services", []string{"create"}, "--arm-failure-policy: the leader's reachability probe, a server-side dry-run create of a headless Service in namespace default (RBAC cannot grant a dry run alone; the webhook sends no other create)", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"get", "update", "list", "watch"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration; --certificate-source=managed: the caBundle of its webhooks (get: an update carries the object as read; list, watch by name: a reverted caBundle is written again at once)", []string{"clusterip-policy"}},
 	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update", "list", "watch"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration; --certificate-source=managed: the caBundle of its webhooks (get: an update carries the object as read; list, watch by name: a reverted caBundle is written again at once)", []string{"clusterip-policy"}},
 	{"Role", "", "secrets", []string{"create"}, "--certificate-source=managed: the leader creates the serving Secret and the CA's Secret (RBAC sees no name on a create)", nil},
@@ -398,11 +400,16 @@ func rbacExact(o *objects) []string {
 		}
 	}
 	for _, r := range o.Roles {
-		if r.Namespace != ownNamespace {
-			p = append(p, problemf("Role %s/%s is outside the webhook's namespace %s", r.Namespace, r.Name, ownNamespace))
+		kind := "Role"
+		switch r.Namespace {
+		case ownNamespace:
+		case names.ProbeNamespace:
+			kind = "Role in default"
+		default:
+			p = append(p, problemf("Role %s/%s is outside the webhook's namespace %s (and namespace %s, where the reachability probe is sent)", r.Namespace, r.Name, ownNamespace, names.ProbeNamespace))
 		}
 		for _, rule := range r.Rules {
-			check("Role", "Role "+r.Namespace+"/"+r.Name, rule)
+			check(kind, "Role "+r.Namespace+"/"+r.Name, rule)
 		}
 	}
 	return p
@@ -832,6 +839,7 @@ var safetyChecks = []struct {
 	{"declares the mutating webhook free of side effects on dry runs and the validating one free of any", webhookSideEffects},
 	{"speaks only admission.k8s.io/v1", webhookReviewVersions},
 	{"chooses a failurePolicy for every webhook", webhookFailurePolicy},
+	{"registers the Service webhooks not armed (Ignore) only where the leader arms them, with the audit and the probe's RBAC", serviceWebhooksArming},
 	{"matches only creates and updates of Services", webhookRules},
 	{"checks the policy object fail-open, cluster-wide", policyObjectFailOpen},
 	{"keeps the webhook's own namespace out and kube-system in", webhookNamespaces},
@@ -925,6 +933,40 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { vwh(o).AdmissionReviewVersions = []string{"v1", "v1beta1"} }, "want [v1]"},
 		{"rejects a webhook that leaves failurePolicy to the default", webhookFailurePolicy,
 			func(o *objects) { mwh(o).FailurePolicy = nil }, "failurePolicy"},
+		{"rejects a Service webhook registered with Fail where the leader arms it", serviceWebhooksArming,
+			func(o *objects) { vwh(o).FailurePolicy = ptr(admv1.Fail) }, "failurePolicy must be Ignore: the leader arms it"},
+		{"rejects Service webhooks left at Ignore when nobody arms them", serviceWebhooksArming,
+			func(o *objects) {
+				ctr(o).Args = slices.DeleteFunc(ctr(o).Args, func(a string) bool { return a == "--arm-failure-policy" })
+			}, "failurePolicy must be Fail: nobody arms it"},
+		{"rejects a ServiceCIDR webhook at Ignore", serviceWebhooksArming,
+			func(o *objects) { cwh(o).FailurePolicy = ptr(admv1.Ignore) }, "the leader never arms the ServiceCIDR webhook"},
+		{"rejects arming without the periodic audit", serviceWebhooksArming,
+			func(o *objects) { setArg(ctr(o), "audit-interval", "0") }, "without --audit-interval"},
+		{"rejects arming without the probe's Role in default", serviceWebhooksArming,
+			func(o *objects) {
+				o.Roles = slices.DeleteFunc(o.Roles, func(r *rbacv1.Role) bool { return r.Namespace == "default" })
+			}, "no Role in namespace default grants create on services"},
+		{"rejects arming whose probe Role is bound to someone else", serviceWebhooksArming,
+			func(o *objects) {
+				for _, b := range o.RoleBindings {
+					if b.Namespace == "default" {
+						b.Subjects[0].Name = "other"
+					}
+				}
+			}, "no RoleBinding in default binds Role clusterip-policy-webhook-probe"},
+		{"rejects a probe Role that may also delete Services", rbacExact,
+			func(o *objects) {
+				for _, r := range o.Roles {
+					if r.Namespace == "default" {
+						r.Rules[0].Verbs = append(r.Rules[0].Verbs, "delete")
+					}
+				}
+			}, `verb "delete" on services`},
+		{"rejects a Role in another namespace", rbacExact,
+			func(o *objects) {
+				o.Roles = append(o.Roles, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "kube-system"}})
+			}, "Role kube-system/x is outside the webhook's namespace"},
 		{"rejects a webhook that matches Pods too", webhookRules,
 			func(o *objects) { mwh(o).Rules[0].Resources = []string{"services", "pods"} }, "resources"},
 		{"rejects a webhook that matches deletes", webhookRules,
@@ -1055,7 +1097,9 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 				o.ClusterRoles[0].Rules = append(o.ClusterRoles[0].Rules, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}})
 			}, `"leases"`},
 		{"rejects a Lease role in another namespace", rbacExact,
-			func(o *objects) { o.Roles[0].Namespace = "default" }, "outside the webhook's namespace"},
+			func(o *objects) { o.Roles[0].Namespace = "kube-system" }, "outside the webhook's namespace"},
+		{"rejects the Lease role moved to the probe's namespace", rbacExact,
+			func(o *objects) { o.Roles[0].Namespace = "default" }, `grants resource "leases"`},
 		{"rejects a Lease role bound to no one", rbacRoleBinding,
 			func(o *objects) { o.RoleBindings = nil }, "no RoleBinding"},
 		{"rejects a mutating webhook declared free of side effects", webhookSideEffects,

@@ -45,6 +45,7 @@ import (
 //	  decodeOldService    the stored Service, on UPDATE
 //	  readiness.Gate.Check  policy loaded, view synced and fresh, or 503
 //	  policy.Mutate, policy.Validate  the decision (pkg/policy)
+//	  answerProbe         the leader's reachability probe: a warning added (probe.go)
 //	  respond             the decision as an admission response
 //	AllocationHook      mutating only: the holds' release, before recording
 //	newAuditLine, reviewer.record  one audit line and the metrics, from the answer
@@ -193,6 +194,7 @@ func (r *reviewer) answer(stage policy.Stage, decide func(policy.Env, policy.Req
 		Operation: policy.Operation(req.Operation), Service: svc, OldService: old,
 		User: req.UserInfo.Username, Groups: req.UserInfo.Groups, DryRun: isDryRun(req),
 	})
+	answerProbe(stage, req, fields.Metadata.Annotations.Probe, svc, &d)
 	return respond(d), answered{decision: &d, name: svc.Name, service: svc, state: state}
 }
 

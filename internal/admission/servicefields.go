@@ -23,6 +23,12 @@ type serviceFields struct {
 	Metadata struct {
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
+		// Annotations holds the one annotation the webhook reads, the
+		// reachability probe's id (probe.go); the others are skipped, not
+		// built.
+		Annotations struct {
+			Probe string `json:"clusterip-policy.io/reachability-probe"`
+		} `json:"annotations"`
 	} `json:"metadata"`
 	// Spec is nil when the object has none: the webhook's patch adds to
 	// /spec, so a Service without one (which no apiserver sends) is refused.

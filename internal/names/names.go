@@ -31,3 +31,43 @@ const (
 // public API: alerts and `kubectl get events --field-selector` use it, and
 // the ClusterIPPolicy status names it.
 const AuditEventReason = "ClusterIPPolicyViolation"
+
+// The reachability probe (internal/controllers/arming): the leader sends a
+// server-side dry-run create of a headless Service in namespace default
+// carrying ProbeAnnotation, whose value is a fresh id; each Service webhook
+// that reviews it and allows it adds ProbeWarning(stage, id) to its answer,
+// and the apiserver hands the leader those warnings. Seeing them is the
+// proof that the apiserver reaches a ready replica through each webhook
+// configuration. The answer is the policy's own (a headless Service is
+// always allowed, unchanged): the annotation only adds the warning, and
+// only to a dry run (internal/admission, probe.go).
+const (
+	ProbeAnnotation = "clusterip-policy.io/reachability-probe"
+	// ProbeNamespace is where the probe is sent: a namespace every cluster
+	// has and the webhook configurations may never exclude.
+	ProbeNamespace = "default"
+	// ProbeGenerateName prefixes the probe Service's generated name.
+	ProbeGenerateName = "clusterip-policy-reachability-probe-"
+	// MaxProbeIDBytes bounds the id: longer values are not a probe.
+	MaxProbeIDBytes = 32
+)
+
+// ProbeWarning is the warning a Service webhook's stage ("mutate",
+// "validate") adds to its answer to the probe with this id.
+func ProbeWarning(stage, id string) string {
+	return "clusterip-policy reachability probe " + id + " answered by the " + stage + " stage"
+}
+
+// ValidProbeID reports whether id may be a probe's: 1 to MaxProbeIDBytes
+// lowercase letters and digits, as the leader makes them.
+func ValidProbeID(id string) bool {
+	if id == "" || len(id) > MaxProbeIDBytes {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}

@@ -53,6 +53,10 @@ type Status struct {
 	// managed matchConditions run at all, so the status does not carry a
 	// condition nothing will ever update. Set before Lead runs.
 	AuditOn, ConditionsOn bool
+	// ProbeOn says whether the leader probes that the apiservers reach
+	// the webhook (--arm-failure-policy), so the status carries
+	// WebhookReachable. Set before Lead runs.
+	ProbeOn bool
 
 	mu        sync.Mutex
 	obj       *unstructured.Unstructured // the object last observed
@@ -64,6 +68,7 @@ type Status struct {
 	auditDig  string                     // digest of the policy the audit checked
 	condDig   string                     // digest the matchConditions encode, "" while unknown
 	condErr   string                     // why the last write of the matchConditions failed, "" if it did not
+	probe     *metav1.Condition          // the last reachability probe's condition, nil before one
 
 	poke chan struct{} // a buffered slot: something changed
 }
@@ -130,6 +135,23 @@ func (s *Status) ConditionsWriteFailed(reason string) {
 	s.mu.Lock()
 	changed := s.condErr != reason
 	s.condErr = reason
+	s.mu.Unlock()
+	if changed {
+		s.changed()
+	}
+}
+
+// WebhookProbed records the leader's last reachability probe
+// (arming.Keeper.Reported): whether both Service webhooks answered it, a
+// reason and a message that stays the same while nothing changes.
+func (s *Status) WebhookProbed(reachable bool, reason, message string) {
+	c := metav1.Condition{Type: v1alpha1.ConditionWebhookReachable, Status: metav1.ConditionFalse, Reason: reason, Message: policy.Clip(message, policy.MaxMessageBytes)}
+	if reachable {
+		c.Status = metav1.ConditionTrue
+	}
+	s.mu.Lock()
+	changed := s.probe == nil || s.probe.Status != c.Status || s.probe.Reason != c.Reason || s.probe.Message != c.Message
+	s.probe = &c
 	s.mu.Unlock()
 	if changed {
 		s.changed()
@@ -242,6 +264,16 @@ func (s *Status) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolic
 		meta.SetStatusCondition(&next.Conditions, mc)
 	} else {
 		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionMatchConditionsInForce)
+	}
+	if s.ProbeOn {
+		c := metav1.Condition{Type: v1alpha1.ConditionWebhookReachable, ObservedGeneration: gen, Status: metav1.ConditionUnknown, Reason: "Pending",
+			Message: "the leader has not probed yet whether the apiservers reach the webhook"}
+		if s.probe != nil {
+			c.Status, c.Reason, c.Message = s.probe.Status, s.probe.Reason, s.probe.Message
+		}
+		meta.SetStatusCondition(&next.Conditions, c)
+	} else {
+		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionWebhookReachable)
 	}
 	return s.obj, &old, next
 }

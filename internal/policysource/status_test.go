@@ -267,3 +267,33 @@ func TestARefusedConditionsWriteIsNamedInTheStatus(t *testing.T) {
 		t.Fatalf("after a successful write MatchConditionsInForce is %+v, want InForce", c)
 	}
 }
+
+// The leader's reachability probe is reported as the condition
+// WebhookReachable: Unknown/Pending before a probe, then as the arming
+// loop reports it, and absent when the probe is off.
+func TestTheReachabilityProbeIsReportedInTheStatus(t *testing.T) {
+	p, err := policy.ParseObjectSpec([]byte(`{"reservations":[{"ip":"10.96.0.10","service":"kube-system/kube-dns"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := NewStatus(newPolicyClient(t, policyObject(2)), logr.Discard())
+	st.observed(policyObject(2), nil, 2, p.Digest)
+	if _, _, next := st.desired(); meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionWebhookReachable) != nil {
+		t.Fatal("WebhookReachable is reported with the probe off")
+	}
+	st.ProbeOn = true
+	_, _, next := st.desired()
+	if c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionWebhookReachable); c == nil || c.Status != "Unknown" || c.Reason != "Pending" {
+		t.Fatalf("before a probe WebhookReachable is %+v, want Unknown/Pending", c)
+	}
+	st.WebhookProbed(false, "Unreachable", "the apiserver did not get an answer from the mutating webhook")
+	_, _, next = st.desired()
+	if c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionWebhookReachable); c == nil || c.Status != "False" || c.Reason != "Unreachable" || c.Message != "the apiserver did not get an answer from the mutating webhook" || c.ObservedGeneration != 2 {
+		t.Fatalf("WebhookReachable %+v, want False/Unreachable with the loop's message", c)
+	}
+	st.WebhookProbed(true, "Reachable", "both answered")
+	_, _, next = st.desired()
+	if c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionWebhookReachable); c == nil || c.Status != "True" || c.Reason != "Reachable" {
+		t.Fatalf("WebhookReachable %+v, want True/Reachable", c)
+	}
+}

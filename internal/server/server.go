@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"clusterip-policy/internal/admission"
+	"clusterip-policy/internal/controllers/arming"
 	"clusterip-policy/internal/controllers/holds"
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
@@ -74,6 +75,7 @@ type serveOptions struct {
 	conditions     matchconditions.Options
 	certs          servingcerts.Options
 	certDirSet     bool // --cert-dir given on the command line
+	arming         arming.Options
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -110,6 +112,8 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.StringVar(&o.lease.Identity, "leader-election-identity", leader.DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
 	fs.BoolVar(&o.conditions.Manage, "manage-match-conditions", false, "Keep the matchCondition "+conditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
 	fs.DurationVar(&o.conditions.Settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
+	fs.BoolVar(&o.arming.Arm, "arm-failure-policy", false, "Arm the Service webhooks: the manifests register them with failurePolicy Ignore, so that no Service create fails while no replica is ready (an install, a GitOps sync that renders them again), and the leader sets failurePolicy Fail on each once the apiserver has reached a ready replica through it: a server-side dry-run create of a headless Service in namespace default that both webhooks answer with a warning naming the probe. It repeats every --reachability-probe-interval and reports the result (the ClusterIPPolicy status condition WebhookReachable, clusterip_policy_webhook_reachable, the alert ClusterIPPolicyWebhookUnreachable); once armed, an unreachable webhook stays Fail and is reported. A webhook found at Ignore again is probed and armed within seconds. Needs --audit-interval (what is admitted unchecked while not armed is named by the audit, which runs at once after arming), get and update on the two configurations, and create on services in namespace default (a dry run; manifests/base/rbac.yaml). docs/design.md, \"Arming the failurePolicy\". Off (the default; manifests/base and the chart turn it on): the failurePolicy is the manifests'.")
+	fs.DurationVar(&o.arming.ProbeInterval, "reachability-probe-interval", 10*time.Second, "How often the leader probes, with --arm-failure-policy, that the apiservers reach both Service webhooks (±20% jitter; at once while one is not armed). 2s-5m; at 10s the alert ClusterIPPolicyWebhookUnreachable fires within a minute of the webhook becoming unreachable, with 15s scrape and rule intervals.")
 	fs.StringVar(&o.conditions.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition, and whose webhooks get the caBundle with --certificate-source=managed.")
 	fs.StringVar(&o.conditions.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition, and whose webhooks get the caBundle with --certificate-source=managed.")
 	return fs
@@ -179,6 +183,13 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	if err := o.conditions.Validate(); err != nil {
 		return nil, err
 	}
+	o.arming.Mutating, o.arming.Validating = o.conditions.Mutating, o.conditions.Validating
+	if err := o.arming.Validate(); err != nil {
+		return nil, err
+	}
+	if o.arming.Arm && o.audit.Interval == 0 {
+		return nil, errors.New("--arm-failure-policy needs --audit-interval: while the Service webhooks are not armed (failurePolicy Ignore), a create the apiservers cannot send to the webhook is admitted unchecked, and the periodic audit is what names it; give --audit-interval=5m (manifests/base), or drop --arm-failure-policy and register the webhooks with failurePolicy Fail")
+	}
 	// The Lease is checked once, whenever any leader work is on: the
 	// ClusterIPPolicy status alone (--policy-source=crd) campaigns too.
 	if works := o.leaderWorks(); len(works) > 0 {
@@ -212,6 +223,9 @@ func (o *serveOptions) leaderWorks() []string {
 	}
 	if o.certs.Managed() {
 		works = append(works, "--certificate-source=managed")
+	}
+	if o.arming.Arm {
+		works = append(works, "--arm-failure-policy")
 	}
 	if o.policySource == policysource.SourceCRD {
 		works = append(works, "the ClusterIPPolicy status (--policy-source=crd)")
@@ -322,11 +336,35 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		leaderWorks = append(leaderWorks, audit.Work())
 	}
 	keeper := matchconditions.New(client, gate, o.conditions, log.WithName("match-conditions"), matchconditions.NewMetrics(defaultRegistry))
+	var armer *arming.Keeper
+	// Registered whatever the flag, as -1 (nothing known here): a
+	// dashboard or alert reads the same series on every replica.
+	am := arming.NewMetrics(defaultRegistry)
+	if o.arming.Arm {
+		// The probe reads its warnings from the response; client-go would
+		// log each of them (two every probe) with its default handler.
+		probeCfg := rest.CopyConfig(cfg)
+		probeCfg.WarningHandler, probeCfg.WarningHandlerWithContext = rest.NoWarnings{}, rest.NoWarnings{}
+		probeClient, err := kubernetes.NewForConfig(probeCfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		armer = arming.New(probeClient, o.arming, log.WithName("arming"), am)
+		// validate made sure the audit runs: after arming it names at
+		// once what was admitted unchecked before (after a second, so
+		// that a create admitted just before the apiservers loaded Fail
+		// is stored by then).
+		armer.Armed = func() { time.AfterFunc(time.Second, audit.Soon) }
+		leaderWorks = append(leaderWorks, armer.Work())
+	}
 	// The ClusterIPPolicy status has one writer, the leader
 	// (internal/policysource): in CRD mode this replica campaigns even
 	// when no other leader work is on.
 	if status != nil {
-		status.AuditOn, status.ConditionsOn = o.audit.Interval > 0, o.conditions.Manage
+		status.AuditOn, status.ConditionsOn, status.ProbeOn = o.audit.Interval > 0, o.conditions.Manage, o.arming.Arm
+		if armer != nil {
+			armer.Reported = status.WebhookProbed
+		}
 		keeper.InForce, keeper.WriteFailed = status.ConditionsInForce, status.ConditionsWriteFailed
 		if audit != nil {
 			audit.Report = status.AuditDone

@@ -82,6 +82,9 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--leader-election-lease", ""}, "--leader-election-lease is empty"},
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--manage-match-conditions", "--validating-webhook-configuration", ""}, "--validating-webhook-configuration must name the configurations"},
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--match-conditions-settle", "2m"}, "--match-conditions-settle 2m0s is outside 0-1m"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--arm-failure-policy"}, "--arm-failure-policy needs --audit-interval: while the Service webhooks are not armed"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--arm-failure-policy", "--audit-interval", "5m", "--reachability-probe-interval", "1s"}, "--reachability-probe-interval 1s is outside 2s-5m"},
+		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--arm-failure-policy", "--audit-interval", "5m", "--leader-election-lease", ""}, "the Lease elects the replica that runs --audit-interval, --arm-failure-policy"},
 		// In CRD mode the ClusterIPPolicy status alone needs the Lease:
 		// its flags are checked then too, naming why.
 		{[]string{"serve", "--policy-source", "crd", "--cert-dir", certDir, "--leader-election-lease", ""},

@@ -123,10 +123,12 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 		return b, err
 	}
 	b.ours.PointAt(c.Webhooks[0].Addr(), c.WebhookCA.CertPEM)
+	b.ours.Arm()
 	if b.nopConfigs, err = framework.LoadWebhookConfigurations(c.Root); err != nil {
 		return b, err
 	}
 	b.nopConfigs.PointAt(b.nopAddr, c.WebhookCA.CertPEM)
+	b.nopConfigs.Arm()
 	// The same webhooks under other object names: a webhook of ours that
 	// manages its configurations (matchConditions) finds them by name, and
 	// must not edit the nop's.

@@ -303,6 +303,21 @@ func TestHelmChart(t *testing.T) {
 		if bundle1 == "" || !strings.Contains(policy1, "10.96.0.10") {
 			t.Fatalf("after install and the leader's write: caBundle %d bytes, policy %q", len(bundle1), policy1)
 		}
+		// The install registered the Service webhooks not armed; the leader
+		// arms them (no pods run here: the mutating one is armed by hand, as
+		// the leader would). The upgrade renders the live failurePolicy of
+		// each (lookup): the armed one stays Fail, the other Ignore.
+		failurePolicies := func() string {
+			m, _, _ := c.Kubectl(ctx, "", "get", "mutatingwebhookconfiguration", "clusterip-policy", "-o", `jsonpath={.webhooks[?(@.name=="mutate-services.clusterip-policy.io")].failurePolicy}`)
+			v, _, _ := c.Kubectl(ctx, "", "get", "validatingwebhookconfiguration", "clusterip-policy", "-o", `jsonpath={.webhooks[?(@.name=="validate-services.clusterip-policy.io")].failurePolicy}`)
+			return m + " " + v
+		}
+		if got := failurePolicies(); got != "Ignore Ignore" {
+			t.Errorf("helm install registered the Service webhooks with failurePolicy %q, want Ignore Ignore (not armed)", got)
+		}
+		if _, _, err := c.Kubectl(ctx, "", "patch", "mutatingwebhookconfiguration", "clusterip-policy", "--type=json", "-p", `[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Fail"}]`); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values",
 			"--set-file", "policy="+filepath.Join(dir, "policy.yaml")); err != nil {
 			t.Fatal(err)
@@ -313,6 +328,9 @@ func TestHelmChart(t *testing.T) {
 		}
 		if policy2 != "10.96.0.53" {
 			t.Errorf("helm upgrade did not change the policy object: reservations %q, want 10.96.0.53", policy2)
+		}
+		if got := failurePolicies(); got != "Fail Ignore" {
+			t.Errorf("after helm upgrade the Service webhooks' failurePolicy is %q, want Fail Ignore: an upgrade must not disarm what the leader armed", got)
 		}
 	})
 

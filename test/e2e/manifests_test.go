@@ -430,10 +430,17 @@ spec:
 		own := maps.Clone(everywhere)
 		own["leases.coordination.k8s.io [] []"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"}
 		own["leases.coordination.k8s.io [] [clusterip-policy-holds]"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[clusterip-policy-holds]", verbs: "[get update]"}
+		// In default, the leader's reachability probe: a dry-run create
+		// (--arm-failure-policy; RBAC cannot grant a dry run alone).
+		probe := maps.Clone(everywhere)
+		probe["services [] []"] = canIRow{resource: "services", nonResource: "[]", names: "[]", verbs: "[get list create]"}
 		for _, ns := range []string{"default", "clusterip-policy", "kube-system"} {
 			want := everywhere
-			if ns == "clusterip-policy" {
+			switch ns {
+			case "clusterip-policy":
 				want = own
+			case "default":
+				want = probe
 			}
 			out, _, err := c.Kubectl(ctx, "", "auth", "can-i", "--list", "--as="+sa, "-n", ns)
 			if err != nil {

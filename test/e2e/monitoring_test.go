@@ -20,7 +20,7 @@ import (
 // v1.37.2 once they have reviewed an allowed, a denied and a reservation
 // owner's Service create and the audit has passed once. The only
 // exception: up, which Prometheus makes for each scrape itself. Then,
-// with the webhook stopped, the series ClusterIPPolicyWebhookUnreachable
+// with the webhook stopped, the series ClusterIPPolicyWebhookCallsFailing
 // selects grows by the one create that failed.
 func TestMonitoringMetricsExist(t *testing.T) {
 	c := own(t, framework.Options{
@@ -122,7 +122,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	}
 	t.Logf("e2e: monitoring: %d of the %d metrics the alerts and the dashboard read are served with samples", found, len(names))
 
-	// ClusterIPPolicyWebhookUnreachable selects the series the apiserver
+	// ClusterIPPolicyWebhookCallsFailing selects the series the apiserver
 	// counts when it cannot call the webhook: with the webhook stopped, a
 	// create fails and that series grows.
 	const unreachable = `error_type="calling_webhook_error"`
@@ -142,7 +142,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	if after != before+1 {
 		t.Fatalf("apiserver_admission_webhook_rejection_count{%s,%s} %v -> %v, want one more", mutateName, unreachable, before, after)
 	}
-	if !strings.Contains(exprs[manifests.PrometheusRuleFile+" alert ClusterIPPolicyWebhookUnreachable"], unreachable) {
-		t.Errorf("ClusterIPPolicyWebhookUnreachable no longer selects %s", unreachable)
+	if !strings.Contains(exprs[manifests.PrometheusRuleFile+" alert ClusterIPPolicyWebhookCallsFailing"], unreachable) {
+		t.Errorf("ClusterIPPolicyWebhookCallsFailing no longer selects %s", unreachable)
 	}
 }

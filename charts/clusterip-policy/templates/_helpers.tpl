@@ -238,3 +238,37 @@ cuts a review short.
 {{- end -}}
 {{- $t -}}
 {{- end -}}
+
+{{- /*
+"true" when the leader arms the Service webhooks (webhook.armFailurePolicy,
+--arm-failure-policy), "" when it does not. Refuses the combinations that
+cannot work, naming the fix.
+*/ -}}
+{{- define "clusterip-policy.armFailurePolicy" -}}
+{{- if .Values.webhook.armFailurePolicy -}}
+{{- if ne .Values.webhook.failurePolicy "Fail" -}}
+{{- fail (printf "webhook.armFailurePolicy: the leader arms the Service webhooks to failurePolicy Fail once the apiserver reaches a ready replica, but webhook.failurePolicy is %q; set webhook.armFailurePolicy=false to keep them at Ignore" .Values.webhook.failurePolicy) -}}
+{{- end -}}
+{{- if has (toString .Values.webhook.auditInterval) (list "0" "0s" "0m" "0h") -}}
+{{- fail "webhook.armFailurePolicy needs webhook.auditInterval: while the Service webhooks are not armed (failurePolicy Ignore) a create the apiservers cannot send to the webhook is admitted unchecked, and the periodic audit is what names it; set webhook.auditInterval (5m), or webhook.armFailurePolicy=false to register them with Fail" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- /*
+The failurePolicy to render for one Service webhook the leader arms: the
+live configuration's when it exists and says Fail (helm upgrade then keeps
+what the leader armed), else Ignore (a first install; helm template, where
+lookup finds nothing). Called with (dict "kind" ... "webhook" ...).
+*/ -}}
+{{- define "clusterip-policy.liveFailurePolicy" -}}
+{{- $policy := "Ignore" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" .kind "" "clusterip-policy" -}}
+{{- range (($live | default dict).webhooks | default list) -}}
+{{- if and (eq .name $.webhook) (eq (.failurePolicy | default "") "Fail") -}}
+{{- $policy = "Fail" -}}
+{{- end -}}
+{{- end -}}
+{{- $policy -}}
+{{- end -}}

@@ -24,14 +24,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"clusterip-policy/internal/leader"
-	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
 	"clusterip-policy/internal/readiness"
+	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
@@ -464,89 +462,31 @@ func (k *Keeper) logRemoveError(err error) {
 	k.log.Error(err, "--manage-match-conditions is off, but the managed matchCondition could not be removed; retrying (or remove "+matchconditions.Name+" from both webhook configurations by hand)")
 }
 
-// conflictBackoff bounds the retries of one write on conflicts: 6 tries
-// within about 0.7 s (20 ms doubling, with jitter).
-var conflictBackoff = wait.Backoff{Steps: 6, Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2}
-
-// configuration is one of the two webhook configurations as update reads
-// and writes it: C is the typed object, whose Service webhook entries
-// entries hands out.
-type configuration[C any] struct {
-	kind, name, flag, webhook string
-	get                       func(ctx context.Context, name string, opts metav1.GetOptions) (C, error)
-	put                       func(ctx context.Context, cfg C, opts metav1.UpdateOptions) (C, error)
-	// entries returns the object's metadata and the matchConditions of
-	// each entry named webhook.
-	entries func(C) (*metav1.ObjectMeta, []*[]admissionregistrationv1.MatchCondition)
+func (k *Keeper) validating() webhookconfig.Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
+	return webhookconfig.Validating(k.client, k.o.Validating, "--validating-webhook-configuration")
 }
 
-func (k *Keeper) validating() configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
-	api := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	return configuration[*admissionregistrationv1.ValidatingWebhookConfiguration]{
-		kind: "ValidatingWebhookConfiguration", name: k.o.Validating, flag: "--validating-webhook-configuration", webhook: names.ValidatingServiceWebhook,
-		get: api.Get, put: api.Update,
-		entries: func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) (*metav1.ObjectMeta, []*[]admissionregistrationv1.MatchCondition) {
-			var out []*[]admissionregistrationv1.MatchCondition
-			for i := range cfg.Webhooks {
-				if cfg.Webhooks[i].Name == names.ValidatingServiceWebhook {
-					out = append(out, &cfg.Webhooks[i].MatchConditions)
-				}
-			}
-			return &cfg.ObjectMeta, out
-		},
-	}
-}
-
-func (k *Keeper) mutating() configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
-	api := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	return configuration[*admissionregistrationv1.MutatingWebhookConfiguration]{
-		kind: "MutatingWebhookConfiguration", name: k.o.Mutating, flag: "--mutating-webhook-configuration", webhook: names.MutatingServiceWebhook,
-		get: api.Get, put: api.Update,
-		entries: func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) (*metav1.ObjectMeta, []*[]admissionregistrationv1.MatchCondition) {
-			var out []*[]admissionregistrationv1.MatchCondition
-			for i := range cfg.Webhooks {
-				if cfg.Webhooks[i].Name == names.MutatingServiceWebhook {
-					out = append(out, &cfg.Webhooks[i].MatchConditions)
-				}
-			}
-			return &cfg.ObjectMeta, out
-		},
-	}
+func (k *Keeper) mutating() webhookconfig.Configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
+	return webhookconfig.Mutating(k.client, k.o.Mutating, "--mutating-webhook-configuration")
 }
 
 // update sets the managed condition of c's Service webhook to expr ("":
 // removes it) and the annotations to ann, in one update, and reports
-// whether it wrote. Nothing else in the configuration changes: the update
-// carries what was read, and a conflict is retried on a fresh read.
-func update[C any](ctx context.Context, c configuration[C], expr string, ann map[string]string) (bool, error) {
-	written := false
-	err := retry.RetryOnConflict(conflictBackoff, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		cfg, err := c.get(rctx, c.name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", c.kind, c.name, err)
-		}
-		meta, entries := c.entries(cfg)
-		if len(entries) == 0 {
-			return fmt.Errorf("%s %s has no webhook %s; apply manifests/base/webhook-configurations.yaml or fix %s", c.kind, c.name, c.webhook, c.flag)
-		}
+// whether it wrote (webhookconfig.Update: nothing else changes).
+func update[C any](ctx context.Context, c webhookconfig.Configuration[C], expr string, ann map[string]string) (bool, error) {
+	return webhookconfig.Update(ctx, c, func(meta *metav1.ObjectMeta, entries []webhookconfig.Entry) (bool, error) {
 		changed := false
-		for _, conds := range entries {
-			var ch bool
-			if *conds, ch, err = setCondition(*conds, expr); err != nil {
-				return fmt.Errorf("%s %s, webhook %s: %w", c.kind, c.name, c.webhook, err)
+		for _, e := range entries {
+			conds, ch, err := setCondition(*e.MatchConditions, expr)
+			if err != nil {
+				return false, err
 			}
+			*e.MatchConditions = conds
 			changed = changed || ch
 		}
-		if annChanged := setAnnotations(meta, ann); !changed && !annChanged {
-			return nil
-		}
-		_, err = c.put(rctx, cfg, metav1.UpdateOptions{FieldManager: "clusterip-policy-webhook"})
-		written = err == nil
-		return err
+		annChanged := setAnnotations(meta, ann)
+		return changed || annChanged, nil
 	})
-	return written, err
 }
 
 // maxMatchConditions is the apiserver's limit per webhook

@@ -145,12 +145,25 @@ type Audit struct {
 	// within the window. A new leader starts empty; the Events' names keep
 	// it from repeating an Event of the same clock hour.
 	emitted map[eventKey]time.Time
+	// soon is a buffered slot: a pass is wanted now (Soon).
+	soon chan struct{}
+}
+
+// Soon asks the running audit for a pass now rather than at the end of the
+// interval: the leader arms the Service webhooks (internal/controllers/
+// arming) and what was admitted unchecked before is named at once. It
+// never blocks; an ask made while one is pending adds nothing.
+func (a *Audit) Soon() {
+	select {
+	case a.soon <- struct{}{}:
+	default:
+	}
 }
 
 // New audits the Services of every namespace but skip (the webhook's own)
 // every interval, as instance (this replica's identity).
 func New(client kubernetes.Interface, gate *readiness.Gate, skip []string, interval time.Duration, instance string, log logr.Logger, m *Metrics) *Audit {
-	return &Audit{client: client, gate: gate, skip: skip, interval: interval, instance: instance, log: log, metrics: m, now: time.Now}
+	return &Audit{client: client, gate: gate, skip: skip, interval: interval, instance: instance, log: log, metrics: m, now: time.Now, soon: make(chan struct{}, 1)}
 }
 
 // Work audits every interval while this replica leads, the first pass at
@@ -175,8 +188,14 @@ func (a *Audit) run(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			a.log.Error(err, "periodic audit failed; retrying at the next interval", "interval", a.interval.String())
 		}
-		if !poll.Sleep(ctx, wait) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-a.soon:
+			t.Stop()
+		case <-t.C:
 		}
 	}
 }

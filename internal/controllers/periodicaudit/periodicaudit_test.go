@@ -339,3 +339,33 @@ func TestALeaderWhoseViewIsNotSyncedAuditsAsSoonAsItIs(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// Soon (called after the leader arms the Service webhooks) makes the
+// running audit pass at once instead of at the end of its interval (a
+// minute here); an ask made while one is pending adds nothing.
+func TestSoonRunsAPassWithoutWaitingForTheInterval(t *testing.T) {
+	client := fake.NewClientset(auditedService("team-a", "squatter", "10.96.0.10"))
+	a, _, _ := newTestAudit(t, client, true)
+	passes := func() float64 { return testutil.ToFloat64(a.metrics.passes.WithLabelValues("success")) }
+	waitPasses := func(n float64) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); passes() < n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%v passes, want %v", passes(), n)
+			}
+		}
+	}
+	a.Soon()
+	a.Soon() // pending already: one pass for both
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitPasses(2) // the first pass at once, then the pending ask
+	time.Sleep(200 * time.Millisecond)
+	if got := passes(); got != 2 {
+		t.Fatalf("two asks before the loop ran made %v passes beside the first, want 1", got-1)
+	}
+	a.Soon()
+	waitPasses(3)
+}

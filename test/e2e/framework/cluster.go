@@ -66,6 +66,12 @@ type Options struct {
 	// and registers the configurations with no caBundle: the leader writes
 	// it (WebhookOptions.ManagedCerts).
 	ManagedCerts bool
+	// ArmByLeader registers the Service webhooks as the manifests do, not
+	// armed (failurePolicy Ignore), for a webhook run with
+	// --arm-failure-policy to arm. Without it the harness arms them itself
+	// (Fail), so every test that relies on fail-closed behaviour (a stopped
+	// webhook, a condition that fails to evaluate) keeps it.
+	ArmByLeader bool
 }
 
 // Cluster is a running control plane with its webhooks.

@@ -83,6 +83,25 @@ func (wc *WebhookConfigurations) PointAt(addr string, caPEM []byte) {
 	}
 }
 
+// Arm sets failurePolicy Fail on the two Service webhooks, as the
+// webhook's leader does with --arm-failure-policy once its probe proved
+// the apiserver reaches a ready replica: the manifests register them not
+// armed (Ignore). Tests that do not run the leader's arming get the
+// fail-closed configuration the product runs with.
+func (wc *WebhookConfigurations) Arm() {
+	fail := admissionv1.Fail
+	for i := range wc.Mutating.Webhooks {
+		if wc.Mutating.Webhooks[i].Name == MutatingWebhookName {
+			wc.Mutating.Webhooks[i].FailurePolicy = &fail
+		}
+	}
+	for i := range wc.Validating.Webhooks {
+		if wc.Validating.Webhooks[i].Name == ValidatingWebhookName {
+			wc.Validating.Webhooks[i].FailurePolicy = &fail
+		}
+	}
+}
+
 func clientConfig(old admissionv1.WebhookClientConfig, defaultPath, addr string, caPEM []byte) admissionv1.WebhookClientConfig {
 	path := defaultPath
 	if old.Service != nil && old.Service.Path != nil {

@@ -36,8 +36,9 @@ func (c *Cluster) WebhookEndpoint(ctx context.Context) (string, error) {
 }
 
 // RegisterWebhooks creates (or replaces) the webhook configurations of the
-// manifests, pointed at WebhookEndpoint, and waits until every apiserver
-// calls both webhooks.
+// manifests, pointed at WebhookEndpoint, armed (failurePolicy Fail on the
+// Service webhooks, as the leader sets it) unless Options.ArmByLeader, and
+// waits until every apiserver calls both webhooks.
 func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
 	addr, err := c.WebhookEndpoint(ctx)
 	if err != nil {
@@ -52,6 +53,9 @@ func (c *Cluster) RegisterWebhooks(ctx context.Context) error {
 		caPEM = nil // the leader writes it; a harness CA would be replaced
 	}
 	wc.PointAt(addr, caPEM)
+	if !c.opts.ArmByLeader {
+		wc.Arm()
+	}
 	c.Configs = wc
 	cs := c.Client(0)
 	// Validating first: once the mutating webhook is called, both are.

@@ -206,6 +206,13 @@ const (
 	// while the apiserver refuses the leader's write of them (reason
 	// WriteFailed, the message carrying the apiserver's reason).
 	ConditionMatchConditionsInForce = "MatchConditionsInForce"
+	// ConditionWebhookReachable is True while the leader's reachability
+	// probe (--arm-failure-policy; a server-side dry-run create the
+	// apiserver must send to both Service webhooks) was answered by both,
+	// False when it was not (reason Unreachable, or ProbeFailed when the
+	// dry run itself failed), the message saying which webhook and whether
+	// its failurePolicy is armed (Fail) or still Ignore.
+	ConditionWebhookReachable = "WebhookReachable"
 )
 
 // ClusterIPPolicyStatus is what the webhook reports. One replica writes it:

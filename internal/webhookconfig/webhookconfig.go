@@ -1,0 +1,124 @@
+// Package webhookconfig is the one way the leader's loops change the Service
+// webhooks of the two webhook configurations: read the object (get), edit
+// the Service webhook's entry in place, write it back (update), retrying a
+// conflict on a fresh read. The update carries what was read, so each loop
+// changes only its own fields (the managed matchCondition:
+// internal/controllers/matchconditions; failurePolicy:
+// internal/controllers/arming) and everything else (clientConfig, the
+// caBundle, the static conditions, what another loop wrote) stays as read.
+package webhookconfig
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"clusterip-policy/internal/names"
+)
+
+// FieldManager is the field manager of every write.
+const FieldManager = "clusterip-policy-webhook"
+
+// conflictBackoff bounds the retries of one write on conflicts: 6 tries
+// within about 0.7 s (20 ms doubling, with jitter).
+var conflictBackoff = wait.Backoff{Steps: 6, Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2}
+
+// Entry is one Service webhook of a configuration, as pointers into the
+// object read, so an Edit changes the object that is written back.
+type Entry struct {
+	MatchConditions *[]admissionregistrationv1.MatchCondition
+	FailurePolicy   **admissionregistrationv1.FailurePolicyType
+	ClientConfig    *admissionregistrationv1.WebhookClientConfig
+}
+
+// Configuration is one of the two webhook configurations as Update reads
+// and writes it: C is the typed object.
+type Configuration[C any] struct {
+	// Kind, Name, the Flag that names it and the Webhook (the Service
+	// webhook's name) say in errors which object is meant and how to fix it.
+	Kind, Name, Flag, Webhook string
+	get                       func(ctx context.Context, name string, opts metav1.GetOptions) (C, error)
+	put                       func(ctx context.Context, cfg C, opts metav1.UpdateOptions) (C, error)
+	// entries returns the object's metadata and each entry named Webhook.
+	entries func(C) (*metav1.ObjectMeta, []Entry)
+}
+
+// Mutating is the MutatingWebhookConfiguration name (given by flag) and
+// its webhook names.MutatingServiceWebhook.
+func Mutating(client kubernetes.Interface, name, flag string) Configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
+	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	return Configuration[*admissionregistrationv1.MutatingWebhookConfiguration]{
+		Kind: "MutatingWebhookConfiguration", Name: name, Flag: flag, Webhook: names.MutatingServiceWebhook,
+		get: api.Get, put: api.Update,
+		entries: func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) (*metav1.ObjectMeta, []Entry) {
+			var out []Entry
+			for i := range cfg.Webhooks {
+				if w := &cfg.Webhooks[i]; w.Name == names.MutatingServiceWebhook {
+					out = append(out, Entry{MatchConditions: &w.MatchConditions, FailurePolicy: &w.FailurePolicy, ClientConfig: &w.ClientConfig})
+				}
+			}
+			return &cfg.ObjectMeta, out
+		},
+	}
+}
+
+// Validating is the ValidatingWebhookConfiguration name (given by flag)
+// and its webhook names.ValidatingServiceWebhook.
+func Validating(client kubernetes.Interface, name, flag string) Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
+	api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	return Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration]{
+		Kind: "ValidatingWebhookConfiguration", Name: name, Flag: flag, Webhook: names.ValidatingServiceWebhook,
+		get: api.Get, put: api.Update,
+		entries: func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) (*metav1.ObjectMeta, []Entry) {
+			var out []Entry
+			for i := range cfg.Webhooks {
+				if w := &cfg.Webhooks[i]; w.Name == names.ValidatingServiceWebhook {
+					out = append(out, Entry{MatchConditions: &w.MatchConditions, FailurePolicy: &w.FailurePolicy, ClientConfig: &w.ClientConfig})
+				}
+			}
+			return &cfg.ObjectMeta, out
+		},
+	}
+}
+
+// Edit changes the object's metadata and its Service webhook entries in
+// place and reports whether it changed anything; an error stops the write.
+type Edit func(meta *metav1.ObjectMeta, entries []Entry) (changed bool, err error)
+
+// Update reads c, applies edit and writes the object back if edit changed
+// it, and reports whether it wrote. Nothing else in the configuration
+// changes: the update carries what was read, and a conflict is retried on
+// a fresh read (edit runs again on it). A configuration without the
+// Service webhook is an error naming the fix.
+func Update[C any](ctx context.Context, c Configuration[C], edit Edit) (bool, error) {
+	written := false
+	err := retry.RetryOnConflict(conflictBackoff, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		cfg, err := c.get(rctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", c.Kind, c.Name, err)
+		}
+		meta, entries := c.entries(cfg)
+		if len(entries) == 0 {
+			return fmt.Errorf("%s %s has no webhook %s; apply manifests/base/webhook-configurations.yaml or fix %s", c.Kind, c.Name, c.Webhook, c.Flag)
+		}
+		changed, err := edit(meta, entries)
+		if err != nil {
+			return fmt.Errorf("%s %s, webhook %s: %w", c.Kind, c.Name, c.Webhook, err)
+		}
+		if !changed {
+			return nil
+		}
+		_, err = c.put(rctx, cfg, metav1.UpdateOptions{FieldManager: FieldManager})
+		written = err == nil
+		return err
+	})
+	return written, err
+}

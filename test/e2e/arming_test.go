@@ -1,0 +1,364 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"clusterip-policy/test/e2e/framework"
+)
+
+// loopbackGate is a TCP forwarder on loopback that the webhook
+// configurations point at: closed (every connection is closed at once, as
+// with no ready endpoint), or open to one webhook. Closing it also cuts the
+// connections the apiserver keeps alive, so the webhook is unreachable at
+// once.
+type loopbackGate struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	target string
+	conns  map[net.Conn]bool
+}
+
+func newLoopbackGate(t *testing.T) *loopbackGate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &loopbackGate{ln: ln, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); g.close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			g.mu.Lock()
+			target := g.target
+			if target != "" {
+				g.conns[c] = true
+			}
+			g.mu.Unlock()
+			if target == "" {
+				c.Close()
+				continue
+			}
+			go g.forward(c, target)
+		}
+	}()
+	return g
+}
+
+func (g *loopbackGate) Addr() string { return g.ln.Addr().String() }
+
+func (g *loopbackGate) forward(c net.Conn, target string) {
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		c.Close()
+		return
+	}
+	g.mu.Lock()
+	g.conns[up] = true
+	g.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	c.Close()
+	up.Close()
+	g.mu.Lock()
+	delete(g.conns, c)
+	delete(g.conns, up)
+	g.mu.Unlock()
+}
+
+// open sends new connections to target.
+func (g *loopbackGate) open(target string) {
+	g.mu.Lock()
+	g.target = target
+	g.mu.Unlock()
+}
+
+// close refuses new connections and cuts the open ones.
+func (g *loopbackGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.target = ""
+	for c := range g.conns {
+		c.Close()
+	}
+	clear(g.conns)
+}
+
+// createLoad is clients creating allowed Services (plain, dynamic) in ns
+// until stopped, counting the creates that succeeded and those that failed.
+type createLoad struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	firstErrs  []string
+	stop       chan struct{}
+	wg         sync.WaitGroup
+}
+
+func startCreateLoad(ctx context.Context, cs kubernetes.Interface, ns, prefix string, clients int) *createLoad {
+	l := &createLoad{stop: make(chan struct{})}
+	for i := range clients {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-l.stop:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				_, err := create(ctx, cs, service(ns, fmt.Sprintf("%s-%d-%d", prefix, i, n)))
+				switch {
+				case err == nil:
+					l.ok.Add(1)
+				case ctx.Err() != nil:
+					return
+				default:
+					l.failed.Add(1)
+					l.mu.Lock()
+					if len(l.firstErrs) < 5 {
+						l.firstErrs = append(l.firstErrs, err.Error())
+					}
+					l.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *createLoad) halt() (ok, failed int64, errs []string) {
+	close(l.stop)
+	l.wg.Wait()
+	return l.ok.Load(), l.failed.Load(), l.firstErrs
+}
+
+// failurePolicies reads the failurePolicy of the two Service webhooks.
+func failurePolicies(ctx context.Context, cs kubernetes.Interface) (mutating, validating string, err error) {
+	m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		return "", "", err
+	}
+	v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		return "", "", err
+	}
+	get := func(fp *admv1.FailurePolicyType) string {
+		if fp == nil {
+			return "<nil>"
+		}
+		return string(*fp)
+	}
+	for _, w := range m.Webhooks {
+		if w.Name == framework.MutatingWebhookName {
+			mutating = get(w.FailurePolicy)
+		}
+	}
+	for _, w := range v.Webhooks {
+		if w.Name == framework.ValidatingWebhookName {
+			validating = get(w.FailurePolicy)
+		}
+	}
+	return mutating, validating, nil
+}
+
+// registerAsShipped creates the two webhook configurations of
+// manifests/base exactly as shipped, not armed (Ignore), pointed at addr.
+func registerAsShipped(t *testing.T, ctx context.Context, c *framework.Cluster, addr string) *framework.WebhookConfigurations {
+	t.Helper()
+	wc, err := framework.LoadWebhookConfigurations(c.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc.PointAt(addr, c.WebhookCA.CertPEM)
+	cs := c.Client(0)
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, wc.Validating, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, wc.Mutating, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return wc
+}
+
+// reachableCondition is the ClusterIPPolicy's WebhookReachable condition as
+// "status reason: message".
+func reachableCondition(ctx context.Context, c *framework.Cluster) string {
+	out, _, _ := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="WebhookReachable")].status} {.status.conditions[?(@.type=="WebhookReachable")].reason}: {.status.conditions[?(@.type=="WebhookReachable")].message}`)
+	return out
+}
+
+// TestArmingTheFailurePolicy installs as the manifests do, on a real
+// kube-apiserver, with the webhook run as the base runs it
+// (--arm-failure-policy, the policy object, the shipped RBAC):
+//
+//  1. The configurations are created not armed while the apiserver cannot
+//     reach the webhook (a ready replica behind a closed loopback gate, as
+//     before its endpoints exist); clients creating allowed Services from
+//     that moment see no failure, and the leader does not arm what it
+//     cannot reach.
+//  2. A create that breaks the policy is admitted meanwhile (Ignore).
+//  3. The gate opens: the leader arms both Service webhooks (Fail) within
+//     seconds, and the audit run at once after arming names the Service of
+//     step 2 (a Warning Event on it), although its interval is 10 minutes.
+//     The same create is now denied.
+//  4. The configurations are applied again as shipped (Ignore), as a GitOps
+//     sync does: the leader arms them again within seconds, no allowed
+//     create fails.
+//  5. The gate closes: within a minute the status condition
+//     WebhookReachable and clusterip_policy_webhook_reachable say so, and
+//     the webhooks stay Fail (fail-closed): a create fails calling them.
+//  6. The gate opens again: reachable again.
+func TestArmingTheFailurePolicy(t *testing.T) {
+	c := own(t, framework.Options{Webhooks: 0, ArmByLeader: true, NoRegister: true,
+		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m"}})
+	cs := c.Client(0)
+	ctx := testContext(t, 6*time.Minute)
+	if out, _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
+		t.Fatalf("apply the CRD: %v\n%s", err, out)
+	}
+	if out, _, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
+		t.Fatalf("the CRD is not established: %v\n%s", err, out)
+	}
+	if out, _, err := c.Kubectl(ctx, policyObject(""), "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the policy object: %v\n%s", err, out)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	w := c.Webhooks[0]
+	gate := newLoopbackGate(t)
+	ns := namespace(t, c, "arming")
+
+	// 1. Not armed, not reachable: nothing fails, nothing is armed.
+	shipped := registerAsShipped(t, ctx, c, gate.Addr())
+	load := startCreateLoad(ctx, cs, ns, "install", 4)
+	// 2. A reserved address taken while nothing reviews creates.
+	squatter, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.10")))
+	if err != nil {
+		t.Fatalf("with the webhook unreachable and not armed, the create should be admitted unchecked: %v", err)
+	}
+	eventually(t, ctx, 60*time.Second, func() error {
+		if got := reachableCondition(ctx, c); !strings.HasPrefix(got, "False Unreachable: ") || !strings.Contains(got, "(failurePolicy Ignore: not armed)") {
+			return fmt.Errorf("WebhookReachable %q, want False/Unreachable naming the webhooks not armed", got)
+		}
+		return nil
+	})
+	if m, v, err := failurePolicies(ctx, cs); err != nil || m != "Ignore" || v != "Ignore" {
+		t.Fatalf("unreachable, the leader armed anyway: mutating %s validating %s (%v)", m, v, err)
+	}
+	t.Logf("e2e: not armed and unreachable: %s", reachableCondition(ctx, c))
+
+	// 3. The first ready replica becomes reachable.
+	opened := time.Now()
+	gate.open(w.Addr())
+	eventually(t, ctx, 60*time.Second, func() error {
+		m, v, err := failurePolicies(ctx, cs)
+		if err != nil || m != "Fail" || v != "Fail" {
+			return fmt.Errorf("mutating %s validating %s (%v)", m, v, err)
+		}
+		return nil
+	})
+	armedIn := time.Since(opened)
+	time.Sleep(2 * time.Second) // creates keep running against the armed webhooks
+	ok, failed, errs := load.halt()
+	t.Logf("e2e: armed %s after the webhook became reachable; %d allowed creates from the moment the configurations existed, %d failed", armedIn.Round(100*time.Millisecond), ok, failed)
+	if failed != 0 || ok == 0 {
+		t.Fatalf("%d of %d allowed creates failed (want 0): %q", failed, ok+failed, errs)
+	}
+	eventually(t, ctx, 60*time.Second, func() error {
+		if n := policyEvents(t, ctx, cs)[ns+"/"+squatter.Name]; n == 0 {
+			return fmt.Errorf("no %s Event on %s/%s", auditEventReason, ns, squatter.Name)
+		}
+		return nil
+	})
+	_, err = create(ctx, cs, service(ns, "squatter-2", clusterIP("10.96.0.10")))
+	requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
+	if got := metricSum(t, ctx, c, "clusterip_policy_webhook_reachable", ""); got != 2 {
+		t.Errorf("clusterip_policy_webhook_reachable sums to %v on the leader, want 1 per stage", got)
+	}
+
+	// 4. A GitOps sync applies the configurations as shipped again.
+	load = startCreateLoad(ctx, cs, ns, "resync", 4)
+	reapplied := time.Now()
+	m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped.Mutating.ResourceVersion, shipped.Validating.ResourceVersion = m.ResourceVersion, v.ResourceVersion
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, shipped.Mutating, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, shipped.Validating, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, 60*time.Second, func() error {
+		m, v, err := failurePolicies(ctx, cs)
+		if err != nil || m != "Fail" || v != "Fail" {
+			return fmt.Errorf("mutating %s validating %s (%v)", m, v, err)
+		}
+		return nil
+	})
+	rearmedIn := time.Since(reapplied)
+	ok, failed, errs = load.halt()
+	t.Logf("e2e: re-armed %s after the configurations were applied again as shipped; %d allowed creates meanwhile, %d failed", rearmedIn.Round(100*time.Millisecond), ok, failed)
+	if failed != 0 {
+		t.Fatalf("%d of %d allowed creates failed (want 0): %q", failed, ok+failed, errs)
+	}
+
+	// 5. The apiserver loses the webhook.
+	closed := time.Now()
+	gate.close()
+	eventually(t, ctx, 60*time.Second, func() error {
+		got := reachableCondition(ctx, c)
+		if !strings.HasPrefix(got, "False Unreachable: ") || !strings.Contains(got, "(failurePolicy Fail)") {
+			return fmt.Errorf("WebhookReachable %q, want False/Unreachable naming the webhooks armed", got)
+		}
+		if n := metricSum(t, ctx, c, "clusterip_policy_webhook_reachable", ""); n != 0 {
+			return fmt.Errorf("clusterip_policy_webhook_reachable sums to %v, want 0", n)
+		}
+		return nil
+	})
+	t.Logf("e2e: reported unreachable %s after the gate closed: %s", time.Since(closed).Round(100*time.Millisecond), reachableCondition(ctx, c))
+	if m, v, err := failurePolicies(ctx, cs); err != nil || m != "Fail" || v != "Fail" {
+		t.Fatalf("unreachable, the webhooks must stay armed (fail-closed): mutating %s validating %s (%v)", m, v, err)
+	}
+	if _, err := create(ctx, cs, service(ns, "while-unreachable")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Fatalf("armed and unreachable, a create should fail calling the webhook: %v", err)
+	}
+
+	// 6. Back.
+	gate.open(w.Addr())
+	eventually(t, ctx, 60*time.Second, func() error {
+		if got := reachableCondition(ctx, c); !strings.HasPrefix(got, "True Reachable: ") {
+			return fmt.Errorf("WebhookReachable %q, want True", got)
+		}
+		return nil
+	})
+	mustCreate(t, ctx, cs, service(ns, "after"))
+}
