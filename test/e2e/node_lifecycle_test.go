@@ -4,7 +4,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -89,6 +93,109 @@ func TestNodeLifecycle(t *testing.T) {
 			}
 			time.Sleep(20 * time.Second) // the second sync, as a GitOps tool's next interval
 			return apply(second)
+		})
+	})
+
+	t.Run("certificates forced to expire within a minute, renewed and the CA rotated under 8 clients: no allowed create fails", func(t *testing.T) {
+		// Short lifetimes, set while no load runs: the serving certificate
+		// lives 45 s (renewed at 30 s), the CA 90 s (rotated at 60 s).
+		args := append([]string{"upgrade", "clusterip-policy", chart, "--version", version, "--plain-http", "--namespace", ns, "--wait", "--timeout", "5m",
+			"--set", "certificate.managed.validity=45s", "--set", "certificate.managed.caValidity=90s"}, values...)
+		n.run(t, ctx, n.helm, args...)
+		served := func() string {
+			s, err := n.cs.CoreV1().Secrets(ns).Get(ctx, "clusterip-policy-webhook-tls", metav1.GetOptions{})
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			return string(s.Data["tls.crt"]) + string(s.Data["ca.crt"])
+		}
+		before := served()
+		var renewals int
+		n.lifecycleLoad(t, ctx, "certificates", 100*time.Second, func() error {
+			last := before
+			for range 90 {
+				time.Sleep(time.Second)
+				if now := served(); now != last {
+					renewals++
+					last = now
+				}
+			}
+			return nil
+		})
+		t.Logf("e2e: node lifecycle certificates: the served Secret changed %d times in 90 s", renewals)
+		if renewals < 2 {
+			t.Errorf("the serving Secret changed %d times in 90 s with a 45 s certificate and a 90 s CA, want a renewal and a rotation at least", renewals)
+		}
+		args = append([]string{"upgrade", "clusterip-policy", chart, "--version", version, "--plain-http", "--namespace", ns, "--wait", "--timeout", "5m"}, values...)
+		n.run(t, ctx, n.helm, args...)
+	})
+
+	t.Run("the webhook made unreachable from the apiserver: the operator is told within a minute (status, metric)", func(t *testing.T) {
+		// A firewall between the control plane and the pods, as a GKE
+		// private cluster has for any port but 443 and 10250: the webhook
+		// Service's targetPort points at a port nothing listens on, so
+		// the apiserver's calls are refused while the pods run.
+		svc, err := n.cs.CoreV1().Services(ns).Get(ctx, "clusterip-policy-webhook", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig := svc.DeepCopy()
+		for i := range svc.Spec.Ports {
+			svc.Spec.Ports[i].TargetPort = intstr.FromInt32(9)
+		}
+		if _, err := n.cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cut := time.Now()
+		restore := func() {
+			cur, err := n.cs.CoreV1().Services(ns).Get(ctx, orig.Name, metav1.GetOptions{})
+			if err == nil {
+				cur.Spec.Ports = orig.Spec.Ports
+				_, err = n.cs.CoreV1().Services(ns).Update(ctx, cur, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				t.Errorf("restore the webhook Service: %v", err)
+			}
+		}
+		defer restore()
+		eventually(t, ctx, time.Minute, func() error {
+			out, err := n.try(ctx, framework.DefaultBinaries(n.root).Kubectl, "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="WebhookReachable")].status}`)
+			if err != nil {
+				return err
+			}
+			if out != "False" {
+				return fmt.Errorf("WebhookReachable is %q", out)
+			}
+			return nil
+		})
+		t.Logf("e2e: node lifecycle unreachable: the ClusterIPPolicy status said WebhookReachable=False %s after the webhook Service pointed nowhere", time.Since(cut).Round(time.Second))
+		var gauge string
+		eventually(t, ctx, time.Minute, func() error {
+			for _, p := range n.checkPods(t, ctx, ns, 3) {
+				body, err := httpGet(ctx, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/metrics")
+				if err != nil {
+					continue
+				}
+				for _, l := range strings.Split(body, "\n") {
+					if strings.HasPrefix(l, "clusterip_policy_webhook_reachable{") && strings.HasSuffix(l, " 0") {
+						gauge = p.Name + ": " + l
+						return nil
+					}
+				}
+			}
+			return errors.New("no pod's clusterip_policy_webhook_reachable is 0")
+		})
+		t.Logf("e2e: node lifecycle unreachable: %s (the alert ClusterIPPolicyWebhookUnreachable reads it; its promtool tests are in manifests/testdata)", gauge)
+		restore()
+		eventually(t, ctx, time.Minute, func() error {
+			out, err := n.try(ctx, framework.DefaultBinaries(n.root).Kubectl, "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="WebhookReachable")].status}`)
+			if err != nil {
+				return err
+			}
+			if out != "True" {
+				return fmt.Errorf("WebhookReachable is %q after the Service was restored", out)
+			}
+			return nil
 		})
 	})
 
@@ -221,4 +328,22 @@ func (n *realNode) lifecycleLoad(t *testing.T, ctx context.Context, scenario str
 	if stepStart.Add(stepTook).After(start.Add(d)) {
 		t.Errorf("the step took %s, longer than the load's %s: part of it ran without load", stepTook, d)
 	}
+}
+
+// httpGet reads at most 4 MiB of a pod's plain-HTTP endpoint on the node's
+// own bridge, within 5 s.
+func httpGet(ctx context.Context, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return string(b), err
 }
