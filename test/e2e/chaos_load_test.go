@@ -56,6 +56,10 @@ type loadOptions struct {
 	// loadClientConfig (the real node's apiserver has no load balancer);
 	// runLoad then needs no *framework.Cluster.
 	Config func() *rest.Config
+	// AllowedOnly sends no forbidden create (a dynamic create instead):
+	// for a load that runs while the webhook is not installed yet, or no
+	// longer, when such a create is admitted by design.
+	AllowedOnly bool
 }
 
 // outcome classes of one logical request.
@@ -234,6 +238,8 @@ func (w *loadClient) step(ctx context.Context, seq int) {
 		w.update(ctx, w.pick())
 	case len(w.live) > 0 && (p < 30 || len(w.live) > 25):
 		w.delete(ctx, w.pick())
+	case p < 40 && w.o.AllowedOnly:
+		w.create(ctx, "create", service("", name))
 	case p < 40:
 		svc, want := w.o.Forbidden(w.rng, name)
 		w.createForbidden(ctx, svc, want)
