@@ -332,6 +332,15 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "policy=apiVersion: clusterip-policy/v1alpha1"}, `policy: apiVersion clusterip-policy/v1alpha1 is the retired policy file format; give the ClusterIPPolicy object instead`},
 		{[]string{"--set-string", "policy=- a list"}, "policy: not a YAML mapping"},
 		{[]string{"--set", "policy=apiVersion: clusterip-policy.io/v1alpha1\nmetadata: {name: extra}"}, `policy: metadata.name "extra": the webhook reads exactly one ClusterIPPolicy, named default`},
+		// webhook.namespaceSelector: kube-system and default stay covered,
+		// by label too; helm template knows only their name label.
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchLabels":{"team":"net"}}`}, `webhook.namespaceSelector: does not select namespace kube-system (labels {"kubernetes.io/metadata.name":"kube-system"}, its name label only: helm template cannot read the cluster), which must stay covered (kube-dns and the kubernetes Service live in kube-system and default); exclude by a label those namespaces do not carry, such as {key: clusterip-policy.io/excluded, operator: DoesNotExist}`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["default"]}]}`}, `webhook.namespaceSelector: does not select namespace default (labels {"kubernetes.io/metadata.name":"default"}`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["team-a"]}]}`}, `webhook.namespaceSelector: does not select namespace kube-system`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"tier","operator":"In"}]}`}, `webhook.namespaceSelector.matchExpressions[0]: operator In on key "tier" needs values; the apiserver refuses it without`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"tier","operator":"Exists","values":["a"]}]}`}, `webhook.namespaceSelector.matchExpressions[0]: operator Exists on key "tier" takes no values; drop them, or use In or NotIn`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"tier","operator":"Near"}]}`}, "at '/webhook/namespaceSelector/matchExpressions/0/operator': value must be one of 'In', 'NotIn', 'Exists', 'DoesNotExist'"},
+		{[]string{"--set-json", `webhook.namespaceSelector={"namespaces":["a"]}`}, "additional properties 'namespaces' not allowed"},
 		// --namespace is given once more; the last one counts.
 		{[]string{"--namespace", "default"}, `release namespace "default": the webhook's own namespace is excluded`},
 		{[]string{"--namespace", "kube-system"}, `release namespace "kube-system"`},
@@ -498,6 +507,50 @@ func TestChartValues(t *testing.T) {
 	for _, check := range []check{replicasAtLeastTwo, webhookNamespaces, noRoot, policyParses} {
 		for _, p := range check(o) {
 			t.Error(p)
+		}
+	}
+}
+
+// webhook.namespaceSelector is merged with the names: one NotIn on the
+// name label (the release namespace and webhook.excludedNamespaces), then
+// the labels, on both Service webhooks and only on them; a selector that
+// keeps kube-system and default (a label they do not carry, a name list
+// without them) is accepted.
+func TestChartNamespaceSelector(t *testing.T) {
+	r := renderChart(t, "--set", "webhook.excludedNamespaces={ci}",
+		"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"clusterip-policy.io/excluded","operator":"DoesNotExist"},{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["sandbox"]}]}`)
+	want := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{ownNamespace, "ci"}},
+		{Key: "clusterip-policy.io/excluded", Operator: metav1.LabelSelectorOpDoesNotExist},
+		{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"sandbox"}},
+	}}
+	n := 0
+	for _, w := range r.objects.webhooks() {
+		if clusterScoped(w) {
+			if w.namespaceSelector != nil {
+				t.Errorf("%s: a cluster-scoped webhook got namespaceSelector %+v", w.where, w.namespaceSelector)
+			}
+			continue
+		}
+		n++
+		if !reflect.DeepEqual(w.namespaceSelector, want) {
+			t.Errorf("%s: namespaceSelector %+v, want %+v", w.where, w.namespaceSelector, want)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d Service webhooks, want 2", n)
+	}
+	for _, check := range []check{webhookNamespaces} {
+		for _, p := range check(r.objects) {
+			t.Error(p)
+		}
+	}
+	// matchLabels that kube-system and default would need to carry are
+	// refused by TestChartRefusesUnsafeValues; an In that names them is not.
+	r = renderChart(t, "--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["kube-system","default","team-a"]}]}`)
+	for _, w := range r.objects.webhooks() {
+		if !clusterScoped(w) && (w.namespaceSelector == nil || len(w.namespaceSelector.MatchExpressions) != 2 || w.namespaceSelector.MatchExpressions[1].Operator != metav1.LabelSelectorOpIn) {
+			t.Errorf("%s: namespaceSelector %+v, want the name NotIn and the In", w.where, w.namespaceSelector)
 		}
 	}
 }

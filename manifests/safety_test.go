@@ -340,8 +340,9 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)", nil},
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec", nil},
 	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit", nil},
-	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
-	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read)", []string{"clusterip-policy"}},
+	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read); get: the holds and the audit read the Service webhook's namespaceSelector (internal/judged)", []string{"clusterip-policy"}},
+	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration (get: an update carries the object as read); get: the holds and the audit read the Service webhook's namespaceSelector (internal/judged)", []string{"clusterip-policy"}},
+	{"ClusterRole", "", "namespaces", []string{"list", "watch"}, "the holds and the periodic audit skip the namespaces the Service webhooks' namespaceSelector leaves out, which they match against the namespaces' labels (internal/judged)", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"list", "watch"}, "--manage-match-conditions: the leader sends every create to the mutating webhook while another mutating webhook can act on Services (reinvocation reaches only webhooks called in the first round)", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingadmissionpolicies", []string{"list", "watch"}, "--manage-match-conditions: as for the other mutating webhooks, the MutatingAdmissionPolicies that can act on Services", nil},
 }
@@ -365,7 +366,7 @@ func rbacExact(o *objects) []string {
 					i = slices.IndexFunc(rbacGrants, func(x rbacGrant) bool { return x.kind == kind && x.group == g && x.resource == res })
 				}
 				if i < 0 {
-					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), events (events.k8s.io, create), clusterippolicies (get, list, watch) and their status (update), and, in a Role, its Lease", where, res, g))
+					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), namespaces (list, watch), events (events.k8s.io, create), clusterippolicies (get, list, watch) and their status (update), and, in a Role, its Lease", where, res, g))
 					continue
 				}
 				for _, v := range rule.Verbs {

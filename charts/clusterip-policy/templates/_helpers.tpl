@@ -214,3 +214,73 @@ cuts a review short.
 {{- end -}}
 {{- $t -}}
 {{- end -}}
+
+{{/*
+The Service webhooks' namespaceSelector, as JSON: one NotIn on
+kubernetes.io/metadata.name of the release namespace and
+webhook.excludedNamespaces, then webhook.namespaceSelector's matchLabels and
+matchExpressions (every requirement must hold). kube-system and default must
+stay selected: refused by name, and by label as far as the render knows
+their labels (their name label always; with helm install and upgrade the
+labels lookup reads; helm template has no lookup). The leader reads the
+stored selector back (internal/judged) and logs when either is left out by
+a label added later. docs/design.md, "Which namespaces are judged here".
+*/}}
+{{- define "clusterip-policy.namespaceSelector" -}}
+{{- if has .Release.Namespace (list "default" "kube-system") -}}
+{{- fail (printf "release namespace %q: the webhook's own namespace is excluded from its webhooks, and %s must stay covered; install into a namespace of its own: -n clusterip-policy --create-namespace" .Release.Namespace .Release.Namespace) -}}
+{{- end -}}
+{{- $excluded := prepend (.Values.webhook.excludedNamespaces | default list) .Release.Namespace | uniq -}}
+{{- if has "kube-system" $excluded -}}
+{{- fail "webhook.excludedNamespaces: kube-system is where kube-dns lives, whose address the policy guards most; leave it covered" -}}
+{{- end -}}
+{{- if has "default" $excluded -}}
+{{- fail "webhook.excludedNamespaces: default must stay covered (the manifests' safety checks require it; default/kubernetes is already exempt for the apiserver's own writes); use the policy's exemptions.namespaces to relax enforcement there instead" -}}
+{{- end -}}
+{{- $user := .Values.webhook.namespaceSelector | default dict -}}
+{{- $exprs := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded) -}}
+{{- range $i, $e := ($user.matchExpressions | default list) -}}
+{{- $vals := $e.values | default list -}}
+{{- if and (has $e.operator (list "In" "NotIn")) (not $vals) -}}
+{{- fail (printf "webhook.namespaceSelector.matchExpressions[%d]: operator %s on key %q needs values; the apiserver refuses it without" $i $e.operator $e.key) -}}
+{{- end -}}
+{{- if and (has $e.operator (list "Exists" "DoesNotExist")) $vals -}}
+{{- fail (printf "webhook.namespaceSelector.matchExpressions[%d]: operator %s on key %q takes no values; drop them, or use In or NotIn" $i $e.operator $e.key) -}}
+{{- end -}}
+{{- $exprs = append $exprs $e -}}
+{{- end -}}
+{{- $sel := dict "matchExpressions" $exprs -}}
+{{- with $user.matchLabels -}}{{- $_ := set $sel "matchLabels" . -}}{{- end -}}
+{{- range $ns := list "kube-system" "default" -}}
+{{- $labels := dict "kubernetes.io/metadata.name" $ns -}}
+{{- $live := lookup "v1" "Namespace" "" $ns -}}
+{{- if $live -}}{{- $labels = merge (dig "metadata" "labels" dict $live) $labels -}}{{- end -}}
+{{- if not (include "clusterip-policy.selectorMatches" (dict "selector" $user "labels" $labels)) -}}
+{{- fail (printf "webhook.namespaceSelector: does not select namespace %s (labels %s%s), which must stay covered (kube-dns and the kubernetes Service live in kube-system and default); exclude by a label those namespaces do not carry, such as {key: clusterip-policy.io/excluded, operator: DoesNotExist}" $ns (toJson $labels) (ternary "" ", its name label only: helm template cannot read the cluster" (not (empty $live)))) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $sel -}}
+{{- end -}}
+
+{{/*
+"true" when the label selector (matchLabels, matchExpressions) matches the
+labels, as the apiserver matches a namespaceSelector; "" otherwise.
+*/}}
+{{- define "clusterip-policy.selectorMatches" -}}
+{{- $l := .labels -}}
+{{- $ok := true -}}
+{{- range $k, $v := (.selector.matchLabels | default dict) -}}
+{{- if not (and (hasKey $l $k) (eq (toString (get $l $k)) (toString $v))) -}}{{- $ok = false -}}{{- end -}}
+{{- end -}}
+{{- range (.selector.matchExpressions | default list) -}}
+{{- $has := hasKey $l .key -}}
+{{- $val := "" -}}{{- if $has -}}{{- $val = toString (get $l .key) -}}{{- end -}}
+{{- $vals := list -}}{{- range (.values | default list) -}}{{- $vals = append $vals (toString .) -}}{{- end -}}
+{{- if eq .operator "In" -}}{{- if not (and $has (has $val $vals)) -}}{{- $ok = false -}}{{- end -}}
+{{- else if eq .operator "NotIn" -}}{{- if and $has (has $val $vals) -}}{{- $ok = false -}}{{- end -}}
+{{- else if eq .operator "Exists" -}}{{- if not $has -}}{{- $ok = false -}}{{- end -}}
+{{- else if eq .operator "DoesNotExist" -}}{{- if $has -}}{{- $ok = false -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $ok -}}true{{- end -}}
+{{- end -}}
