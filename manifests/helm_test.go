@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -341,6 +342,21 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"tier","operator":"Exists","values":["a"]}]}`}, `webhook.namespaceSelector.matchExpressions[0]: operator Exists on key "tier" takes no values; drop them, or use In or NotIn`},
 		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"tier","operator":"Near"}]}`}, "at '/webhook/namespaceSelector/matchExpressions/0/operator': value must be one of 'In', 'NotIn', 'Exists', 'DoesNotExist'"},
 		{[]string{"--set-json", `webhook.namespaceSelector={"namespaces":["a"]}`}, "additional properties 'namespaces' not allowed"},
+		// Ports and hostNetwork: each refusal names the value and the fix.
+		{[]string{"--set", "hostNetwork=true", "--set", "ports.webhook=10250"}, "ports.webhook: 10250 is the kubelet's port on every node; with hostNetwork the pods would share the node's ports and could never bind it. Choose a port free on the nodes (for example 9443, 8081, 8080 by default), or drop hostNetwork: GKE private clusters can use ports.webhook=10250 without it (docs/providers/gke.md)"},
+		{[]string{"--set", "hostNetwork=true", "--set", "ports.metrics=10249"}, "ports.metrics: 10249 is kube-proxy's metrics port on every node"},
+		{[]string{"--set", "hostNetwork=true", "--set", "ports.health=10248"}, "ports.health: 10248 is the kubelet's healthz port on every node"},
+		{[]string{"--set", "hostNetwork=true", "--set", "ports.webhook=443"}, "ports.webhook: 443 is below 1024; with hostNetwork the pods bind the node's ports, and the webhook runs as a non-root user without NET_BIND_SERVICE. Choose a port of 1024 or more and open it to the control plane"},
+		{[]string{"--set", "ports.health=9443"}, "ports.health: 9443 is ports.webhook's too; give each of ports.webhook, ports.health and ports.metrics its own port"},
+		{[]string{"--set", "ports.metrics=9443"}, "ports.metrics: 9443 is ports.webhook's too"},
+		{[]string{"--set", "ports.metrics=8081"}, "ports.metrics: 8081 is ports.health's too"},
+		{[]string{"--set", "ports.webhook=70000"}, "at '/ports/webhook': maximum: got 70,000, want 65,535"},
+		{[]string{"--set", "ports.webhook=70000", "--skip-schema-validation"}, "ports.webhook: 70000 is outside 1-65535"},
+		{[]string{"--set", "ports.webhok=9444"}, "additional properties 'webhok' not allowed"},
+		{[]string{"--set", "dnsPolicy=ClusterFirstWithHostNet"}, "dnsPolicy: ClusterFirstWithHostNet is for hostNetwork pods; leave dnsPolicy empty, or set hostNetwork: true"},
+		{[]string{"--set", "dnsPolicy=Cluster"}, "at '/dnsPolicy': value must be one of"},
+		{[]string{"--set", "extraArgs={--port=9444}"}, `extraArgs: "--port=9444" would override the --port the chart sets with the containerPorts and the Service; set ports.webhook instead`},
+		{[]string{"--set", "extraArgs={--metrics-bind-address=:9090}"}, `extraArgs: "--metrics-bind-address=:9090" would override the --metrics-bind-address the chart sets with the containerPorts and the Service; set ports.metrics instead`},
 		// --namespace is given once more; the last one counts.
 		{[]string{"--namespace", "default"}, `release namespace "default": the webhook's own namespace is excluded`},
 		{[]string{"--namespace", "kube-system"}, `release namespace "kube-system"`},
@@ -552,6 +568,55 @@ func TestChartNamespaceSelector(t *testing.T) {
 		if !clusterScoped(w) && (w.namespaceSelector == nil || len(w.namespaceSelector.MatchExpressions) != 2 || w.namespaceSelector.MatchExpressions[1].Operator != metav1.LabelSelectorOpIn) {
 			t.Errorf("%s: namespaceSelector %+v, want the name NotIn and the In", w.where, w.namespaceSelector)
 		}
+	}
+}
+
+// ports.* reach the flags, the containerPorts and the Service's
+// targetPort; hostNetwork brings dnsPolicy ClusterFirstWithHostNet unless
+// dnsPolicy is given; ports.webhook=10250 without hostNetwork (GKE private
+// clusters) is accepted.
+func TestChartPortsAndHostNetwork(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		args                     []string
+		webhook, health, metrics int32
+		hostNetwork              bool
+		dnsPolicy                corev1.DNSPolicy
+	}{
+		{"defaults", nil, 9443, 8081, 8080, false, ""},
+		{"GKE private: 10250 in the pod's network", []string{"--set", "ports.webhook=10250"}, 10250, 8081, 8080, false, ""},
+		{"hostNetwork on free ports", []string{"--set", "hostNetwork=true", "--set", "ports.webhook=10443", "--set", "ports.health=10444", "--set", "ports.metrics=10445"}, 10443, 10444, 10445, true, corev1.DNSClusterFirstWithHostNet},
+		{"hostNetwork with dnsPolicy given", []string{"--set", "hostNetwork=true", "--set", "dnsPolicy=Default"}, 9443, 8081, 8080, true, corev1.DNSDefault},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := renderChart(t, c.args...).objects
+			spec := o.Deployments[0].Spec.Template.Spec
+			ctr := spec.Containers[0]
+			for flag, want := range map[string]string{"port": fmt.Sprint(c.webhook), "health-probe-bind-address": fmt.Sprintf(":%d", c.health), "metrics-bind-address": fmt.Sprintf(":%d", c.metrics)} {
+				if got, _ := flagValue(&ctr, flag); got != want {
+					t.Errorf("--%s=%q, want %q", flag, got, want)
+				}
+			}
+			got := map[string]int32{}
+			for _, p := range ctr.Ports {
+				got[p.Name] = p.ContainerPort
+			}
+			if want := map[string]int32{"webhook": c.webhook, "health": c.health, "metrics": c.metrics}; !reflect.DeepEqual(got, want) {
+				t.Errorf("containerPorts %v, want %v", got, want)
+			}
+			svc := o.Services[0]
+			if tp := svc.Spec.Ports[0].TargetPort.IntValue(); svc.Spec.Ports[0].Port != 443 || tp != int(c.webhook) {
+				t.Errorf("Service port %d -> targetPort %d, want 443 -> %d", svc.Spec.Ports[0].Port, tp, c.webhook)
+			}
+			if spec.HostNetwork != c.hostNetwork || spec.DNSPolicy != c.dnsPolicy {
+				t.Errorf("hostNetwork %v dnsPolicy %q, want %v %q", spec.HostNetwork, spec.DNSPolicy, c.hostNetwork, c.dnsPolicy)
+			}
+			for _, sc := range safetyChecks {
+				for _, p := range sc.check(o) {
+					t.Errorf("%s: %s", sc.name, p)
+				}
+			}
+		})
 	}
 }
 

@@ -284,3 +284,58 @@ labels, as the apiserver matches a namespaceSelector; "" otherwise.
 {{- end -}}
 {{- if $ok -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+The three ports as a dict (webhook, health, metrics), checked: whole numbers
+in 1-65535, all different, and with hostNetwork none of the node's own
+(the kubelet: 10248 healthz, 10250 API, 10255 read-only; kube-proxy: 10249
+metrics, 10256 healthz) nor below 1024 (the container drops every capability,
+NET_BIND_SERVICE too). extraArgs may not set them behind the chart's back.
+*/}}
+{{- define "clusterip-policy.ports" -}}
+{{- range $arg := .Values.extraArgs -}}
+{{- range $flag, $value := dict "--port" "ports.webhook" "--health-probe-bind-address" "ports.health" "--metrics-bind-address" "ports.metrics" -}}
+{{- if or (eq $arg $flag) (hasPrefix (printf "%s=" $flag) $arg) -}}
+{{- fail (printf "extraArgs: %q would override the %s the chart sets with the containerPorts and the Service; set %s instead" $arg $flag $value) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $p := .Values.ports | default dict -}}
+{{- $out := dict -}}
+{{- range $name, $def := dict "webhook" 9443 "health" 8081 "metrics" 8080 -}}
+{{- $v := get $p $name -}}
+{{- if eq (kindOf $v) "invalid" -}}{{- $v = $def -}}{{- end -}}
+{{- if not (or (kindIs "int" $v) (kindIs "int64" $v) (and (kindIs "float64" $v) (eq (floor $v) $v))) -}}
+{{- fail (printf "ports.%s: %v is not a port number; give one in 1-65535" $name $v) -}}
+{{- end -}}
+{{- if or (lt (int $v) 1) (gt (int $v) 65535) -}}
+{{- fail (printf "ports.%s: %v is outside 1-65535" $name $v) -}}
+{{- end -}}
+{{- $_ := set $out $name (int $v) -}}
+{{- end -}}
+{{- if eq $out.webhook $out.health -}}
+{{- fail (printf "ports.health: %d is ports.webhook's too; give each of ports.webhook, ports.health and ports.metrics its own port" $out.health) -}}
+{{- end -}}
+{{- if eq $out.webhook $out.metrics -}}
+{{- fail (printf "ports.metrics: %d is ports.webhook's too; give each of ports.webhook, ports.health and ports.metrics its own port" $out.metrics) -}}
+{{- end -}}
+{{- if eq $out.health $out.metrics -}}
+{{- fail (printf "ports.metrics: %d is ports.health's too; give each of ports.webhook, ports.health and ports.metrics its own port" $out.metrics) -}}
+{{- end -}}
+{{- if .Values.hostNetwork -}}
+{{- $node := dict "10248" "the kubelet's healthz port" "10250" "the kubelet's port" "10255" "the kubelet's read-only port" "10249" "kube-proxy's metrics port" "10256" "kube-proxy's healthz port" -}}
+{{- range $name := list "webhook" "health" "metrics" -}}
+{{- $v := get $out $name -}}
+{{- with get $node (toString $v) -}}
+{{- fail (printf "ports.%s: %d is %s on every node; with hostNetwork the pods would share the node's ports and could never bind it. Choose a port free on the nodes (for example 9443, 8081, 8080 by default), or drop hostNetwork: GKE private clusters can use ports.webhook=10250 without it (docs/providers/gke.md)" $name $v .) -}}
+{{- end -}}
+{{- if lt $v 1024 -}}
+{{- fail (printf "ports.%s: %d is below 1024; with hostNetwork the pods bind the node's ports, and the webhook runs as a non-root user without NET_BIND_SERVICE. Choose a port of 1024 or more and open it to the control plane" $name $v) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not .Values.hostNetwork) (eq (toString .Values.dnsPolicy) "ClusterFirstWithHostNet") -}}
+{{- fail "dnsPolicy: ClusterFirstWithHostNet is for hostNetwork pods; leave dnsPolicy empty, or set hostNetwork: true" -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
