@@ -303,7 +303,9 @@ NET_BIND_SERVICE too). extraArgs may not set them behind the chart's back.
 {{- $p := .Values.ports | default dict -}}
 {{- $out := dict -}}
 {{- range $name, $def := dict "webhook" 9443 "health" 8081 "metrics" 8080 -}}
-{{- $v := get $p $name -}}
+{{- /* absent: a release upgraded with --reuse-values from a chart without ports */ -}}
+{{- $v := $def -}}
+{{- if hasKey $p $name -}}{{- $v = get $p $name -}}{{- end -}}
 {{- if eq (kindOf $v) "invalid" -}}{{- $v = $def -}}{{- end -}}
 {{- if not (or (kindIs "int" $v) (kindIs "int64" $v) (and (kindIs "float64" $v) (eq (floor $v) $v))) -}}
 {{- fail (printf "ports.%s: %v is not a port number; give one in 1-65535" $name $v) -}}
