@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -409,6 +410,30 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "policy=apiVersion: clusterip-policy/v1alpha1"}, `policy: apiVersion clusterip-policy/v1alpha1 is the retired policy file format; give the ClusterIPPolicy object instead`},
 		{[]string{"--set-string", "policy=- a list"}, "policy: not a YAML mapping"},
 		{[]string{"--set", "policy=apiVersion: clusterip-policy.io/v1alpha1\nmetadata: {name: extra}"}, `policy: metadata.name "extra": the webhook reads exactly one ClusterIPPolicy, named default`},
+		// webhook.namespaceSelector: kube-system and default stay covered,
+		// by label too; helm template knows only their name label.
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchLabels":{"team":"net"}}`}, `webhook.namespaceSelector: does not select namespace kube-system (labels {"kubernetes.io/metadata.name":"kube-system"}, its name label only: helm template cannot read the cluster), which must stay covered (kube-dns and the kubernetes Service live in kube-system and default); exclude by a label those namespaces do not carry, such as {key: clusterip-policy.io/excluded, operator: DoesNotExist}`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["default"]}]}`}, `webhook.namespaceSelector: does not select namespace default (labels {"kubernetes.io/metadata.name":"default"}`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["team-a"]}]}`}, `webhook.namespaceSelector: does not select namespace kube-system`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"tier","operator":"In"}]}`}, `webhook.namespaceSelector.matchExpressions[0]: operator In on key "tier" needs values; the apiserver refuses it without`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"tier","operator":"Exists","values":["a"]}]}`}, `webhook.namespaceSelector.matchExpressions[0]: operator Exists on key "tier" takes no values; drop them, or use In or NotIn`},
+		{[]string{"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"tier","operator":"Near"}]}`}, "at '/webhook/namespaceSelector/matchExpressions/0/operator': value must be one of 'In', 'NotIn', 'Exists', 'DoesNotExist'"},
+		{[]string{"--set-json", `webhook.namespaceSelector={"namespaces":["a"]}`}, "additional properties 'namespaces' not allowed"},
+		// Ports and hostNetwork: each refusal names the value and the fix.
+		{[]string{"--set", "hostNetwork=true", "--set", "ports.webhook=10250"}, "ports.webhook: 10250 is the kubelet's port on every node; with hostNetwork the pods would share the node's ports and could never bind it. Choose a port free on the nodes (for example 9443, 8081, 8080 by default), or drop hostNetwork: GKE private clusters can use ports.webhook=10250 without it (docs/providers/gke.md)"},
+		{[]string{"--set", "hostNetwork=true", "--set", "ports.metrics=10249"}, "ports.metrics: 10249 is kube-proxy's metrics port on every node"},
+		{[]string{"--set", "hostNetwork=true", "--set", "ports.health=10248"}, "ports.health: 10248 is the kubelet's healthz port on every node"},
+		{[]string{"--set", "hostNetwork=true", "--set", "ports.webhook=443"}, "ports.webhook: 443 is below 1024; with hostNetwork the pods bind the node's ports, and the webhook runs as a non-root user without NET_BIND_SERVICE. Choose a port of 1024 or more and open it to the control plane"},
+		{[]string{"--set", "ports.health=9443"}, "ports.health: 9443 is ports.webhook's too; give each of ports.webhook, ports.health and ports.metrics its own port"},
+		{[]string{"--set", "ports.metrics=9443"}, "ports.metrics: 9443 is ports.webhook's too"},
+		{[]string{"--set", "ports.metrics=8081"}, "ports.metrics: 8081 is ports.health's too"},
+		{[]string{"--set", "ports.webhook=70000"}, "at '/ports/webhook': maximum: got 70,000, want 65,535"},
+		{[]string{"--set", "ports.webhook=70000", "--skip-schema-validation"}, "ports.webhook: 70000 is outside 1-65535"},
+		{[]string{"--set", "ports.webhok=9444"}, "additional properties 'webhok' not allowed"},
+		{[]string{"--set", "dnsPolicy=ClusterFirstWithHostNet"}, "dnsPolicy: ClusterFirstWithHostNet is for hostNetwork pods; leave dnsPolicy empty, or set hostNetwork: true"},
+		{[]string{"--set", "dnsPolicy=Cluster"}, "at '/dnsPolicy': value must be one of"},
+		{[]string{"--set", "extraArgs={--port=9444}"}, `extraArgs: "--port=9444" would override the --port the chart sets with the containerPorts and the Service; set ports.webhook instead`},
+		{[]string{"--set", "extraArgs={--metrics-bind-address=:9090}"}, `extraArgs: "--metrics-bind-address=:9090" would override the --metrics-bind-address the chart sets with the containerPorts and the Service; set ports.metrics instead`},
 		// --namespace is given once more; the last one counts.
 		{[]string{"--namespace", "default"}, `release namespace "default": the webhook's own namespace is excluded`},
 		{[]string{"--namespace", "kube-system"}, `release namespace "kube-system"`},
@@ -579,20 +604,137 @@ func TestChartValues(t *testing.T) {
 	}
 }
 
-// The chart installs the policy CRD from its crds/ directory (helm's way:
-// installed before the templates, never upgraded or deleted by helm); it
-// must be the base's CRD byte for byte.
+// webhook.namespaceSelector is merged with the names: one NotIn on the
+// name label (the release namespace and webhook.excludedNamespaces), then
+// the labels, on both Service webhooks and only on them; a selector that
+// keeps kube-system and default (a label they do not carry, a name list
+// without them) is accepted.
+func TestChartNamespaceSelector(t *testing.T) {
+	r := renderChart(t, "--set", "webhook.excludedNamespaces={ci}",
+		"--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"clusterip-policy.io/excluded","operator":"DoesNotExist"},{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["sandbox"]}]}`)
+	want := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{ownNamespace, "ci"}},
+		{Key: "clusterip-policy.io/excluded", Operator: metav1.LabelSelectorOpDoesNotExist},
+		{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"sandbox"}},
+	}}
+	n := 0
+	for _, w := range r.objects.webhooks() {
+		if clusterScoped(w) {
+			if w.namespaceSelector != nil {
+				t.Errorf("%s: a cluster-scoped webhook got namespaceSelector %+v", w.where, w.namespaceSelector)
+			}
+			continue
+		}
+		n++
+		if !reflect.DeepEqual(w.namespaceSelector, want) {
+			t.Errorf("%s: namespaceSelector %+v, want %+v", w.where, w.namespaceSelector, want)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d Service webhooks, want 2", n)
+	}
+	for _, check := range []check{webhookNamespaces} {
+		for _, p := range check(r.objects) {
+			t.Error(p)
+		}
+	}
+	// matchLabels that kube-system and default would need to carry are
+	// refused by TestChartRefusesUnsafeValues; an In that names them is not.
+	r = renderChart(t, "--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["kube-system","default","team-a"]}]}`)
+	for _, w := range r.objects.webhooks() {
+		if !clusterScoped(w) && (w.namespaceSelector == nil || len(w.namespaceSelector.MatchExpressions) != 2 || w.namespaceSelector.MatchExpressions[1].Operator != metav1.LabelSelectorOpIn) {
+			t.Errorf("%s: namespaceSelector %+v, want the name NotIn and the In", w.where, w.namespaceSelector)
+		}
+	}
+}
+
+// ports.* reach the flags, the containerPorts and the Service's
+// targetPort; hostNetwork brings dnsPolicy ClusterFirstWithHostNet unless
+// dnsPolicy is given; ports.webhook=10250 without hostNetwork (GKE private
+// clusters) is accepted.
+func TestChartPortsAndHostNetwork(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		args                     []string
+		webhook, health, metrics int32
+		hostNetwork              bool
+		dnsPolicy                corev1.DNSPolicy
+	}{
+		{"defaults", nil, 9443, 8081, 8080, false, ""},
+		{"GKE private: 10250 in the pod's network", []string{"--set", "ports.webhook=10250"}, 10250, 8081, 8080, false, ""},
+		{"hostNetwork on free ports", []string{"--set", "hostNetwork=true", "--set", "ports.webhook=10443", "--set", "ports.health=10444", "--set", "ports.metrics=10445"}, 10443, 10444, 10445, true, corev1.DNSClusterFirstWithHostNet},
+		{"hostNetwork with dnsPolicy given", []string{"--set", "hostNetwork=true", "--set", "dnsPolicy=Default"}, 9443, 8081, 8080, true, corev1.DNSDefault},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := renderChart(t, c.args...).objects
+			spec := o.Deployments[0].Spec.Template.Spec
+			ctr := spec.Containers[0]
+			for flag, want := range map[string]string{"port": fmt.Sprint(c.webhook), "health-probe-bind-address": fmt.Sprintf(":%d", c.health), "metrics-bind-address": fmt.Sprintf(":%d", c.metrics)} {
+				if got, _ := flagValue(&ctr, flag); got != want {
+					t.Errorf("--%s=%q, want %q", flag, got, want)
+				}
+			}
+			got := map[string]int32{}
+			for _, p := range ctr.Ports {
+				got[p.Name] = p.ContainerPort
+			}
+			if want := map[string]int32{"webhook": c.webhook, "health": c.health, "metrics": c.metrics}; !reflect.DeepEqual(got, want) {
+				t.Errorf("containerPorts %v, want %v", got, want)
+			}
+			svc := o.Services[0]
+			if tp := svc.Spec.Ports[0].TargetPort.IntValue(); svc.Spec.Ports[0].Port != 443 || tp != int(c.webhook) {
+				t.Errorf("Service port %d -> targetPort %d, want 443 -> %d", svc.Spec.Ports[0].Port, tp, c.webhook)
+			}
+			if spec.HostNetwork != c.hostNetwork || spec.DNSPolicy != c.dnsPolicy {
+				t.Errorf("hostNetwork %v dnsPolicy %q, want %v %q", spec.HostNetwork, spec.DNSPolicy, c.hostNetwork, c.dnsPolicy)
+			}
+			for _, sc := range safetyChecks {
+				for _, p := range sc.check(o) {
+					t.Errorf("%s: %s", sc.name, p)
+				}
+			}
+		})
+	}
+}
+
+// The chart installs the policy CRD as a template (helm upgrade updates
+// it), kept by helm uninstall and rollback (helm.sh/resource-policy: keep),
+// and nothing in crds/ (helm would install it there too, outside the
+// release, and the template's copy would then conflict). It is the base's
+// CRD but for that annotation.
 func TestChartCarriesTheBaseCRD(t *testing.T) {
-	base, err := os.ReadFile("base/crd.yaml")
+	if _, err := os.Stat("../charts/clusterip-policy/crds"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("charts/clusterip-policy/crds exists (%v): helm would install a second copy of the CRD outside the release", err)
+	}
+	base := loadBase(t).CRDs[0]
+	var rendered map[string]any
+	for _, m := range renderChart(t).all {
+		if m["kind"] == "CustomResourceDefinition" {
+			rendered = m
+		}
+	}
+	if rendered == nil {
+		t.Fatal("the chart renders no CustomResourceDefinition")
+	}
+	meta := rendered["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("the chart's CRD has annotations %v, want helm.sh/resource-policy: keep", ann)
+	}
+	delete(ann, "helm.sh/resource-policy")
+	var want map[string]any
+	b, err := yaml.Marshal(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart, err := os.ReadFile("../charts/clusterip-policy/crds/clusterippolicies.yaml")
-	if err != nil {
+	if err := yaml.Unmarshal(b, &want); err != nil {
 		t.Fatal(err)
 	}
-	if string(base) != string(chart) {
-		t.Error("charts/clusterip-policy/crds/clusterippolicies.yaml differs from manifests/base/crd.yaml; both are generated: run make generate")
+	delete(want, "status")
+	delete(want["metadata"].(map[string]any), "creationTimestamp")
+	if !reflect.DeepEqual(rendered, want) {
+		got, _ := yaml.Marshal(rendered)
+		t.Errorf("the chart's CRD, less the keep annotation, differs from manifests/base/crd.yaml; both are generated: run make generate\nchart:\n%s\nbase:\n%s", got, b)
 	}
 }
 

@@ -350,6 +350,7 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "admissionregistration.k8s.io", "validatingwebhookconfigurations", []string{"get", "update", "list", "watch"}, "--manage-match-conditions: the leader rewrites its one matchCondition of the named configuration; --certificate-source=managed: the caBundle of its webhooks (get: an update carries the object as read; list, watch by name: a reverted caBundle is written again at once)", []string{"clusterip-policy"}},
 	{"Role", "", "secrets", []string{"create"}, "--certificate-source=managed: the leader creates the serving Secret and the CA's Secret (RBAC sees no name on a create)", nil},
 	{"Role", "", "secrets", []string{"get", "list", "watch", "update"}, "--certificate-source=managed: every replica watches the serving Secret by name; the leader renews both Secrets", []string{"clusterip-policy-webhook-tls", "clusterip-policy-webhook-ca"}},
+	{"ClusterRole", "", "namespaces", []string{"list", "watch"}, "the holds and the periodic audit skip the namespaces the Service webhooks' namespaceSelector leaves out, which they match against the namespaces' labels (internal/judged)", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"list", "watch"}, "--manage-match-conditions: the leader sends every create to the mutating webhook while another mutating webhook can act on Services (reinvocation reaches only webhooks called in the first round)", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingadmissionpolicies", []string{"list", "watch"}, "--manage-match-conditions: as for the other mutating webhooks, the MutatingAdmissionPolicies that can act on Services", nil},
 }
@@ -373,7 +374,7 @@ func rbacExact(o *objects) []string {
 					i = slices.IndexFunc(rbacGrants, func(x rbacGrant) bool { return x.kind == kind && x.group == g && x.resource == res })
 				}
 				if i < 0 {
-					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), events (events.k8s.io, create), clusterippolicies (get, list, watch) and their status (update), and, in a Role, its Lease", where, res, g))
+					p = append(p, problemf("%s grants resource %q of API group %q; the webhook needs only servicecidrs and ipaddresses (networking.k8s.io), services (get, list), namespaces (list, watch), events (events.k8s.io, create), clusterippolicies (get, list, watch) and their status (update), and, in a Role, its Lease", where, res, g))
 					continue
 				}
 				for _, v := range rule.Verbs {

@@ -40,6 +40,7 @@ import (
 	"clusterip-policy/internal/controllers/periodicaudit"
 	"clusterip-policy/internal/controllers/servingcerts"
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/internal/judged"
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/logging"
 	"clusterip-policy/internal/names"
@@ -107,15 +108,15 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.BoolVar(&o.holds.Enabled, "hold-reservations", false, "Keep an IPAddress (label "+holdplan.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
 	fs.DurationVar(&o.holds.Grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
 	fs.DurationVar(&o.audit.Interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+names.AuditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
-	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there.")
+	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there. Nor are those of any namespace the Service webhooks' namespaceSelector leaves out: the leader reads it from the live configurations (--mutating-webhook-configuration, --validating-webhook-configuration) and the namespaces' labels.")
 	fs.StringVar(&o.lease.Name, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
 	fs.StringVar(&o.lease.Identity, "leader-election-identity", leader.DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
 	fs.BoolVar(&o.conditions.Manage, "manage-match-conditions", false, "Keep the matchCondition "+conditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
 	fs.DurationVar(&o.conditions.Settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
 	fs.BoolVar(&o.arming.Arm, "arm-failure-policy", false, "Arm the Service webhooks: the manifests register them with failurePolicy Ignore, so that no Service create fails while no replica is ready (an install, a GitOps sync that renders them again), and the leader sets failurePolicy Fail on each once the apiserver has reached a ready replica through it: a server-side dry-run create of a headless Service in namespace default that both webhooks answer with a warning naming the probe. It repeats every --reachability-probe-interval and reports the result (the ClusterIPPolicy status condition WebhookReachable, clusterip_policy_webhook_reachable, the alert ClusterIPPolicyWebhookUnreachable); once armed, an unreachable webhook stays Fail and is reported. A webhook found at Ignore again is probed and armed within seconds. Needs --audit-interval (what is admitted unchecked while not armed is named by the audit, which runs at once after arming), get and update on the two configurations, and create on services in namespace default (a dry run; manifests/base/rbac.yaml). docs/design.md, \"Arming the failurePolicy\". Off (the default; manifests/base and the chart turn it on): the failurePolicy is the manifests'.")
 	fs.DurationVar(&o.arming.ProbeInterval, "reachability-probe-interval", 10*time.Second, "How often the leader probes, with --arm-failure-policy, that the apiservers reach both Service webhooks (±20% jitter; at once while one is not armed). 2s-5m; at 10s the alert ClusterIPPolicyWebhookUnreachable fires within a minute of the webhook becoming unreachable, with 15s scrape and rule intervals.")
-	fs.StringVar(&o.conditions.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition, and whose webhooks get the caBundle with --certificate-source=managed.")
-	fs.StringVar(&o.conditions.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition, and whose webhooks get the caBundle with --certificate-source=managed.")
+	fs.StringVar(&o.conditions.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the validating one's, which namespaces the holds and the periodic audit cover.")
+	fs.StringVar(&o.conditions.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the mutating one's, which namespaces the holds and the periodic audit cover.")
 	return fs
 }
 
@@ -314,10 +315,19 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	source := kubesource.New(client, view, log.WithName("view"))
 	readiness.RegisterViewMetrics(defaultRegistry, view, source)
 	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs}
-	var hook admission.AllocationHook   // the holds' release; nil with holds off
-	skip := []string{o.lease.Namespace} // the webhook configurations exclude it
+	var hook admission.AllocationHook // the holds' release; nil with holds off
 	var leaderWorks []leader.Work
 	var holdWatch *holds.Watch // every replica's watch of the holds; nil with holds off
+	// Which namespaces the Service webhooks are called for, read by the
+	// leader from the live configurations (their namespaceSelector) and
+	// the namespaces' labels: the holds and the periodic audit skip the
+	// rest (docs/design.md, "Which namespaces are judged here"). The Lease
+	// namespace is the webhook's own, which the configurations exclude.
+	var skip *judged.Scope
+	if o.holds.Enabled || o.audit.Interval > 0 {
+		skip = judged.NewScope(client, o.conditions.Mutating, o.conditions.Validating, []string{o.lease.Namespace}, log.WithName("judged"))
+		leaderWorks = append(leaderWorks, leader.Term(log.WithName("judged"), "leading: reading which namespaces the Service webhooks are called for", nil, skip.Run))
+	}
 	if o.holds.Enabled {
 		hcfg := rest.CopyConfig(cfg)
 		hcfg.QPS, hcfg.Burst = holds.ClientQPS, holds.ClientBurst

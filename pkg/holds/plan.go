@@ -60,15 +60,16 @@ var States = []string{StateHeld, StateOwner, StateOther, StateWaiting, StateCand
 // loopback identity, which both webhooks exempt: no mutating review would
 // release the hold, the apiserver would fail "provided IP is already
 // allocated" every 10 s and in-cluster clients would lose their route to
-// it), reservations whose owner
-// lives in a namespace the webhook never reviews (skipNamespaces: its own,
-// and those the policy exempts, which get no release either), and
+// it), reservations whose owner lives in a namespace the webhook is never
+// called for (skipped: its own, and those the webhook configurations'
+// namespaceSelector leaves out, as internal/judged says), or one the policy
+// exempts (no release either), and
 // addresses outside the active ranges (the apiserver could not allocate
 // them anyway). The policy bounds reservations (policy.MaxReservations), so
 // the holds are bounded too: one small IPAddress each.
-func Wants(p *policy.Policy, rs allocview.RangeSet, skipNamespaces []string) (wants []Want, notApplied int) {
+func Wants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace string) bool) (wants []Want, notApplied int) {
 	for _, r := range p.Reservations {
-		if r.Implicit || r.Owner == policy.KubernetesService || slices.Contains(skipNamespaces, r.Owner.Namespace) || slices.Contains(p.ExemptNamespaces, r.Owner.Namespace) {
+		if r.Implicit || r.Owner == policy.KubernetesService || skipped(r.Owner.Namespace) || slices.Contains(p.ExemptNamespaces, r.Owner.Namespace) {
 			notApplied++
 			continue
 		}

@@ -37,7 +37,7 @@ exemptions:
   namespaces: [legacy]
 `)
 	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
-	wants, notApplied := Wants(p, rs, []string{"clusterip-policy"})
+	wants, notApplied := Wants(p, rs, func(ns string) bool { return ns == "clusterip-policy" })
 	want := []Want{{dnsIP, dns}, {ingIP, ing}}
 	if !slices.Equal(wants, want) {
 		t.Errorf("wants = %v, want %v", wants, want)

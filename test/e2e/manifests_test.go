@@ -410,6 +410,9 @@ spec:
 			// Services and puts an Event on each offending one.
 			"services [] []":             {resource: "services", nonResource: "[]", names: "[]", verbs: "[get list]"},
 			"events.events.k8s.io [] []": {resource: "events.events.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"},
+			// The holds and the audit skip the namespaces the Service
+			// webhooks' namespaceSelector leaves out: labels only.
+			"namespaces [] []": {resource: "namespaces", nonResource: "[]", names: "[]", verbs: "[list watch]"},
 			// The policy object (--policy-source=crd), and only its status
 			// to write.
 			"clusterippolicies.clusterip-policy.io [] []":        {resource: "clusterippolicies.clusterip-policy.io", nonResource: "[]", names: "[]", verbs: "[get list watch]"},

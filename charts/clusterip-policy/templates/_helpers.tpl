@@ -272,3 +272,130 @@ lookup finds nothing). Called with (dict "kind" ... "webhook" ...).
 {{- end -}}
 {{- $policy -}}
 {{- end -}}
+
+{{/*
+The Service webhooks' namespaceSelector, as JSON: one NotIn on
+kubernetes.io/metadata.name of the release namespace and
+webhook.excludedNamespaces, then webhook.namespaceSelector's matchLabels and
+matchExpressions (every requirement must hold). kube-system and default must
+stay selected: refused by name, and by label as far as the render knows
+their labels (their name label always; with helm install and upgrade the
+labels lookup reads; helm template has no lookup). The leader reads the
+stored selector back (internal/judged) and logs when either is left out by
+a label added later. docs/design.md, "Which namespaces are judged here".
+*/}}
+{{- define "clusterip-policy.namespaceSelector" -}}
+{{- if has .Release.Namespace (list "default" "kube-system") -}}
+{{- fail (printf "release namespace %q: the webhook's own namespace is excluded from its webhooks, and %s must stay covered; install into a namespace of its own: -n clusterip-policy --create-namespace" .Release.Namespace .Release.Namespace) -}}
+{{- end -}}
+{{- $excluded := prepend (.Values.webhook.excludedNamespaces | default list) .Release.Namespace | uniq -}}
+{{- if has "kube-system" $excluded -}}
+{{- fail "webhook.excludedNamespaces: kube-system is where kube-dns lives, whose address the policy guards most; leave it covered" -}}
+{{- end -}}
+{{- if has "default" $excluded -}}
+{{- fail "webhook.excludedNamespaces: default must stay covered (the manifests' safety checks require it; default/kubernetes is already exempt for the apiserver's own writes); use the policy's exemptions.namespaces to relax enforcement there instead" -}}
+{{- end -}}
+{{- $user := .Values.webhook.namespaceSelector | default dict -}}
+{{- $exprs := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded) -}}
+{{- range $i, $e := ($user.matchExpressions | default list) -}}
+{{- $vals := $e.values | default list -}}
+{{- if and (has $e.operator (list "In" "NotIn")) (not $vals) -}}
+{{- fail (printf "webhook.namespaceSelector.matchExpressions[%d]: operator %s on key %q needs values; the apiserver refuses it without" $i $e.operator $e.key) -}}
+{{- end -}}
+{{- if and (has $e.operator (list "Exists" "DoesNotExist")) $vals -}}
+{{- fail (printf "webhook.namespaceSelector.matchExpressions[%d]: operator %s on key %q takes no values; drop them, or use In or NotIn" $i $e.operator $e.key) -}}
+{{- end -}}
+{{- $exprs = append $exprs $e -}}
+{{- end -}}
+{{- $sel := dict "matchExpressions" $exprs -}}
+{{- with $user.matchLabels -}}{{- $_ := set $sel "matchLabels" . -}}{{- end -}}
+{{- range $ns := list "kube-system" "default" -}}
+{{- $labels := dict "kubernetes.io/metadata.name" $ns -}}
+{{- $live := lookup "v1" "Namespace" "" $ns -}}
+{{- if $live -}}{{- $labels = merge (dig "metadata" "labels" dict $live) $labels -}}{{- end -}}
+{{- if not (include "clusterip-policy.selectorMatches" (dict "selector" $user "labels" $labels)) -}}
+{{- fail (printf "webhook.namespaceSelector: does not select namespace %s (labels %s%s), which must stay covered (kube-dns and the kubernetes Service live in kube-system and default); exclude by a label those namespaces do not carry, such as {key: clusterip-policy.io/excluded, operator: DoesNotExist}" $ns (toJson $labels) (ternary "" ", its name label only: helm template cannot read the cluster" (not (empty $live)))) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $sel -}}
+{{- end -}}
+
+{{/*
+"true" when the label selector (matchLabels, matchExpressions) matches the
+labels, as the apiserver matches a namespaceSelector; "" otherwise.
+*/}}
+{{- define "clusterip-policy.selectorMatches" -}}
+{{- $l := .labels -}}
+{{- $ok := true -}}
+{{- range $k, $v := (.selector.matchLabels | default dict) -}}
+{{- if not (and (hasKey $l $k) (eq (toString (get $l $k)) (toString $v))) -}}{{- $ok = false -}}{{- end -}}
+{{- end -}}
+{{- range (.selector.matchExpressions | default list) -}}
+{{- $has := hasKey $l .key -}}
+{{- $val := "" -}}{{- if $has -}}{{- $val = toString (get $l .key) -}}{{- end -}}
+{{- $vals := list -}}{{- range (.values | default list) -}}{{- $vals = append $vals (toString .) -}}{{- end -}}
+{{- if eq .operator "In" -}}{{- if not (and $has (has $val $vals)) -}}{{- $ok = false -}}{{- end -}}
+{{- else if eq .operator "NotIn" -}}{{- if and $has (has $val $vals) -}}{{- $ok = false -}}{{- end -}}
+{{- else if eq .operator "Exists" -}}{{- if not $has -}}{{- $ok = false -}}{{- end -}}
+{{- else if eq .operator "DoesNotExist" -}}{{- if $has -}}{{- $ok = false -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $ok -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The three ports as a dict (webhook, health, metrics), checked: whole numbers
+in 1-65535, all different, and with hostNetwork none of the node's own
+(the kubelet: 10248 healthz, 10250 API, 10255 read-only; kube-proxy: 10249
+metrics, 10256 healthz) nor below 1024 (the container drops every capability,
+NET_BIND_SERVICE too). extraArgs may not set them behind the chart's back.
+*/}}
+{{- define "clusterip-policy.ports" -}}
+{{- range $arg := .Values.extraArgs -}}
+{{- range $flag, $value := dict "--port" "ports.webhook" "--health-probe-bind-address" "ports.health" "--metrics-bind-address" "ports.metrics" -}}
+{{- if or (eq $arg $flag) (hasPrefix (printf "%s=" $flag) $arg) -}}
+{{- fail (printf "extraArgs: %q would override the %s the chart sets with the containerPorts and the Service; set %s instead" $arg $flag $value) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $p := .Values.ports | default dict -}}
+{{- $out := dict -}}
+{{- range $name, $def := dict "webhook" 9443 "health" 8081 "metrics" 8080 -}}
+{{- /* absent: a release upgraded with --reuse-values from a chart without ports */ -}}
+{{- $v := $def -}}
+{{- if hasKey $p $name -}}{{- $v = get $p $name -}}{{- end -}}
+{{- if eq (kindOf $v) "invalid" -}}{{- $v = $def -}}{{- end -}}
+{{- if not (or (kindIs "int" $v) (kindIs "int64" $v) (and (kindIs "float64" $v) (eq (floor $v) $v))) -}}
+{{- fail (printf "ports.%s: %v is not a port number; give one in 1-65535" $name $v) -}}
+{{- end -}}
+{{- if or (lt (int $v) 1) (gt (int $v) 65535) -}}
+{{- fail (printf "ports.%s: %v is outside 1-65535" $name $v) -}}
+{{- end -}}
+{{- $_ := set $out $name (int $v) -}}
+{{- end -}}
+{{- if eq $out.webhook $out.health -}}
+{{- fail (printf "ports.health: %d is ports.webhook's too; give each of ports.webhook, ports.health and ports.metrics its own port" $out.health) -}}
+{{- end -}}
+{{- if eq $out.webhook $out.metrics -}}
+{{- fail (printf "ports.metrics: %d is ports.webhook's too; give each of ports.webhook, ports.health and ports.metrics its own port" $out.metrics) -}}
+{{- end -}}
+{{- if eq $out.health $out.metrics -}}
+{{- fail (printf "ports.metrics: %d is ports.health's too; give each of ports.webhook, ports.health and ports.metrics its own port" $out.metrics) -}}
+{{- end -}}
+{{- if .Values.hostNetwork -}}
+{{- $node := dict "10248" "the kubelet's healthz port" "10250" "the kubelet's port" "10255" "the kubelet's read-only port" "10249" "kube-proxy's metrics port" "10256" "kube-proxy's healthz port" -}}
+{{- range $name := list "webhook" "health" "metrics" -}}
+{{- $v := get $out $name -}}
+{{- with get $node (toString $v) -}}
+{{- fail (printf "ports.%s: %d is %s on every node; with hostNetwork the pods would share the node's ports and could never bind it. Choose a port free on the nodes (for example 9443, 8081, 8080 by default), or drop hostNetwork: GKE private clusters can use ports.webhook=10250 without it (docs/providers/gke.md)" $name $v .) -}}
+{{- end -}}
+{{- if lt $v 1024 -}}
+{{- fail (printf "ports.%s: %d is below 1024; with hostNetwork the pods bind the node's ports, and the webhook runs as a non-root user without NET_BIND_SERVICE. Choose a port of 1024 or more and open it to the control plane" $name $v) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not .Values.hostNetwork) (eq (toString .Values.dnsPolicy) "ClusterFirstWithHostNet") -}}
+{{- fail "dnsPolicy: ClusterFirstWithHostNet is for hostNetwork pods; leave dnsPolicy empty, or set hostNetwork: true" -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}

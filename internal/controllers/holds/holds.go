@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"clusterip-policy/internal/judged"
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/poll"
 	"clusterip-policy/internal/readiness"
@@ -131,8 +132,11 @@ type Keeper struct {
 	client kubernetes.Interface
 	watch  *Watch
 	gate   *readiness.Gate
-	skip   []string // namespaces the webhook never reviews (its own)
-	grace  time.Duration
+	// skip says which namespaces the webhook is never called for (its own,
+	// and those the configurations' namespaceSelector leaves out): no
+	// review releases a hold there, so none is kept.
+	skip  judged.Source
+	grace time.Duration
 	// holds lists our holds: from the watch every replica keeps.
 	holds   func() ([]*networkingv1.IPAddress, error)
 	log     logr.Logger
@@ -140,9 +144,9 @@ type Keeper struct {
 }
 
 // NewKeeper keeps the holds the gate's policy and view call for, in every
-// namespace but skip (the webhook's own, which it never reviews), reading
-// them from watch and writing through client (ClientQPS).
-func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, skip []string, grace time.Duration, log logr.Logger, m *Metrics) *Keeper {
+// namespace skip says is judged, reading them from watch and writing
+// through client (ClientQPS).
+func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, skip judged.Source, grace time.Duration, log logr.Logger, m *Metrics) *Keeper {
 	return &Keeper{client: client, watch: watch, gate: gate, skip: skip, grace: grace, log: log, metrics: m}
 }
 
@@ -204,7 +208,11 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 	if err != nil {
 		return time.Time{}, nil // not ready: the next pass tries again
 	}
-	wants, notApplied := holds.Wants(st.Env.Policy, st.Env.Ranges(), k.skip)
+	scope, err := k.skip.Current()
+	if err != nil {
+		return time.Time{}, nil // not known yet (the scope logs why): hold nothing on a guess
+	}
+	wants, notApplied := holds.Wants(st.Env.Policy, st.Env.Ranges(), scope.Skipped)
 	objs, err := k.holds()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)

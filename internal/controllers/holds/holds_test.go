@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/internal/judged"
 	"clusterip-policy/internal/logging"
 
 	"github.com/go-logr/logr"
@@ -50,7 +51,7 @@ func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 		ipAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
 	)
 	hm := NewMetrics(prometheus.NewRegistry())
-	k := NewKeeper(client, nil, r.Gate, nil, time.Second, logging.New(&strings.Builder{}), hm)
+	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, logging.New(&strings.Builder{}), hm)
 	k.holds = func() ([]*networkingv1.IPAddress, error) {
 		// What the leader's informer holds: the list by label.
 		l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
@@ -110,7 +111,7 @@ func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "kube-dns", errors.New("RBAC says no"))
 	})
 	hm := NewMetrics(prometheus.NewRegistry())
-	k := NewKeeper(client, nil, r.Gate, nil, time.Second, logging.New(&strings.Builder{}), hm)
+	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, logging.New(&strings.Builder{}), hm)
 	k.holds = func() ([]*networkingv1.IPAddress, error) { return nil, nil }
 	long := time.Now().Add(-time.Minute)
 	free := holds.FreeSince{}
@@ -141,5 +142,70 @@ func TestAHoldIsNamedByTheCanonicalAddressAndLabelledWithItsFamily(t *testing.T)
 		if r := a.Spec.ParentRef; r == nil || r.Group != "" || r.Resource != "services" || r.Namespace != "kube-system" || r.Name != "kube-dns" {
 			t.Errorf("%s: parentRef %+v, want services kube-system/kube-dns", tc.ip, a.Spec.ParentRef)
 		}
+	}
+}
+
+// unknownScope is a judged.Source that does not know yet (the leader has
+// not read the webhook configurations).
+type unknownScope struct{}
+
+func (unknownScope) Current() (judged.Namespaces, error) {
+	return judged.Namespaces{}, judged.ErrNotKnown
+}
+
+// A reservation whose owner lives where the webhook is not called has no
+// review to release its hold: it is not held, and a hold left from when
+// the namespace was judged is deleted. While the scope is not known,
+// nothing is created or deleted.
+func TestNoHoldWhereTheWebhookIsNotCalled(t *testing.T) {
+	const pol = readinesstest.Policy + `- ip: 10.96.0.20
+  service: excluded/ingress-vip
+`
+	r := readinesstest.New(t, pol, true, logr.Discard())
+	client := fake.NewClientset(ipAddress("10.96.0.20", holds.ManagedBy, "excluded", "ingress-vip"))
+	hm := NewMetrics(prometheus.NewRegistry())
+	list := func() ([]*networkingv1.IPAddress, error) {
+		l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
+		if err != nil {
+			return nil, err
+		}
+		var out []*networkingv1.IPAddress
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+		return out, nil
+	}
+	held := func() map[string]string {
+		l, _ := list()
+		got := map[string]string{}
+		for _, a := range l {
+			got[a.Name] = a.Spec.ParentRef.Namespace + "/" + a.Spec.ParentRef.Name
+		}
+		return got
+	}
+	long := time.Now().Add(-time.Minute)
+	free := func() holds.FreeSince {
+		return holds.FreeSince{netip.MustParseAddr("10.96.0.10"): long, netip.MustParseAddr("10.96.0.20"): long}
+	}
+
+	k := NewKeeper(client, nil, r.Gate, unknownScope{}, time.Second, logging.New(&strings.Builder{}), hm)
+	k.holds = list
+	if _, err := k.pass(context.Background(), free()); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(); len(got) != 1 || got["10.96.0.20"] != "excluded/ingress-vip" {
+		t.Fatalf("scope not known: holds %v, want the one there was, untouched", got)
+	}
+
+	k = NewKeeper(client, nil, r.Gate, judged.Names("clusterip-policy", "excluded"), time.Second, logging.New(&strings.Builder{}), hm)
+	k.holds = list
+	if _, err := k.pass(context.Background(), free()); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(); len(got) != 1 || got["10.96.0.10"] != "kube-system/kube-dns" {
+		t.Errorf("namespace excluded skipped: holds %v, want only 10.96.0.10 for kube-system/kube-dns", got)
+	}
+	if v := testutil.ToFloat64(hm.states.WithLabelValues(holds.StateNotApplied)); v != 1 {
+		t.Errorf("holds{not-applied} = %v, want 1 (excluded/ingress-vip)", v)
 	}
 }

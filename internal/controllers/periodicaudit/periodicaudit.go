@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/internal/clusterread"
+	"clusterip-policy/internal/judged"
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
@@ -100,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_audit_passes_total",
-			Help: "Periodic audit passes by result (success, failed: the Services could not be listed, skipped: policy not loaded or view not synced).",
+			Help: "Periodic audit passes by result (success, failed: the Services could not be listed, skipped: policy not loaded, view not synced, or the namespaces the webhooks are called for not known yet).",
 		}, []string{"result"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_audit_events_total",
@@ -128,9 +129,12 @@ type eventKey struct {
 
 // Audit is the leader's audit loop.
 type Audit struct {
-	client   kubernetes.Interface
-	gate     *readiness.Gate
-	skip     []string // namespaces the webhook never reviews (its own)
+	client kubernetes.Interface
+	gate   *readiness.Gate
+	// skip says which namespaces the webhook is never called for (its own,
+	// and those the configurations' namespaceSelector leaves out): their
+	// Services were never judged, so they are not audited.
+	skip     judged.Source
 	interval time.Duration
 	instance string // the Events' reportingInstance: this replica's identity
 	log      logr.Logger
@@ -160,9 +164,9 @@ func (a *Audit) Soon() {
 	}
 }
 
-// New audits the Services of every namespace but skip (the webhook's own)
-// every interval, as instance (this replica's identity).
-func New(client kubernetes.Interface, gate *readiness.Gate, skip []string, interval time.Duration, instance string, log logr.Logger, m *Metrics) *Audit {
+// New audits the Services of every namespace skip says is judged, every
+// interval, as instance (this replica's identity).
+func New(client kubernetes.Interface, gate *readiness.Gate, skip judged.Source, interval time.Duration, instance string, log logr.Logger, m *Metrics) *Audit {
 	return &Audit{client: client, gate: gate, skip: skip, interval: interval, instance: instance, log: log, metrics: m, now: time.Now, soon: make(chan struct{}, 1)}
 }
 
@@ -200,7 +204,7 @@ func (a *Audit) run(ctx context.Context) {
 	}
 }
 
-var errAuditNotReady = errors.New("policy not loaded or view of ServiceCIDRs and IPAddresses not synced yet")
+var errAuditNotReady = errors.New("policy not loaded, view of ServiceCIDRs and IPAddresses not synced, or the namespaces the Service webhooks are called for not known yet")
 
 // pass audits the Services once, sets the gauges and emits the Events due.
 func (a *Audit) pass(ctx context.Context) error {
@@ -209,6 +213,11 @@ func (a *Audit) pass(ctx context.Context) error {
 		a.metrics.passes.WithLabelValues("skipped").Inc()
 		return errAuditNotReady
 	}
+	scope, err := a.skip.Current()
+	if err != nil {
+		a.metrics.passes.WithLabelValues("skipped").Inc()
+		return errAuditNotReady // not known yet (the scope logs why): audit nothing on a guess
+	}
 	lctx, cancel := context.WithTimeout(ctx, auditPassTimeout)
 	all, err := clusterread.Services(lctx, a.client)
 	cancel()
@@ -216,7 +225,7 @@ func (a *Audit) pass(ctx context.Context) error {
 		a.metrics.passes.WithLabelValues("failed").Inc()
 		return err
 	}
-	services := slices.DeleteFunc(all, func(s *corev1.Service) bool { return slices.Contains(a.skip, s.Namespace) })
+	services := slices.DeleteFunc(all, func(s *corev1.Service) bool { return scope.Skipped(s.Namespace) })
 	report := policy.Audit(st.Env, services)
 	counts := report.CountByRule()
 	for _, id := range policy.AuditRules {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/internal/judged"
 	"clusterip-policy/internal/logging"
 
 	"github.com/go-logr/logr"
@@ -43,7 +44,7 @@ func newTestAudit(t *testing.T, client *fake.Clientset, synced bool) (*Audit, *t
 	r := readinesstest.New(t, readinesstest.Policy, synced, logr.Discard())
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var log strings.Builder
-	a := New(client, r.Gate, []string{"clusterip-policy"}, time.Minute, "webhook-1", logging.New(&log), NewMetrics(prometheus.NewRegistry()))
+	a := New(client, r.Gate, judged.Names("clusterip-policy"), time.Minute, "webhook-1", logging.New(&log), NewMetrics(prometheus.NewRegistry()))
 	a.now = func() time.Time { return now }
 	a.emitted = map[eventKey]time.Time{}
 	return a, &now, &log
@@ -369,3 +370,42 @@ func TestSoonRunsAPassWithoutWaitingForTheInterval(t *testing.T) {
 	a.Soon()
 	waitPasses(3)
 }
+
+// A Service in a namespace the webhook is not called for was never judged:
+// the audit does not report it. While the scope is not known, the pass is
+// skipped.
+func TestPeriodicAuditSkipsNamespacesTheWebhookIsNotCalledFor(t *testing.T) {
+	client := fake.NewClientset(
+		auditedService("team-a", "squatter", "10.96.0.10"),   // reserved for kube-system/kube-dns
+		auditedService("excluded", "squatter", "10.96.0.10"), // the same, where the webhook is not called
+	)
+	a, _, _ := newTestAudit(t, client, true)
+	a.skip = judged.Names("clusterip-policy", "excluded")
+	var got []string
+	a.Report = func(_ time.Time, _ string, r policy.AuditReport) {
+		for _, f := range r.Findings {
+			got = append(got, f.Namespace+"/"+f.Name)
+		}
+	}
+	if err := a.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != "team-a/squatter" {
+		t.Errorf("findings %v, want team-a/squatter only", got)
+	}
+	if ev := listEvents(t, client); ev["excluded/squatter"] != 0 || ev["team-a/squatter"] != 1 {
+		t.Errorf("Events %v, want one on team-a/squatter and none on excluded/squatter", ev)
+	}
+
+	a.skip = notKnown{}
+	if err := a.pass(context.Background()); !errors.Is(err, errAuditNotReady) {
+		t.Errorf("a pass with the scope not known: %v, want errAuditNotReady", err)
+	}
+	if v := testutil.ToFloat64(a.metrics.passes.WithLabelValues("skipped")); v != 1 {
+		t.Errorf("passes{skipped} = %v, want 1", v)
+	}
+}
+
+type notKnown struct{}
+
+func (notKnown) Current() (judged.Namespaces, error) { return judged.Namespaces{}, judged.ErrNotKnown }

@@ -1,0 +1,287 @@
+// Package judged says which namespaces the Service webhooks are called
+// for: the one source of truth for "judged here" that the leader's holds
+// and periodic audit skip by (docs/design.md, "Which namespaces are judged
+// here"). It reads the namespaceSelector of both Service webhooks from the
+// live webhook configurations, as the apiservers use them, and the labels
+// of the namespaces; nothing is configured twice. A leaf: it imports
+// nothing of the application but names and poll.
+package judged
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/poll"
+)
+
+const (
+	// ReadInterval is how often the leader re-reads the two webhook
+	// configurations: a changed namespaceSelector reaches the holds and
+	// the audit within it. A namespace's labels arrive by watch, at once.
+	ReadInterval = 5 * time.Second
+	// readTimeout bounds each GET.
+	readTimeout = 2 * time.Second
+)
+
+// ErrNotKnown is returned until both configurations have been read and the
+// namespaces listed once: a loop that skips by namespace waits rather than
+// act on a guess.
+var ErrNotKnown = errors.New("the namespaces the Service webhooks are called for are not known yet")
+
+// Source is what the leader's loops ask before each pass.
+type Source interface {
+	// Current is the judged namespaces now, or an error (wrapping
+	// ErrNotKnown) while they are not known.
+	Current() (Namespaces, error)
+}
+
+// Namespaces is one answer of a Source: which namespaces are judged.
+type Namespaces struct {
+	excluded  []string          // never judged whatever the configurations say (the webhook's own)
+	selectors []labels.Selector // each Service webhook's namespaceSelector; all must match
+	labelsOf  func(namespace string) (map[string]string, bool)
+}
+
+// Judged reports whether the apiservers call both Service webhooks for a
+// Service in namespace: it is not excluded, and the namespace's labels
+// match the namespaceSelector of the mutating and of the validating
+// Service webhook. A namespace that does not exist (yet) is matched by the
+// one label the apiserver will give it, kubernetes.io/metadata.name; once
+// it exists its labels decide.
+func (n Namespaces) Judged(namespace string) bool {
+	if slices.Contains(n.excluded, namespace) {
+		return false
+	}
+	var l map[string]string
+	ok := false
+	if n.labelsOf != nil {
+		l, ok = n.labelsOf(namespace)
+	}
+	if !ok {
+		l = map[string]string{corev1.LabelMetadataName: namespace}
+	}
+	for _, s := range n.selectors {
+		if !s.Matches(labels.Set(l)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Skipped is !Judged, the shape the loops filter with.
+func (n Namespaces) Skipped(namespace string) bool { return !n.Judged(namespace) }
+
+// Names is a fixed Source: every namespace is judged but excluded. For
+// tests, and for a caller with no configurations to read.
+func Names(excluded ...string) Source { return fixed{Namespaces{excluded: excluded}} }
+
+type fixed struct{ n Namespaces }
+
+func (f fixed) Current() (Namespaces, error) { return f.n, nil }
+
+// Scope is the Source the leader runs: Run reads the configurations and
+// watches the namespaces while the term lasts.
+type Scope struct {
+	client     kubernetes.Interface
+	mutating   string // MutatingWebhookConfiguration name
+	validating string // ValidatingWebhookConfiguration name
+	excluded   []string
+	interval   time.Duration // ReadInterval; shorter in tests
+	log        logr.Logger
+
+	mu        sync.Mutex
+	selectors []labels.Selector // nil until read
+	described string            // the selectors as read, for the log
+	lister    corelisters.NamespaceLister
+	err       error // why the selectors are not known (nil when they are)
+	warned    map[string]bool
+}
+
+// NewScope reads the namespaceSelector of the Service webhooks in the
+// configurations named mutating and validating (the
+// --mutating-webhook-configuration and --validating-webhook-configuration
+// flags); excluded are never judged (the Lease namespace: the
+// configurations exclude the webhook's own).
+func NewScope(client kubernetes.Interface, mutating, validating string, excluded []string, log logr.Logger) *Scope {
+	return &Scope{client: client, mutating: mutating, validating: validating, excluded: excluded, interval: ReadInterval, log: log}
+}
+
+// Current implements Source.
+func (s *Scope) Current() (Namespaces, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.selectors == nil || s.lister == nil {
+		if s.err != nil {
+			return Namespaces{}, fmt.Errorf("%w: %w", ErrNotKnown, s.err)
+		}
+		return Namespaces{}, ErrNotKnown
+	}
+	lister := s.lister
+	return Namespaces{excluded: s.excluded, selectors: s.selectors, labelsOf: func(ns string) (map[string]string, bool) {
+		o, err := lister.Get(ns)
+		if err != nil {
+			return nil, false
+		}
+		return o.Labels, true
+	}}, nil
+}
+
+// Run keeps the answer current until ctx ends (the leader's term), then
+// forgets it: a replica that does not lead knows nothing.
+func (s *Scope) Run(ctx context.Context) {
+	defer func() {
+		s.mu.Lock()
+		s.selectors, s.described, s.lister, s.err, s.warned = nil, "", nil, nil, nil
+		s.mu.Unlock()
+	}()
+	factory := informers.NewSharedInformerFactory(s.client, 0)
+	lister := factory.Core().V1().Namespaces().Lister()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	s.read(ctx)
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			s.log.Info("stopped before the namespaces were listed", "type", typ.String())
+			return
+		}
+	}
+	s.mu.Lock()
+	s.lister = lister
+	s.mu.Unlock()
+	for {
+		s.warn()
+		if !poll.Sleep(ctx, s.interval) {
+			return
+		}
+		s.read(ctx)
+	}
+}
+
+// read fetches both configurations once. A configuration that does not
+// exist calls the webhook for nothing, and nothing is installed to say
+// otherwise (the binary run without the manifests, a configuration being
+// re-created): every namespace but the excluded ones counts, as before the
+// namespaceSelector was read, and the log says so. A configuration that
+// lacks its Service webhook makes the answer unknown (the loops wait);
+// another failure (the apiserver unreachable a moment, RBAC) keeps the
+// last answer, or leaves it unknown if there was none.
+func (s *Scope) read(ctx context.Context) {
+	sels, desc, err := s.fetch(ctx)
+	if apierrors.IsNotFound(err) {
+		sels, desc, err = []labels.Selector{}, "none: "+err.Error()+"; every namespace but the webhook's own counts", nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		changed := s.err == nil || s.err.Error() != err.Error()
+		s.err = err
+		if errors.Is(err, errNoServiceWebhook) {
+			s.selectors, s.described = nil, ""
+		}
+		if changed {
+			s.log.Error(err, "cannot read which namespaces the Service webhooks are called for; the holds and the periodic audit wait while it is not known (logged again when the error changes)", "keptLastAnswer", s.selectors != nil)
+		}
+		return
+	}
+	if s.err != nil || desc != s.described {
+		s.log.Info("namespaces judged here: those the Service webhooks' namespaceSelector selects; the holds and the periodic audit skip the others", "namespaceSelector", desc, "alwaysSkipped", s.excluded)
+	}
+	s.selectors, s.described, s.err = sels, desc, nil
+}
+
+var errNoServiceWebhook = errors.New("no such Service webhook")
+
+func (s *Scope) fetch(ctx context.Context) ([]labels.Selector, string, error) {
+	cctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	adm := s.client.AdmissionregistrationV1()
+	m, err := adm.MutatingWebhookConfigurations().Get(cctx, s.mutating, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", fmt.Errorf("get MutatingWebhookConfiguration %s (--mutating-webhook-configuration): %w", s.mutating, err)
+	}
+	v, err := adm.ValidatingWebhookConfigurations().Get(cctx, s.validating, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", fmt.Errorf("get ValidatingWebhookConfiguration %s (--validating-webhook-configuration): %w", s.validating, err)
+	}
+	var ms, vs *metav1.LabelSelector
+	found := 0
+	for i := range m.Webhooks {
+		if m.Webhooks[i].Name == names.MutatingServiceWebhook {
+			ms, found = m.Webhooks[i].NamespaceSelector, found+1
+		}
+	}
+	for i := range v.Webhooks {
+		if v.Webhooks[i].Name == names.ValidatingServiceWebhook {
+			vs, found = v.Webhooks[i].NamespaceSelector, found+1
+		}
+	}
+	if found != 2 {
+		return nil, "", fmt.Errorf("%w: MutatingWebhookConfiguration %s needs webhook %s and ValidatingWebhookConfiguration %s needs webhook %s", errNoServiceWebhook, s.mutating, names.MutatingServiceWebhook, s.validating, names.ValidatingServiceWebhook)
+	}
+	return Selectors(ms, vs)
+}
+
+// Selectors parses the namespaceSelector of the mutating and the
+// validating Service webhook as the apiserver does (a nil selector, which
+// the apiserver defaults to {}, selects every namespace). It returns them
+// and a description for the log: one selector when the two are equal.
+func Selectors(mutating, validating *metav1.LabelSelector) ([]labels.Selector, string, error) {
+	var out []labels.Selector
+	var descs []string
+	for _, ls := range []*metav1.LabelSelector{mutating, validating} {
+		if ls == nil {
+			ls = &metav1.LabelSelector{}
+		}
+		sel, err := metav1.LabelSelectorAsSelector(ls)
+		if err != nil {
+			return nil, "", fmt.Errorf("a Service webhook's namespaceSelector: %w", err)
+		}
+		out = append(out, sel)
+		descs = append(descs, sel.String())
+	}
+	if descs[0] == descs[1] {
+		return out[:1], descs[0], nil
+	}
+	return out, fmt.Sprintf("mutating: %s; validating: %s", descs[0], descs[1]), nil
+}
+
+// mustStayJudged are the namespaces the chart and the manifests' checks
+// refuse to exclude. A label added later cannot be checked when the
+// configurations are rendered; the leader says so in its log.
+var mustStayJudged = []string{"kube-system", "default"}
+
+// warn logs, once per change, when a namespace that must stay judged is
+// not: its Services (kube-dns, default/kubernetes) are then neither
+// checked, held for nor audited.
+func (s *Scope) warn() {
+	n, err := s.Current()
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.warned == nil {
+		s.warned = map[string]bool{}
+	}
+	for _, ns := range mustStayJudged {
+		skipped := n.Skipped(ns)
+		if skipped && !s.warned[ns] {
+			s.log.Error(nil, "the Service webhooks are not called for namespace "+ns+" (its labels do not match their namespaceSelector): its Services are not checked, and reservations of its Services are neither held nor audited; remove the label or change webhook.namespaceSelector", "namespace", ns, "namespaceSelector", s.described)
+		}
+		s.warned[ns] = skipped
+	}
+}
