@@ -214,8 +214,10 @@ func TestNodeLifecycle(t *testing.T) {
 			t.Fatalf("install the previous chart: %v", err)
 		}
 		n.lifecycleLoad(t, ctx, "upgrade", 60*time.Second, func() error {
+			// --take-ownership once: the previous chart kept the CRD in
+			// crds/, which Helm never tracks (docs/install.md, "Upgrading").
 			args := append([]string{"upgrade", "clusterip-policy", chart, "--version", version, "--plain-http",
-				"--namespace", ns, "--wait", "--timeout", "5m"}, values...)
+				"--namespace", ns, "--wait", "--timeout", "5m", "--take-ownership"}, values...)
 			_, err := n.try(ctx, n.helm, args...)
 			return err
 		})
