@@ -69,7 +69,7 @@ var States = []string{StateHeld, StateOwner, StateOther, StateWaiting, StateCand
 // the holds are bounded too: one small IPAddress each.
 func Wants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace string) bool) (wants []Want, notApplied int) {
 	for _, r := range p.Reservations {
-		if r.Implicit || r.Owner == policy.KubernetesService || skipped(r.Owner.Namespace) || slices.Contains(p.ExemptNamespaces, r.Owner.Namespace) {
+		if r.Implicit || r.Owner == policy.KubernetesService || (skipped != nil && skipped(r.Owner.Namespace)) || slices.Contains(p.ExemptNamespaces, r.Owner.Namespace) {
 			notApplied++
 			continue
 		}
