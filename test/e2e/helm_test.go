@@ -334,10 +334,10 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 
-	// Non-default values reach the cluster; the documented uninstall leaves
-	// nothing of the project behind (helm keeps the CRD: it is deleted by
-	// hand, as documented).
-	t.Run("non-default values and an uninstall that leaves nothing", func(t *testing.T) {
+	// Non-default values reach the cluster; the CRD is upgraded the way
+	// docs/install.md says (helm never upgrades crds/); the documented
+	// uninstall leaves nothing of the project behind.
+	t.Run("non-default values, a CRD upgrade and an uninstall that leaves nothing", func(t *testing.T) {
 		if out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy",
 			"--set", "dns.clusterIP=10.96.0.10", "--set", "enforcement=deny", "--set", "imagePullSecrets[0].name=registry-cred",
 			"--set", "extraArgs={--max-view-staleness=1m}", "--set", "priorityClassName=system-node-critical",
@@ -355,9 +355,28 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("timeoutSeconds %q, want 3 on each validating webhook", to)
 		}
 
-		// The CRD comes with the release now: TestHelmUpgradeFromThePreviousChart
-		// upgrades it with helm alone.
+		// The CRD upgrade: a new printer column, applied as documented.
+		crd, err := os.ReadFile(filepath.Join(root, "charts", "clusterip-policy", "crds", "clusterippolicies.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed := strings.Replace(string(crd), "    - jsonPath: .metadata.creationTimestamp\n", "    - jsonPath: .status.policyDigest\n      name: Digest\n      type: string\n    - jsonPath: .metadata.creationTimestamp\n", 1)
+		if changed == string(crd) {
+			t.Fatal("the CRD has no creationTimestamp column to insert before")
+		}
+		if out, errOut, err := c.Kubectl(ctx, changed, "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply --server-side --force-conflicts the changed CRD: %v\n%s%s", err, out, errOut)
+		}
+		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values"); err != nil {
+			t.Fatal(err)
+		}
 		cols, _, _ := c.Kubectl(ctx, "", "get", "crd", "clusterippolicies.clusterip-policy.io", "-o", "jsonpath={.spec.versions[0].additionalPrinterColumns[*].name}")
+		if !strings.Contains(cols, "Digest") {
+			t.Errorf("after the CRD upgrade the columns are %q, want Digest among them", cols)
+		}
+		if spec, _, err := c.Kubectl(ctx, "", "get", "cipp", "default", "-o", "jsonpath={.spec.reservations[*].ip}"); err != nil || spec != "10.96.0.10" {
+			t.Errorf("the policy object after the CRD upgrade: %q, %v", spec, err)
+		}
 
 		// Uninstall, as docs/install.md "Uninstalling the chart" says.
 		if _, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait"); err != nil {
@@ -386,7 +405,7 @@ func TestHelmChart(t *testing.T) {
 				t.Errorf("after the documented uninstall, %s: %q %s %v", what, out, errOut, err)
 			}
 		}
-		t.Logf("e2e: helm: non-default values stored (CRD columns %s), uninstall left nothing", cols)
+		t.Logf("e2e: helm: non-default values stored, CRD upgraded (columns %s), uninstall left nothing", cols)
 	})
 }
 

@@ -1,6 +1,6 @@
 // Package v1alpha1 is the ClusterIPPolicy API (group clusterip-policy.io,
 // version v1alpha1) as commented Go types. The CustomResourceDefinition in
-// manifests/base/crd.yaml and the chart's templates/crd.yaml are generated from them by
+// manifests/base/crd.yaml and the chart's crds/ is generated from them by
 // controller-gen (make generate), so the field documentation `kubectl
 // explain clusterippolicy.spec` prints and the validations the apiserver
 // applies at apply time come from the comments and markers here, and a test
