@@ -149,9 +149,11 @@ func TestRenderedConfigurationsDifferOnlyInTheLeadersFields(t *testing.T) {
 	}
 	cmd := exec.CommandContext(ctx, helm, "template", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy",
 		"--set", "dns.clusterIP=10.96.0.10", "--kube-version", "1.37.2",
-		"--set-file", "certificate.selfSigned.caCert="+filepath.Join(dir, "ca.crt"),
-		"--set-file", "certificate.selfSigned.tlsCert="+filepath.Join(dir, "tls.crt"),
-		"--set-file", "certificate.selfSigned.tlsKey="+filepath.Join(dir, "tls.key"))
+		// The harness's CA as a certificate of the user's own: the render
+		// carries it as the caBundle, so the webhook here (--cert-dir)
+		// is called; the managed source would leave it to the leader.
+		"--set", "certificate.source=existingSecret", "--set", "certificate.existingSecret=clusterip-policy-webhook-tls",
+		"--set-file", "certificate.caBundle="+filepath.Join(dir, "ca.crt"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
 	var stderr bytes.Buffer
