@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/testutil"
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
 )
@@ -118,7 +119,7 @@ func TestRenderedConfigurationsDifferOnlyInTheLeadersFields(t *testing.T) {
 	}
 	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
 	if _, err := os.Stat(helm); err != nil {
-		t.Skipf("no helm at %s (run hack/build-tools.sh): %v", helm, err)
+		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
 	}
 	c := own(t, framework.Options{Webhooks: 0, ArmByLeader: true, NoRegister: true,
 		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m", "--manage-match-conditions"}})
