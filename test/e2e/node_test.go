@@ -334,7 +334,15 @@ func TestNodeKustomizeSelfSigned(t *testing.T) {
 	if !strings.Contains(string(raw), "- ../../base\n") {
 		t.Fatal("manifests/overlays/self-signed/kustomization.yaml no longer lists ../../base: update this test")
 	}
+	component, err := filepath.Rel(overlay, filepath.Join(n.root, "manifests", "components", "cert-dir"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "- ../../components/cert-dir\n") {
+		t.Fatal("manifests/overlays/self-signed/kustomization.yaml no longer lists ../../components/cert-dir: update this test")
+	}
 	kz := strings.Replace(string(raw), "- ../../base\n", "- "+base+"\n", 1)
+	kz = strings.Replace(kz, "- ../../components/cert-dir\n", "- "+component+"\n", 1)
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kz), 0o644); err != nil {
 		t.Fatal(err)
 	}
