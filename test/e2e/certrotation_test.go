@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	admv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/test/e2e/framework"
@@ -118,9 +119,17 @@ func TestServingCertificateRotation(t *testing.T) {
 func requireFreshHandshake(t *testing.T, c *framework.Cluster, ns string) {
 	t.Helper()
 	ctx := testContext(t, 60e9)
+	requireHandshakeThrough(t, ctx, c, ns, c.Configs.Validating.DeepCopy(), "e2e-fresh-handshake", "with the rotated certificate")
+}
+
+// requireHandshakeThrough registers check (a copy of a validating
+// configuration) as configName with its first webhook only, at localhost,
+// for Services labelled e2e-fresh-handshake, and waits (30 s at most) for a
+// dry-run create that both validating webhooks decide.
+func requireHandshakeThrough(t *testing.T, ctx context.Context, c *framework.Cluster, ns string, check *admv1.ValidatingWebhookConfiguration, configName, what string) {
+	t.Helper()
 	cs := c.Client(0)
-	check := c.Configs.Validating.DeepCopy()
-	check.ObjectMeta = metav1.ObjectMeta{Name: "e2e-fresh-handshake"}
+	check.ObjectMeta = metav1.ObjectMeta{Name: configName}
 	check.Webhooks = check.Webhooks[:1]
 	check.Webhooks[0].Name = "fresh-handshake.e2e.clusterip-policy.io"
 	url := fmt.Sprintf("https://localhost:%d%s", c.Webhooks[0].Port, framework.ValidatePath)
@@ -143,7 +152,7 @@ func requireFreshHandshake(t *testing.T, c *framework.Cluster, ns string) {
 			}
 		}
 		if err == nil && validations == 2 {
-			t.Logf("e2e: the apiserver completed a new TLS handshake with the rotated certificate (%s)", time.Since(start).Round(time.Millisecond))
+			t.Logf("e2e: the apiserver completed a new TLS handshake %s (%s)", what, time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Since(start) > 30*time.Second {

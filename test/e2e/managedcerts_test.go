@@ -353,38 +353,8 @@ func requireManagedFreshHandshake(t *testing.T, c *framework.Cluster, ns string)
 		t.Fatal(err)
 	}
 	check := cur.DeepCopy()
-	check.ObjectMeta = metav1.ObjectMeta{Name: "e2e-managed-fresh-handshake"}
-	check.Webhooks = check.Webhooks[:1]
-	check.Webhooks[0].Name = "fresh-handshake.e2e.clusterip-policy.io"
 	check.Webhooks[0].MatchConditions = nil
-	url := fmt.Sprintf("https://localhost:%d%s", c.Webhooks[0].Port, framework.ValidatePath)
-	check.Webhooks[0].ClientConfig.URL = &url
-	check.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-fresh-handshake": "true"}}
-	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, check, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("register %s: %v", check.Name, err)
-	}
-	defer cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), check.Name, metav1.DeleteOptions{})
-	start := time.Now()
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("fresh-handshake-%d", i)
-		svc := service(ns, name)
-		svc.Labels = map[string]string{"e2e-fresh-handshake": "true"}
-		_, err := dryRunCreate(ctx, cs, svc)
-		validations := 0
-		for _, d := range decisionsFor(c, ns, name) {
-			if d.Stage == "validate" {
-				validations++
-			}
-		}
-		if err == nil && validations == 2 {
-			t.Logf("e2e: the apiserver completed a new TLS handshake trusting the managed caBundle (%s)", time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("no request reached the webhook through a new connection within 30s: last error %v, %d validate decisions", err, validations)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	requireHandshakeThrough(t, ctx, c, ns, check, "e2e-managed-fresh-handshake", "trusting the managed caBundle")
 }
 
 // measureBundleLoad measures what --ca-bundle-settle waits for: how long

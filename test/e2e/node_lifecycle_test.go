@@ -19,8 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"clusterip-policy/test/e2e/framework"
 )
@@ -323,28 +321,10 @@ func (n *realNode) lifecycleLoadWith(t *testing.T, ctx context.Context, scenario
 		t.Fatal(err)
 	}
 	defer func() { _ = n.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) }()
-	pools := func(i int) []string {
-		var out []string
-		for j := range 8 {
-			out = append(out, fmt.Sprintf("10.96.0.%d", 100+i*10+j))
-		}
-		return out
-	}
-	cfgFor := func() *rest.Config {
-		cfg, err := clientcmd.BuildConfigFromFlags("", n.kubeconfig)
-		if err != nil {
-			panic(err) // read once already by nodeUnderTest
-		}
-		cfg.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-		cfg.QPS, cfg.Burst = 1000, 2000
-		cfg.Timeout = 15 * time.Second
-		cfg.UserAgent = "clusterip-policy-node-lifecycle"
-		return cfg
-	}
 	done := make(chan *loadResult, 1)
 	start := time.Now()
 	go func() {
-		done <- runLoad(ctx, t, nil, loadOptions{Namespace: ns, Clients: 8, Duration: d, MaxOps: 3000, StaticPool: pools, Config: cfgFor, AllowedOnly: true})
+		done <- runLoad(ctx, t, nil, loadOptions{Namespace: ns, Clients: 8, Duration: d, MaxOps: 3000, StaticPool: nodeStaticPool, Config: n.loadConfig("clusterip-policy-node-lifecycle"), AllowedOnly: true})
 	}()
 	time.Sleep(3 * time.Second) // the load runs before the step
 	stepStart := time.Now()

@@ -434,28 +434,10 @@ func (n *realNode) underLoad(t *testing.T, ctx context.Context, scenario string,
 	if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pools := func(i int) []string {
-		var out []string
-		for j := range 8 {
-			out = append(out, fmt.Sprintf("10.96.0.%d", 100+i*10+j))
-		}
-		return out
-	}
-	cfgFor := func() *rest.Config {
-		cfg, err := clientcmd.BuildConfigFromFlags("", n.kubeconfig)
-		if err != nil {
-			panic(err) // read once already by nodeUnderTest
-		}
-		cfg.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-		cfg.QPS, cfg.Burst = 1000, 2000
-		cfg.Timeout = 15 * time.Second
-		cfg.UserAgent = "clusterip-policy-node-load"
-		return cfg
-	}
 	done := make(chan *loadResult, 1)
 	start := time.Now()
 	go func() {
-		done <- runLoad(ctx, t, nil, loadOptions{Namespace: ns, Clients: 8, Duration: d, MaxOps: 3000, StaticPool: pools, Config: cfgFor})
+		done <- runLoad(ctx, t, nil, loadOptions{Namespace: ns, Clients: 8, Duration: d, MaxOps: 3000, StaticPool: nodeStaticPool, Config: n.loadConfig("clusterip-policy-node-load")})
 	}()
 	time.Sleep(3 * time.Second) // the load runs before the fault
 	var leaves *leaveWatch
@@ -511,6 +493,32 @@ func (n *realNode) underLoad(t *testing.T, ctx context.Context, scenario string,
 		t.Errorf("the fault took %s, longer than the load's %s: part of it ran without load", faultTook, d)
 	}
 	_ = n.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+}
+
+// nodeStaticPool gives load client i eight static-band addresses of its own.
+func nodeStaticPool(i int) []string {
+	var out []string
+	for j := range 8 {
+		out = append(out, fmt.Sprintf("10.96.0.%d", 100+i*10+j))
+	}
+	return out
+}
+
+// loadConfig makes each load client's configuration for the node: its own
+// connection (dialer), no client-side rate limit, a timeout above the
+// webhooks' 5 s.
+func (n *realNode) loadConfig(userAgent string) func() *rest.Config {
+	return func() *rest.Config {
+		cfg, err := clientcmd.BuildConfigFromFlags("", n.kubeconfig)
+		if err != nil {
+			panic(err) // read once already by nodeUnderTest
+		}
+		cfg.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		cfg.QPS, cfg.Burst = 1000, 2000
+		cfg.Timeout = 15 * time.Second
+		cfg.UserAgent = userAgent
+		return cfg
+	}
 }
 
 // rollingUpdate: the same image under a new tag (pushed to the registry as a

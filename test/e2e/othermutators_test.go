@@ -40,7 +40,23 @@ const setClusterIPLabel = "e2e-set-cluster-ip"
 // Kyverno mutate rule or an injector might. It counts its calls.
 func startClusterIPSetter(t *testing.T, ca *certs.CA) (url string, calls *atomic.Int64) {
 	t.Helper()
-	kp, err := ca.Sign(certs.Options{CommonName: "e2e-setter", IPs: []net.IP{net.ParseIP("127.0.0.1")}, Validity: time.Hour})
+	calls = new(atomic.Int64)
+	url = serveServiceMutator(t, ca, "e2e-setter", func(_ admissionv1.Operation, svc *corev1.Service) []map[string]any {
+		calls.Add(1)
+		if ip := svc.Labels[setClusterIPLabel]; ip != "" && svc.Spec.ClusterIP == "" {
+			return []map[string]any{{"op": "add", "path": "/spec/clusterIP", "value": ip}}
+		}
+		return nil
+	})
+	return url, calls
+}
+
+// serveServiceMutator serves a mutating webhook on loopback, with a
+// certificate ca signs for 127.0.0.1: each review's Service goes to mutate,
+// whose JSON patch operations (none: unchanged) are the answer.
+func serveServiceMutator(t *testing.T, ca *certs.CA, commonName string, mutate func(admissionv1.Operation, *corev1.Service) []map[string]any) (url string) {
+	t.Helper()
+	kp, err := ca.Sign(certs.Options{CommonName: commonName, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Validity: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +64,7 @@ func startClusterIPSetter(t *testing.T, ca *certs.CA) (url string, calls *atomic
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls = new(atomic.Int64)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
 		var review admissionv1.AdmissionReview
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&review); err != nil || review.Request == nil {
 			http.Error(w, "bad review", http.StatusBadRequest)
@@ -59,8 +73,8 @@ func startClusterIPSetter(t *testing.T, ca *certs.CA) (url string, calls *atomic
 		resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
 		var svc corev1.Service
 		if json.Unmarshal(review.Request.Object.Raw, &svc) == nil {
-			if ip := svc.Labels[setClusterIPLabel]; ip != "" && svc.Spec.ClusterIP == "" {
-				patch, _ := json.Marshal([]map[string]any{{"op": "add", "path": "/spec/clusterIP", "value": ip}})
+			if ops := mutate(review.Request.Operation, &svc); len(ops) > 0 {
+				patch, _ := json.Marshal(ops)
 				pt := admissionv1.PatchTypeJSONPatch
 				resp.Patch, resp.PatchType = patch, &pt
 			}
@@ -71,7 +85,7 @@ func startClusterIPSetter(t *testing.T, ca *certs.CA) (url string, calls *atomic
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return srv.URL, calls
+	return srv.URL
 }
 
 // setterConfiguration registers the setter after ours (configurations run

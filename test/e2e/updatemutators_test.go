@@ -3,12 +3,7 @@
 package e2e
 
 import (
-	"crypto/tls"
 	"encoding/json"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -37,42 +32,20 @@ const secondAddressAnnotation = "e2e.example.com/second-address"
 // counts the UPDATEs it changed.
 func startSecondAddressAdder(t *testing.T, ca *certs.CA) (url string, changed *atomic.Int64) {
 	t.Helper()
-	kp, err := ca.Sign(certs.Options{CommonName: "e2e-second-address", IPs: []net.IP{net.ParseIP("127.0.0.1")}, Validity: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
 	changed = new(atomic.Int64)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var review admissionv1.AdmissionReview
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
+	url = serveServiceMutator(t, ca, "e2e-second-address", func(op admissionv1.Operation, svc *corev1.Service) []map[string]any {
+		v6 := svc.Annotations[secondAddressAnnotation]
+		if op != admissionv1.Update || v6 == "" || len(svc.Spec.ClusterIPs) != 1 {
+			return nil
 		}
-		resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-		var svc corev1.Service
-		if review.Request.Operation == admissionv1.Update && json.Unmarshal(review.Request.Object.Raw, &svc) == nil {
-			if v6 := svc.Annotations[secondAddressAnnotation]; v6 != "" && len(svc.Spec.ClusterIPs) == 1 {
-				patch, _ := json.Marshal([]map[string]any{
-					{"op": "add", "path": "/spec/ipFamilyPolicy", "value": "PreferDualStack"},
-					{"op": "add", "path": "/spec/ipFamilies", "value": []string{"IPv4", "IPv6"}},
-					{"op": "add", "path": "/spec/clusterIPs", "value": []string{svc.Spec.ClusterIPs[0], v6}},
-				})
-				pt := admissionv1.PatchTypeJSONPatch
-				resp.Patch, resp.PatchType = patch, &pt
-				changed.Add(1)
-			}
+		changed.Add(1)
+		return []map[string]any{
+			{"op": "add", "path": "/spec/ipFamilyPolicy", "value": "PreferDualStack"},
+			{"op": "add", "path": "/spec/ipFamilies", "value": []string{"IPv4", "IPv6"}},
+			{"op": "add", "path": "/spec/clusterIPs", "value": []string{svc.Spec.ClusterIPs[0], v6}},
 		}
-		review.Response, review.Request = resp, nil
-		_ = json.NewEncoder(w).Encode(&review)
-	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	return srv.URL, changed
+	})
+	return url, changed
 }
 
 // TestAnotherMutatingWebhookCannotGiveALabelOnlyUpdateASecondAddress: a
