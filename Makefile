@@ -13,7 +13,7 @@ VERSION ?= $(shell if [ "$$(git describe --exact-match --tags 2>/dev/null)" = "$
 COMMIT ?= $(shell c=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown); git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c)
 LDFLAGS := -s -w -X clusterip-policy/internal/version.version=$(VERSION) -X clusterip-policy/internal/version.commit=$(COMMIT)
 
-.PHONY: generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release release-check vulncheck e2e-versions node-tools node-up node-down node-e2e
+.PHONY: generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release release-check version vulncheck e2e-versions node-tools node-up node-down node-e2e
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -25,7 +25,7 @@ review: build ## review the shipped example Services against the example policy,
 	@# exit 1 means "some Service is denied", which the examples show on purpose
 	$(BIN_DIR)/clusterip-policy review --policy examples/clusterippolicy.yaml -o text examples/services/; test $$? -le 1
 
-test: vet fmt-check lint unit e2e chaos bench-smoke ## everything CI runs: vet, gofmt, lint (package import rules), unit tests, end-to-end tests, fault scenarios, benchmark smoke
+test: vet fmt-check lint unit e2e chaos bench-smoke ## what a change must pass (CI runs it, then release-check, e2e-versions, node-e2e, vulncheck): vet, gofmt, lint (package import rules), unit tests, end-to-end tests, fault scenarios, benchmark smoke
 
 # tools/imagebuild is a module of its own (go test ./... does not reach it);
 # its tests pin the image's reproducibility and the index skopeo copies as is.
@@ -125,6 +125,9 @@ demo: up ## start the local cluster and apply the example Services with kubectl
 
 certs: ## create a CA and serving certificate for the self-signed overlay (rotate: make certs CERTS_ARGS=--reuse-ca)
 	$(GO) run ./certs/cmd/gencerts $(CERTS_ARGS)
+
+version: ## print the version make release writes: the VERSION file's, with -dev off its tag (docs/release.md)
+	@echo $(VERSION)
 
 # No Docker engine needed: tools/imagebuild (go-containerregistry) writes an
 # OCI layout; two builds of one clean commit give one digest.

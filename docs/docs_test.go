@@ -173,18 +173,20 @@ var documented = map[string]how{
 	// README
 	"make demo": {test: "TestMakeUpDemoDown", evidence: `"demo.sh"`},
 	"make test": {file: ".ci/run", evidence: "\nmake test\n"},
-	"skopeo copy --all oci-archive:_output/release/clusterip-policy-v0.1.0.oci.tar docker://registry.example.com/clusterip-policy:v0.1.0":                                                                                     {test: "TestReleaseArtefacts", evidence: `"copy", "--all", "--dest-tls-verify=false", "oci-archive:"+tars[0]`},
-	"skopeo copy --all oci-archive:clusterip-policy-v0.1.0.oci.tar docker://registry.example.com/clusterip-policy:v0.1.0":                                                                                                     {test: "TestReleaseArtefacts", evidence: `"copy", "--all", "--dest-tls-verify=false", "oci-archive:"+tars[0]`},
-	"helm push _output/release/clusterip-policy-0.1.0.tgz oci://registry.example.com/charts":                                                                                                                                  {test: "TestInstallFromRegistry", evidence: `"push"`},
-	"helm push clusterip-policy-0.1.0.tgz oci://registry.example.com/charts":                                                                                                                                                  {test: "TestInstallFromRegistry", evidence: `"push"`},
-	"kubectl get clusterippolicy default -o jsonpath='{.status.conditions[?(@.type==\"WebhookReachable\")].message}'":                                                                                                         {notRun: "test/e2e/arming_test.go reads the same condition through the API"},
-	"kubectl create namespace clusterip-policy":                                                                                                                                                                               {notRun: "the e2e tests let helm create it (--create-namespace) or apply the base's Namespace"},
-	"kubectl label namespace clusterip-policy pod-security.kubernetes.io/enforce=restricted":                                                                                                                                  {notRun: "Pod Security admits pods, and the e2e harness runs none; the base's Namespace carries the label (manifests/safety_test.go)"},
-	"helm install clusterip-policy oci://registry.example.com/charts/clusterip-policy --version 0.1.0 -n clusterip-policy --set dns.clusterIP=$(kubectl -n kube-system get service kube-dns -o jsonpath='{.spec.clusterIP}')": {test: "TestInstallFromRegistry", evidence: `oci://`},
-	"helm install clusterip-policy oci://registry.example.com/charts/clusterip-policy --version 0.1.0 -n clusterip-policy --create-namespace --set-file policy=clusterippolicy.yaml":                                          {test: "TestInstallFromRegistry", evidence: `oci://`},
-	"kubectl -n clusterip-policy rollout status deploy/clusterip-policy-webhook --timeout=3m":                                                                                                                                 {notRun: noKubelet},
-	"kubectl -n clusterip-policy rollout status deploy/clusterip-policy-webhook":                                                                                                                                              {notRun: noKubelet},
-	"kubectl create service clusterip clusterip-policy-smoke --tcp=80 --dry-run=server":                                                                                                                                       {notRun: realCluster + "the e2e tests make the same server-side dry runs through the webhook (test/e2e/dryrun_test.go)"},
+	"apt-get install haproxy prometheus docker-registry": {test: "TestMakeTestPackagesAreCIs", evidence: "need+=("},
+	"make build": {file: "Makefile", evidence: "\nbuild: ##"},
+	"bin/clusterip-policy review --policy examples/clusterippolicy.yaml examples/services/": {test: "TestOfflineCommandsRun", evidence: `"bin/clusterip-policy review "`},
+	"make release IMAGE_REPO=registry.example.com/clusterip-policy":                         {file: "Makefile", evidence: "IMAGE_REPO=$(IMAGE_REPO) hack/release.sh"},
+	"V=$(make -s version)": {test: "TestReleaseArtefacts", evidence: `run(t, root, "make", "-s", "version")`},
+	"skopeo copy --all oci-archive:_output/release/clusterip-policy-$V.oci.tar docker://registry.example.com/clusterip-policy:$V":                                                                                              {test: "TestReleaseArtefacts", evidence: `readmeCommand(t, install, "skopeo copy ")`},
+	"helm push _output/release/clusterip-policy-${V#v}.tgz oci://registry.example.com/charts":                                                                                                                                  {test: "TestReleaseArtefacts", evidence: "make release wrote no %s into %s"},
+	"helm install clusterip-policy oci://registry.example.com/charts/clusterip-policy --version ${V#v} -n clusterip-policy --set dns.clusterIP=$(kubectl -n kube-system get service kube-dns -o jsonpath='{.spec.clusterIP}')": {test: "TestReleaseArtefacts", evidence: "the chart make release wrote is version %s"},
+	"kubectl get clusterippolicy default -o jsonpath='{.status.conditions[?(@.type==\"WebhookReachable\")].message}'":                                                                                                          {notRun: "test/e2e/arming_test.go reads the same condition through the API"},
+	"kubectl create namespace clusterip-policy":                                               {notRun: "the e2e tests let helm create it (--create-namespace) or apply the base's Namespace"},
+	"kubectl label namespace clusterip-policy pod-security.kubernetes.io/enforce=restricted":  {notRun: "Pod Security admits pods, and the e2e harness runs none; the base's Namespace carries the label (manifests/safety_test.go)"},
+	"kubectl -n clusterip-policy rollout status deploy/clusterip-policy-webhook --timeout=3m": {notRun: noKubelet},
+	"kubectl -n clusterip-policy rollout status deploy/clusterip-policy-webhook":              {notRun: noKubelet},
+	"kubectl create service clusterip clusterip-policy-smoke --tcp=80 --dry-run=server":       {notRun: realCluster + "the e2e tests make the same server-side dry runs through the webhook (test/e2e/dryrun_test.go)"},
 
 	// docs/install.md
 	"make certs": {test: "TestDeploymentManifests", evidence: "gencerts"},
@@ -489,6 +491,10 @@ func TestOfflineCommandsRun(t *testing.T) {
 	}
 	helm, _ = filepath.Abs(helm)
 	for c := range documentedCommands(t) {
+		if strings.HasPrefix(c, "bin/clusterip-policy review ") {
+			runReview(t, c)
+			continue
+		}
 		if !strings.HasPrefix(c, "helm template clusterip-policy ") {
 			continue
 		}
@@ -532,4 +538,51 @@ func firstDiff(a, b string) int {
 		}
 	}
 	return min(len(al), len(bl)) + 1
+}
+
+// runReview runs a documented `bin/clusterip-policy review` with the binary
+// `make build` writes (built here the same way): it must judge every
+// Service it is given (exit 0, or 1 when some are denied) and print the
+// summary line, not refuse its input (exit 2).
+func runReview(t *testing.T, c string) {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Fields(strings.TrimPrefix(c, "bin/clusterip-policy "))
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && (!errors.As(err, &exit) || exit.ExitCode() != 1) {
+		t.Errorf("%s: %v\n%s", c, err, out)
+		return
+	}
+	if !regexp.MustCompile(`(?m)^[0-9]+ Services: [0-9]+ allowed, [0-9]+ denied$`).Match(out) {
+		t.Errorf("%s printed no summary line:\n%s", c, out)
+	}
+}
+
+// TestMakeTestPackagesAreCIs: the packages the README tells a newcomer to
+// install for make test are among those .ci/run installs, so CI runs make
+// test with nothing more than the README asks for.
+func TestMakeTestPackagesAreCIs(t *testing.T) {
+	ci := read(t, filepath.Join(root, ".ci", "run"))
+	found := false
+	for c := range documentedCommands(t) {
+		pkgs, ok := strings.CutPrefix(c, "apt-get install ")
+		if !ok || strings.Contains(pkgs, "containerd") {
+			continue // docs/node.md's line is the node's, checked in documented
+		}
+		found = true
+		for _, p := range strings.Fields(pkgs) {
+			if !strings.Contains(ci, "need+=("+p+")") {
+				t.Errorf("the docs install %s for make test, which .ci/run does not install (no need+=(%s))", p, p)
+			}
+		}
+	}
+	if !found {
+		t.Error("no page gives the apt-get install line for make test (README.md's Two commands)")
+	}
 }

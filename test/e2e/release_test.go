@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/docs"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -101,6 +102,37 @@ func TestReleaseArtefacts(t *testing.T) {
 	}
 	digest := indexDigestInArchive(t, tars[0])
 	t.Logf("e2e: release: %s (commit %s) in %s; image index %s", version, commit, dir, digest)
+
+	// The README's install block as printed, its $V and ${V#v} expanded as
+	// bash would with V=$(make -s version): the files it names must be the
+	// ones this release wrote, and its chart version this chart's.
+	install := readmeInstallCommands(t, root, run(t, root, "make", "-s", "version"))
+	t.Run("the README's install commands name the files make release wrote and its chart version", func(t *testing.T) {
+		if v := run(t, root, "make", "-s", "version"); v != version {
+			t.Fatalf("make -s version prints %s; make release wrote %s", v, version)
+		}
+		named := 0
+		for _, c := range install {
+			for _, f := range strings.Fields(c) {
+				f = strings.TrimPrefix(f, "oci-archive:")
+				if !strings.HasPrefix(f, "_output/release/") {
+					continue
+				}
+				named++
+				if _, err := os.Stat(filepath.Join(dir, strings.TrimPrefix(f, "_output/release/"))); err != nil {
+					t.Errorf("the README runs %q, but make release wrote no %s into %s", c, f, dir)
+				}
+			}
+			if strings.HasPrefix(c, "helm install ") {
+				if _, after, ok := strings.Cut(c, " --version "); !ok || strings.Fields(after)[0] != chartVersion {
+					t.Errorf("the README installs %q; the chart make release wrote is version %s", c, chartVersion)
+				}
+			}
+		}
+		if named < 2 {
+			t.Errorf("the README's install block names %d files of _output/release (want the image archive and the chart): %q", named, install)
+		}
+	})
 
 	t.Run("each kubectl plugin archive holds its platform's CLI, as kubectl-clusterip_policy, and the LICENSE", func(t *testing.T) {
 		for _, platform := range []string{"darwin-amd64", "darwin-arm64", "linux-amd64", "linux-arm64"} {
@@ -275,10 +307,17 @@ func TestReleaseArtefacts(t *testing.T) {
 			}
 		})
 		ref := reg.Addr() + "/clusterip-policy"
-		// The README's command with the registry on loopback; it serves
+		// The README's command, with the registry on loopback; it serves
 		// plain HTTP, which skopeo uses only with --dest-tls-verify=false.
+		args := readmeCommand(t, install, "skopeo copy ")
+		for i, a := range args {
+			if after, ok := strings.CutPrefix(a, "docker://registry.example.com/clusterip-policy:"); ok {
+				args[i] = "docker://" + ref + ":" + after
+			}
+		}
+		args = append([]string{args[0], "--dest-tls-verify=false"}, args[1:]...)
 		start := time.Now()
-		run(t, root, skopeo, "copy", "--all", "--dest-tls-verify=false", "oci-archive:"+tars[0], "docker://"+ref+":"+version)
+		run(t, root, skopeo, args...)
 		served, err := reg.ManifestDigest(ctx, "clusterip-policy", version)
 		if err != nil {
 			t.Fatal(err)
@@ -403,4 +442,38 @@ func containsLine(text, line string) bool {
 		}
 	}
 	return false
+}
+
+// readmeInstallCommands returns the commands of the README's install block
+// (the sh block that runs make release), with $V and ${V#v} replaced by
+// version as bash expands them after V=$(make -s version).
+func readmeInstallCommands(t *testing.T, root, version string) []string {
+	t.Helper()
+	for _, b := range docs.Blocks(readText(t, filepath.Join(root, "README.md"))) {
+		cmds := docs.Commands(b)
+		if len(cmds) == 0 || !strings.HasPrefix(cmds[0], "make release ") {
+			continue
+		}
+		var out []string
+		for _, c := range cmds {
+			c = strings.ReplaceAll(c, "${V#v}", strings.TrimPrefix(version, "v"))
+			out = append(out, strings.ReplaceAll(c, "$V", version))
+		}
+		return out
+	}
+	t.Fatal("README.md has no sh block starting with make release (the install block)")
+	return nil
+}
+
+// readmeCommand returns the arguments of the one command in cmds starting
+// with prefix (the program name dropped).
+func readmeCommand(t *testing.T, cmds []string, prefix string) []string {
+	t.Helper()
+	for _, c := range cmds {
+		if strings.HasPrefix(c, prefix) {
+			return strings.Fields(c)[1:]
+		}
+	}
+	t.Fatalf("the README's install block has no command starting with %q: %q", prefix, cmds)
+	return nil
 }
