@@ -19,6 +19,10 @@ const (
 	ValidatePolicyObjectPath = "/validate-v1alpha1-clusterippolicy"
 )
 
+// Paths lists every admission endpoint, as serve's --port help names them
+// (internal/server's test holds it equal to what the server registers).
+var Paths = []string{MutatePath, ValidatePath, ValidateServiceCIDRPath, ValidatePolicyObjectPath}
+
 // The Service webhooks' names in the webhook configurations: the managed
 // matchCondition is written into these entries, and the kube-apiserver
 // prefixes each auditAnnotation with them.

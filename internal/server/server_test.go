@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/admission"
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/readiness/readinesstest"
 )
 
@@ -164,6 +168,19 @@ func TestServeRefusesABadAuditInterval(t *testing.T) {
 		code, _, stderr := runCLI("", args...)
 		if code != exitcode.BadData || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%v: exit %d stderr %s; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+// The --port help names every endpoint the server registers on that port.
+func TestPortHelpNamesEveryEndpoint(t *testing.T) {
+	registered := admission.Endpoints(admission.Config{Gate: readinesstest.New(t, readinesstest.Policy, true, logr.Discard()).Gate, Registry: prometheus.NewRegistry()})
+	if len(registered) != len(names.Paths) {
+		t.Errorf("the server registers %d endpoints, names.Paths (the --port help) lists %d", len(registered), len(names.Paths))
+	}
+	for _, p := range names.Paths {
+		if _, ok := registered[p]; !ok {
+			t.Errorf("names.Paths lists %s, which the server does not register", p)
 		}
 	}
 }

@@ -101,7 +101,7 @@ type Plan struct {
 // FreeSince remembers when each wanted address was first seen free, so an
 // address is re-held only after it has stayed free for the grace: an
 // owner's create released it a moment ago and the apiserver is about to
-// allocate it (see docs/deploying.md, "Reservation holds").
+// allocate it (docs/operations.md, the holds).
 type FreeSince map[netip.Addr]time.Time
 
 // Decide computes a pass. allocated is the view of every IPAddress (any
