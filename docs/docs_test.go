@@ -24,16 +24,23 @@ const root = ".."
 // cliPackage is where `make build` builds bin/clusterip-policy from.
 const cliPackage = "./cmd/webhook"
 
-// docFiles are the pages these tests hold honest: the README and docs/.
+// docFiles are the pages these tests hold honest: the README, BENCHMARKS.md,
+// RELIABILITY.md, the chart's README and docs/.
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append([]string{filepath.Join(root, "README.md")}, files...)
-	sort.Strings(files[1:])
-	return files
+	sort.Strings(files)
+	// The README first, then the measurements' pages and the page a chart
+	// index shows, then docs/.
+	return append([]string{
+		filepath.Join(root, "README.md"),
+		filepath.Join(root, "BENCHMARKS.md"),
+		filepath.Join(root, "RELIABILITY.md"),
+		filepath.Join(root, "charts", "clusterip-policy", "README.md"),
+	}, files...)
 }
 
 func read(t *testing.T, path string) string {
@@ -163,6 +170,7 @@ const (
 	noKubelet   = "needs the webhook's pods running: the e2e harness has no kubelet, so the tests run the binary as the Deployment does instead"
 	realCluster = "changes a real cluster that runs the webhook; "
 	certManager = "needs cert-manager in the cluster; the overlay is only built (manifests/overlays_test.go)"
+	measurement = "a measurement: minutes of load on a quiet machine (make bench-smoke runs the harness once with tiny numbers)"
 )
 
 // documented maps every command line of a sh, bash or console block in the
@@ -276,6 +284,19 @@ var documented = map[string]how{
 	"git ls-tree --name-only c19f06f internal/server/ | grep '\\.go$' | grep -v _test | xargs -I{} git show c19f06f:{} | wc -l": {notRun: "counts the lines of an old commit for the reader; a fresh clone may be shallow"},
 	"go test ./pkg/policy -run '^$' -bench DynamicCreate -benchmem":                                                             {file: "Makefile", evidence: "-bench . -benchmem ./pkg/..."},
 
+	// BENCHMARKS.md: measurements of minutes of load on a quiet machine;
+	// checkNamesUsed holds the targets, knobs and tests they name.
+	"BENCH_E2E=1 BENCH_CREATES=400 BENCH_EXISTING=0 BENCH_WORKLOADS=dynamic:1,dynamic:8 BENCH_CONFIGS=none,ours,vap,floor-static,floor-single go test -tags e2e -count=1 -run '^TestBenchE2E$' ./test/bench/":                    {notRun: measurement},
+	"BENCH_E2E=1 BENCH_EXISTING=0 BENCH_CREATES=400 BENCH_WORKLOADS=dynamic:1,dynamic:8 BENCH_CONFIGS=none,ours,vap go test -tags e2e -count=1 -timeout 40m -v -run '^TestBenchE2E$' ./test/bench/":                              {notRun: measurement},
+	"E2E_WEBHOOK=$OLD/bin/webhook BENCH_E2E=1 BENCH_EXISTING=0 BENCH_CREATES=400 BENCH_WORKLOADS=dynamic:1,dynamic:8 BENCH_CONFIGS=none,ours,vap go test -tags e2e -count=1 -timeout 40m -v -run '^TestBenchE2E$' ./test/bench/": {notRun: measurement + "; of an old commit's binary"},
+	"go test -c -o /tmp/scan.test ./cmd/webhook": {notRun: measurement},
+	"/usr/bin/time -f \"%U %S\" /tmp/scan.test -test.run '^$' -test.bench 'Endpoint/mutate-static/ours' -test.benchtime 20000x":                                                                     {notRun: measurement},
+	"go tool pprof -top -cum .local/bench/profiles/*-ours-*.pprof":                                                                                                                                  {notRun: "reads the profiles of the run above"},
+	"make bench-e2e BENCH_CREATES=400 BENCH_EXISTING=0 BENCH_CONFIGS=none,ours,vap,ours-other-mutator BENCH_WORKLOADS=dynamic:1,dynamic:8":                                                          {notRun: measurement},
+	"make bench-e2e BENCH_CREATES=400 BENCH_EXISTING=0 BENCH_WORKLOADS=dynamic:1,dynamic:8 BENCH_CONFIGS=none,ours,vap,floor-static,floor-single":                                                   {notRun: measurement},
+	"make bench-e2e BENCH_ROUNDS=1 BENCH_CREATES=1500 BENCH_EXISTING=0 BENCH_WORKLOADS=dynamic:8 BENCH_CONFIGS=ours,vap,floor-static,floor-single BENCH_PROFILE=ours,vap,floor-static,floor-single": {notRun: measurement},
+	"make up && ROUNDS=5 DURATION=4s hack/cpu-compare.sh":                                                                                                                                           {notRun: measurement},
+
 	// docs/release.md
 	"cd tools/vulncheck && go get golang.org/x/vulndb@latest && go mod tidy": {notRun: "updates the pinned vulnerability database: a change to commit, not a check"},
 }
@@ -377,6 +398,9 @@ func TestShellCommandsAreRunOrListed(t *testing.T) {
 		}
 		if err := checkHow(c, h); err != nil {
 			t.Error(err)
+		}
+		for _, err := range checkNamesUsed(c) {
+			t.Errorf("%s: %v", strings.Join(found[c], ", "), err)
 		}
 	}
 	for c := range documented {
@@ -584,5 +608,85 @@ func TestMakeTestPackagesAreCIs(t *testing.T) {
 	}
 	if !found {
 		t.Error("no page gives the apt-get install line for make test (README.md's Two commands)")
+	}
+}
+
+var (
+	makeTarget = regexp.MustCompile(`(?:^|&& |; )make (?:-\S+ )*([a-z][a-z0-9-]*)(?:\s|$)`)
+	knobUsed   = regexp.MustCompile(`\b((?:BENCH|E2E)_[A-Z0-9_]+)=`)
+	runPattern = regexp.MustCompile(`-run '\^?(Test[A-Za-z0-9_]+)`)
+)
+
+// checkNamesUsed checks the names a documented command uses, whether a test
+// runs it or not: each make target it runs is one the Makefile defines, each
+// BENCH_* or E2E_* variable it sets is read under test/ or by the Makefile,
+// and the test its -run pattern names exists. A command listed as not run
+// (a measurement of minutes) still breaks here when a name it uses goes.
+func checkNamesUsed(c string) []error {
+	var errs []error
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		return []error{err}
+	}
+	for _, m := range makeTarget.FindAllStringSubmatch(c, -1) {
+		if !bytes.Contains(makefile, []byte("\n"+m[1]+":")) {
+			errs = append(errs, fmt.Errorf("%q runs make %s, which the Makefile does not define", c, m[1]))
+		}
+	}
+	for _, m := range knobUsed.FindAllStringSubmatch(c, -1) {
+		if !readUnder(m[1], filepath.Join(root, "test"), filepath.Join(root, "Makefile")) {
+			errs = append(errs, fmt.Errorf("%q sets %s, which nothing under test/ nor the Makefile reads", c, m[1]))
+		}
+	}
+	files, err := testFiles()
+	if err != nil {
+		return append(errs, err)
+	}
+	for _, m := range runPattern.FindAllStringSubmatch(c, -1) {
+		found := false
+		for name := range files {
+			if strings.HasPrefix(name, m[1]) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("%q runs -run %s, which no test function matches", c, m[1]))
+		}
+	}
+	return errs
+}
+
+// readUnder reports whether a Go file under dir, or the file extra, holds
+// name in a string literal ("NAME").
+func readUnder(name, dir, extra string) bool {
+	if b, err := os.ReadFile(extra); err == nil && bytes.Contains(b, []byte(name)) {
+		return true
+	}
+	found := false
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || found || d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(`"`+name+`"`)) {
+			found = true
+		}
+		return nil
+	})
+	return found
+}
+
+func TestCheckNamesUsedReportsWhatIsGone(t *testing.T) {
+	for c, want := range map[string]int{
+		"make bench-e2e BENCH_ROUNDS=5":                        0,
+		"make no-such-target":                                  1,
+		"make up && ROUNDS=5 hack/cpu-compare.sh":              0,
+		"BENCH_NO_SUCH_KNOB=1 go test ./test/bench/":           1,
+		"go test -tags e2e -run '^TestNoSuchTestAnywhere$' ./": 1,
+		"go test -tags e2e -run '^TestBenchE2E$' ./test/bench": 0,
+	} {
+		if got := checkNamesUsed(c); len(got) != want {
+			t.Errorf("checkNamesUsed(%q) = %v, want %d errors", c, got, want)
+		}
 	}
 }
