@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"clusterip-policy/docs"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -352,6 +353,35 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		t.Fatalf("armed and unreachable, a create should fail calling the webhook: %v", err)
 	}
 
+	// 5b. docs/emergency.md's one command, as printed, takes the webhook
+	// out of the path at once, and nothing puts it back but the operator:
+	// the leader, still running and probing, only reports NotRegistered.
+	args := strings.Fields(strings.TrimPrefix(emergencyCommand(t, c.Root), "kubectl "))
+	if out, errOut, err := c.Kubectl(ctx, "", args...); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	outOfPath := time.Now()
+	eventually(t, ctx, 30*time.Second, func() error {
+		_, err := create(ctx, cs, service(ns, fmt.Sprintf("out-of-path-%d", time.Now().UnixNano()%1e6)))
+		return err
+	})
+	t.Logf("e2e: emergency: a create went through %s after the documented command, the webhook still unreachable", time.Since(outOfPath).Round(100*time.Millisecond))
+	eventually(t, ctx, 60*time.Second, func() error {
+		if got := reachableCondition(ctx, c); !strings.HasPrefix(got, "False NotRegistered: ") {
+			return fmt.Errorf("WebhookReachable %q, want False/NotRegistered", got)
+		}
+		return nil
+	})
+	adm := cs.AdmissionregistrationV1()
+	if _, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
+		t.Fatal("after the emergency command something recreated the mutating webhook configuration")
+	}
+	if _, err := adm.ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
+		t.Fatal("after the emergency command something recreated the validating webhook configuration")
+	}
+	// Put back as an install or a sync does, the apiserver still cut off.
+	registerAsShipped(t, ctx, c, gate.Addr())
+
 	// 6. Back.
 	gate.open(w.Addr())
 	eventually(t, ctx, 60*time.Second, func() error {
@@ -361,4 +391,17 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		return nil
 	})
 	mustCreate(t, ctx, cs, service(ns, "after"))
+}
+
+// emergencyCommand is the one command of docs/emergency.md's shell block.
+func emergencyCommand(t *testing.T, root string) string {
+	t.Helper()
+	var cmds []string
+	for _, b := range docs.Blocks(readText(t, filepath.Join(root, "docs", "emergency.md"))) {
+		cmds = append(cmds, docs.Commands(b)...)
+	}
+	if len(cmds) != 1 || !strings.HasPrefix(cmds[0], "kubectl ") {
+		t.Fatalf("docs/emergency.md shows %q; want one kubectl command", cmds)
+	}
+	return cmds[0]
 }
