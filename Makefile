@@ -51,10 +51,11 @@ fmt-check:
 # the chart's README.md from its values.yaml; manifests/crd_generated_test.go
 # and manifests/chart_readme_test.go fail when the committed files differ;
 # docs/cli.md comes from the commands' --help (docs/docs_test.go holds it).
-generate: tools build ## regenerate the ClusterIPPolicy CRD (base and chart), the chart's README.md and docs/cli.md
+generate: tools build ## regenerate the ClusterIPPolicy CRD (base and chart), the chart's README.md, docs/cli.md and docs/api.md
 	hack/generate-crd.sh
 	hack/generate-chart-readme.sh
 	hack/generate-cli-doc.sh
+	hack/generate-api-doc.sh
 
 tools: ## build etcd, kube-apiserver, kubectl and helm into .local/bin (cached)
 	hack/build-tools.sh

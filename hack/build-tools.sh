@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the binaries the end-to-end tests and the demo run: etcd, kube-apiserver,
-# kubectl, helm, controller-gen and helm-docs from their Go modules at the versions pinned in tools/*/go.mod.
+# kubectl, helm, controller-gen, helm-docs and crd-ref-docs from their Go modules at the versions pinned in tools/*/go.mod.
 # A binary is rebuilt only when its pinned version (recorded in a stamp file
 # beside it) differs, so a warm run costs a second; a cold kube-apiserver build
 # takes about 11 minutes on 2 cores, a cold helm build about 2.5 minutes.
@@ -17,6 +17,7 @@ etcd_version=$(cd "$root/tools/etcd" && go list -m -f '{{.Version}}' go.etcd.io/
 helm_version=$(cd "$root/tools/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
 controller_gen_version=$(cd "$root/tools/controller-gen" && go list -m -f '{{.Version}}' sigs.k8s.io/controller-tools)
 helm_docs_version=$(cd "$root/tools/helm-docs" && go list -m -f '{{.Version}}' github.com/norwoodj/helm-docs)
+crd_ref_docs_version=$(cd "$root/tools/crd-ref-docs" && go list -m -f '{{.Version}}' github.com/elastic/crd-ref-docs)
 minor=${k8s_version#v1.}; minor=${minor%%.*}
 
 # shellcheck source=hack/tools-cache.sh
@@ -66,3 +67,5 @@ build helm "$helm_version" "$root/tools/helm" helm.sh/helm/v3/cmd/helm "-X helm.
 build controller-gen "$controller_gen_version" "$root/tools/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
 # helm-docs writes the chart's README.md from values.yaml (hack/generate-chart-readme.sh).
 build helm-docs "$helm_docs_version" "$root/tools/helm-docs" github.com/norwoodj/helm-docs/cmd/helm-docs
+# crd-ref-docs writes docs/api.md from the API's Go types (hack/generate-api-doc.sh).
+build crd-ref-docs "$crd_ref_docs_version" "$root/tools/crd-ref-docs" github.com/elastic/crd-ref-docs
