@@ -709,3 +709,26 @@ func TestAPIReferenceIsGenerated(t *testing.T) {
 		t.Errorf("docs/api.md differs from the API's Go types: run make generate (hack/generate-api-doc.sh). The first difference is at line %d", firstDiff(committed, got))
 	}
 }
+
+// TestInstallPageNamesEveryGrant: each resource a Role or ClusterRole of
+// manifests/base/rbac.yaml grants is named in install.md's table of what the
+// base installs, so the page an operator reviews before installing lists
+// every grant.
+func TestInstallPageNamesEveryGrant(t *testing.T) {
+	rbac := read(t, filepath.Join(root, "manifests", "base", "rbac.yaml"))
+	install := read(t, filepath.Join(root, "docs", "install.md"))
+	res := regexp.MustCompile(`(?m)^\s*resources: \[(.*)\]`)
+	seen := 0
+	for _, m := range res.FindAllStringSubmatch(rbac, -1) {
+		for _, r := range strings.Split(m[1], ",") {
+			r = strings.Trim(strings.TrimSpace(r), `"`)
+			seen++
+			if !strings.Contains(install, "`"+r+"`") {
+				t.Errorf("manifests/base/rbac.yaml grants on %s, which docs/install.md's table does not name", r)
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("read %d resources from manifests/base/rbac.yaml; the pattern no longer matches it", seen)
+	}
+}
