@@ -103,6 +103,11 @@ func TestHelmChart(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("helm install (%s):\n%s", time.Since(start).Round(time.Millisecond), out)
+		// NOTES.txt says what the install does to Service creates: armed
+		// by the leader (the default), none fails for want of the webhook.
+		if !strings.Contains(out, "Its Service webhooks start with failurePolicy Ignore") || strings.Contains(out, `may fail with "failed calling webhook"`) {
+			t.Errorf("helm install's notes do not say the Service webhooks start not armed:\n%s", out)
+		}
 		manifest, err := runHelm("get", "manifest", "clusterip-policy", "--namespace", "clusterip-policy")
 		if err != nil {
 			t.Fatal(err)
