@@ -72,8 +72,7 @@ e2e: tools build image ## end-to-end tests against a real etcd + kube-apiserver
 
 # The e2e smoke subset (hack/e2e-versions.sh names the tests) against the
 # oldest Kubernetes release we claim (tools/kube-oldest, built into
-# .local/k8s-<version>/bin by hack/build-kube-oldest.sh; 56 minutes cold on
-# 2 cores busy with other builds, cached after) and the newest (.local/bin). Prints a table of test x version; the logs are in
+# .local/k8s-<version>/bin by hack/build-kube-oldest.sh, cached after) and the newest (.local/bin). Prints a table of test x version; the logs are in
 # .local/e2e-versions/. RELIABILITY.md "Kubernetes versions" has the figures.
 e2e-versions: tools build ## the e2e smoke subset against the oldest and the newest kube-apiserver we claim
 	hack/build-kube-oldest.sh

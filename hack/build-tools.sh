@@ -2,8 +2,8 @@
 # Builds the binaries the end-to-end tests and the demo run: etcd, kube-apiserver,
 # kubectl, helm, controller-gen, helm-docs and crd-ref-docs from their Go modules at the versions pinned in tools/*/go.mod.
 # A binary is rebuilt only when its pinned version (recorded in a stamp file
-# beside it) differs, so a warm run costs a second; a cold kube-apiserver build
-# takes about 11 minutes on 2 cores, a cold helm build about 2.5 minutes.
+# beside it) differs, so a warm run costs a second; the cold build times are in
+# BENCHMARKS.md, "How long CI takes".
 # `hack/build-tools.sh node` (make node-tools) builds only the real node's
 # kubelet, kube-scheduler and kube-controller-manager from the same module
 # (hack/node-up.sh); the other targets never need them.
