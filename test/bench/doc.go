@@ -9,7 +9,7 @@
 //     registered with the webhook configurations of
 //     manifests/base/webhook-configurations.yaml, only clientConfig changed;
 //   - ours: bin/clusterip-policy with a policy, its view synced, registered the same
-//     way (extra `webhook serve` flags from Options.WebhookArgs);
+//     way (extra `clusterip-policy serve` flags from Options.WebhookArgs);
 //   - vap:  a ValidatingAdmissionPolicy with a CEL check comparable to a
 //     minimal policy (vap.go says what it checks);
 //   - ours-other-mutator: ours beside another mutating webhook for Service

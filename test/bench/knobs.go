@@ -17,7 +17,7 @@ type Knobs struct {
 	Existing  []int      `json:"existing"`  // BENCH_EXISTING: numbers of existing Services to measure at, ascending
 	Configs   []string   `json:"configs"`   // BENCH_CONFIGS: configurations, of AllConfigs
 	Workloads []Workload `json:"workloads"` // BENCH_WORKLOADS: kind:clients, for example dynamic:8
-	// WebhookArgs are extra `webhook serve` flags for ours (BENCH_ARGS,
+	// WebhookArgs are extra `clusterip-policy serve` flags for ours (BENCH_ARGS,
 	// split at white space); default --manage-match-conditions, as
 	// manifests/base runs it.
 	WebhookArgs []string `json:"webhookArgs"`
@@ -77,7 +77,7 @@ type Workload struct {
 
 func (w Workload) String() string { return fmt.Sprintf("%s:%d", w.Kind, w.Clients) }
 
-// harnessFlags are the `webhook serve` flags the harness sets
+// harnessFlags are the `clusterip-policy serve` flags the harness sets
 // (test/e2e/framework StartWebhook); BENCH_ARGS may not override them.
 var harnessFlags = []string{"kubeconfig", "cert-dir", "bind-address", "port", "health-probe-bind-address", "metrics-bind-address", "policy", "shutdown-delay"}
 
@@ -173,7 +173,7 @@ func KnobsFromEnv(getenv func(string) string) (Knobs, error) {
 	}
 	for _, a := range k.WebhookArgs {
 		if !strings.HasPrefix(a, "--") {
-			return k, fmt.Errorf("BENCH_ARGS %q: %q is not a flag; give `webhook serve` flags as --name=value", getenv("BENCH_ARGS"), a)
+			return k, fmt.Errorf("BENCH_ARGS %q: %q is not a flag; give `clusterip-policy serve` flags as --name=value", getenv("BENCH_ARGS"), a)
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if slices.Contains(harnessFlags, name) {

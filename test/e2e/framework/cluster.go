@@ -54,7 +54,7 @@ type Options struct {
 	PKI  *PKI
 	Logf func(format string, args ...any)
 
-	// WebhookArgs are extra `webhook serve` flags for every webhook the
+	// WebhookArgs are extra `clusterip-policy serve` flags for every webhook the
 	// cluster starts (for example --hold-reservations).
 	WebhookArgs []string
 

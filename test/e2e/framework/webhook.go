@@ -36,7 +36,7 @@ type WebhookOptions struct {
 	ManagedCerts bool
 }
 
-// Webhook is a running `webhook serve` with its own serving certificate.
+// Webhook is a running `clusterip-policy serve` with its own serving certificate.
 type Webhook struct {
 	*Process
 	Port        int // HTTPS port of the admission endpoints

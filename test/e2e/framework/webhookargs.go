@@ -11,7 +11,7 @@ import (
 
 // StartWebhookWithArgs starts one more webhook like StartWebhooks, talking
 // to server (an https:// URL; the first apiserver when empty), with extra
-// `webhook serve` flags (for example a short --max-view-staleness), and
+// `clusterip-policy serve` flags (for example a short --max-view-staleness), and
 // waits until it is ready. It is not registered with the apiservers: tests
 // send it reviews with Review.
 func (c *Cluster) StartWebhookWithArgs(ctx context.Context, server string, args ...string) (*Webhook, error) {
