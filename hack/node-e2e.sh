@@ -13,7 +13,7 @@ if ! hack/node-up.sh; then
 	exit 1
 fi
 up=$((SECONDS - start))
-NODE_ENV=$root/.local/node/env go test -tags e2e -count=1 -timeout 25m -v -run '^TestNode' ./test/e2e/ >.local/node-e2e.log 2>&1
+NODE_ENV=$root/.local/node/env go test -tags e2e -count=1 -timeout 45m -v -run '^TestNode' ./test/e2e/ >.local/node-e2e.log 2>&1
 rc=$?
 grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e:' .local/node-e2e.log
 if ((rc != 0)); then

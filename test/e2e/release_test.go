@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"clusterip-policy/docs"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -449,20 +448,12 @@ func containsLine(text, line string) bool {
 // version as bash expands them after V=$(make -s version).
 func readmeInstallCommands(t *testing.T, root, version string) []string {
 	t.Helper()
-	for _, b := range docs.Blocks(readText(t, filepath.Join(root, "README.md"))) {
-		cmds := docs.Commands(b)
-		if len(cmds) == 0 || !strings.HasPrefix(cmds[0], "make release ") {
-			continue
-		}
-		var out []string
-		for _, c := range cmds {
-			c = strings.ReplaceAll(c, "${V#v}", strings.TrimPrefix(version, "v"))
-			out = append(out, strings.ReplaceAll(c, "$V", version))
-		}
-		return out
+	var out []string
+	for _, c := range readmeInstallBlock(t, root) {
+		c = strings.ReplaceAll(c, "${V#v}", strings.TrimPrefix(version, "v"))
+		out = append(out, strings.ReplaceAll(c, "$V", version))
 	}
-	t.Fatal("README.md has no sh block starting with make release (the install block)")
-	return nil
+	return out
 }
 
 // readmeCommand returns the arguments of the one command in cmds starting

@@ -2,17 +2,23 @@ package framework
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"clusterip-policy/certs"
 )
 
 // Registry is Debian's docker-registry (the CNCF distribution server, the
 // registry Docker Hub and most private registries run) on loopback, over
-// plain HTTP, its storage in the test's directory. The image and the chart
+// plain HTTP (StartRegistry) or HTTPS (StartRegistryTLS), its storage in the
+// test's directory. The image and the chart
 // are pushed to it and installed from it, as users install from theirs.
 type Registry struct {
 	*Process
@@ -33,7 +39,11 @@ func RegistryBinary() (string, error) {
 
 // registryConfig listens on 127.0.0.1 only; deletes are allowed so a test
 // can show what `helm uninstall` does not touch (the registry's content).
-func registryConfig(port int, storage string) string {
+func registryConfig(port int, storage string, tlsDir string) string {
+	tls := ""
+	if tlsDir != "" {
+		tls = fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", filepath.Join(tlsDir, certs.CertFile), filepath.Join(tlsDir, certs.KeyFile))
+	}
 	return fmt.Sprintf(`version: 0.1
 log:
   level: info
@@ -48,12 +58,24 @@ http:
   addr: 127.0.0.1:%d
   headers:
     X-Content-Type-Options: [nosniff]
-`, storage, port)
+%s`, storage, port, tls)
 }
 
 // StartRegistry writes a configuration into dir, starts the registry and
 // waits until GET /v2/ answers.
 func StartRegistry(ctx context.Context, dir string, po ProcessOptions) (*Registry, error) {
+	return startRegistry(ctx, dir, nil, po)
+}
+
+// StartRegistryTLS is StartRegistry serving HTTPS with a certificate for
+// 127.0.0.1 from ca, as a registry a cluster pulls from does: clients that
+// trust ca (SSL_CERT_FILE for skopeo and helm, a hosts.toml for containerd)
+// use it without any insecure flag.
+func StartRegistryTLS(ctx context.Context, dir string, ca *certs.CA, po ProcessOptions) (*Registry, error) {
+	return startRegistry(ctx, dir, ca, po)
+}
+
+func startRegistry(ctx context.Context, dir string, ca *certs.CA, po ProcessOptions) (*Registry, error) {
 	binary, err := RegistryBinary()
 	if err != nil {
 		return nil, err
@@ -68,8 +90,22 @@ func StartRegistry(ctx context.Context, dir string, po ProcessOptions) (*Registr
 			return nil, err
 		}
 	}
+	tlsDir, scheme, client := "", "http", &http.Client{Timeout: time.Second}
+	if ca != nil {
+		tlsDir, scheme = filepath.Join(dir, "registry-tls"), "https"
+		kp, err := ca.Sign(certs.Options{CommonName: "127.0.0.1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: 24 * time.Hour})
+		if err != nil {
+			return nil, err
+		}
+		if err := certs.WriteServing(tlsDir, ca, kp); err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		pool.AddCert(ca.Cert)
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
 	cfg := filepath.Join(dir, "registry.yml")
-	if err := os.WriteFile(cfg, []byte(registryConfig(port, storage)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(registryConfig(port, storage, tlsDir)), 0o644); err != nil {
 		return nil, err
 	}
 	p, err := StartProcess("registry", filepath.Join(dir, "logs", "registry.log"), []string{binary, "serve", cfg}, po)
@@ -78,7 +114,7 @@ func StartRegistry(ctx context.Context, dir string, po ProcessOptions) (*Registr
 	}
 	r := &Registry{Process: p, Port: port, Dir: storage}
 	err = poll(ctx, "registry answering /v2/", 15*time.Second, 50*time.Millisecond, []*Process{p},
-		getOK(&http.Client{Timeout: time.Second}, "http://"+r.Addr()+"/v2/"))
+		getOK(client, scheme+"://"+r.Addr()+"/v2/"))
 	if err != nil {
 		p.Stop(5 * time.Second)
 		return nil, err
