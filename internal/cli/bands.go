@@ -1,13 +1,19 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
+	"clusterip-policy/internal/clusterread"
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/internal/version"
 	"clusterip-policy/pkg/allocview"
 )
 
@@ -20,21 +26,127 @@ type bandsRow struct {
 	Offset  uint64 `json:"offset"`
 }
 
+// usageRow is one band of `bands --usage -o json|yaml`; its keys are public.
+type usageRow struct {
+	ServiceCIDR   string `json:"serviceCIDR"`
+	CIDR          string `json:"cidr"`
+	Band          string `json:"band"`
+	Addresses     string `json:"addresses"`
+	Size          uint64 `json:"size"`
+	Free          uint64 `json:"free"`
+	Allocated     uint64 `json:"allocated"`
+	Held          uint64 `json:"held"`
+	ReservedRange uint64 `json:"reservedRange"`
+}
+
+type bandsOptions struct {
+	output  string
+	usage   bool
+	kube    kubeFlags
+	timeout time.Duration
+}
+
+const bandsLong = `Prints each range's usable addresses and its static and dynamic band, as the
+apiserver's allocator computes them.
+
+With --usage and no CIDR it reads the cluster instead (its ServiceCIDRs and
+IPAddresses, read-only; kubectl's flags pick the cluster) and prints how each
+band of each active ServiceCIDR is used: free (what the allocator may still
+pick), allocated, held (clusterip-policy's holds) and in reserved ranges, the
+counts of the metric clusterip_policy_band_addresses. When a dynamic band has
+no free address left, new Services get static-band addresses.
+
+Exit status: 0 printed, 2 a CIDR or a flag cannot be used, 3 the cluster
+could not be read (unreachable, timed out, forbidden, or it serves no
+IPAddress objects).`
+
 // newBandsCommand is `clusterip-policy bands`.
 func newBandsCommand(streams IOStreams) *cobra.Command {
-	var output string
+	var o bandsOptions
 	cmd := &cobra.Command{
-		Use:               "bands [-o text|json|yaml] CIDR...",
-		Short:             "print each range's static and dynamic band",
-		Long:              "Prints each range's usable addresses and its static and dynamic band, as the\napiserver's allocator computes them.\n\nExit status: 0 printed, 2 a CIDR or a flag cannot be used.",
+		Use:               "bands [-o text|json|yaml] [--usage] [CIDR...]",
+		Short:             "print each range's static and dynamic band, or (--usage) how full they are",
+		Long:              bandsLong,
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(_ *cobra.Command, args []string) error {
-			return exitcode.Err(bands(output, args, streams.Out, streams.ErrOut))
+			if o.usage {
+				return exitcode.Err(o.runUsage(args, streams.Out, streams.ErrOut))
+			}
+			return exitcode.Err(bands(o.output, args, streams.Out, streams.ErrOut))
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", outputHelp+" The document: ranges (one object per CIDR, in order).")
+	fs := cmd.Flags()
+	fs.StringVarP(&o.output, "output", "o", "text", outputHelp+" The document: ranges (one object per CIDR, in order); with --usage, usage (one object per band).")
+	fs.BoolVar(&o.usage, "usage", false, "Read the cluster's ServiceCIDRs and IPAddresses and print how each band is used, instead of the bands of CIDRs given.")
+	o.kube.addFlags(fs)
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "With --usage: time allowed for reading the cluster (1s-1h).")
 	completeOutput(cmd)
+	o.kube.complete(cmd)
 	return cmd
+}
+
+// runUsage reads the cluster and prints each band's usage; it returns
+// the exit code.
+func (o *bandsOptions) runUsage(args []string, stdout, stderr io.Writer) int {
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "bands: "+format+"\n", a...)
+		return code
+	}
+	switch {
+	case checkOutput(o.output) != nil:
+		return fail(exitcode.BadData, "%v", checkOutput(o.output))
+	case len(args) > 0:
+		return fail(exitcode.BadData, "unexpected argument %q: --usage reads the cluster's ServiceCIDRs; drop --usage to print the bands of CIDRs", args[0])
+	case o.timeout < time.Second || o.timeout > time.Hour:
+		return fail(exitcode.BadData, "--timeout %s: use 1s to 1h", o.timeout)
+	case o.kube.check() != nil:
+		return fail(exitcode.BadData, "%v", o.kube.check())
+	}
+	cfg, err := auditRESTConfig(o.kube)
+	if err != nil {
+		return fail(exitcode.BadData, "%v", err)
+	}
+	cfg.UserAgent = "clusterip-policy-bands/" + version.Version()
+	cfg.Timeout = o.timeout
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail(exitcode.BadData, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	snap, err := clusterread.Allocations(ctx, client)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fail(exitcode.Unreadable, "%v (no complete answer within --timeout %s; raise it for a large cluster)", err, o.timeout)
+	case err != nil:
+		return fail(exitcode.Unreadable, "%v", err)
+	case !snap.TracksAllocations:
+		return fail(exitcode.Unreadable, "the cluster serves no IPAddress objects (networking.k8s.io/v1, Kubernetes 1.33 and later), so which addresses are allocated is not known")
+	}
+	rows := []usageRow{}
+	for _, u := range snap.Usage(nil) {
+		rows = append(rows, usageRow{ServiceCIDR: u.ServiceCIDR, CIDR: u.CIDR.String(), Band: u.Band.String(), Addresses: u.Addresses.String(),
+			Size: u.Size, Free: u.Free, Allocated: u.Allocated, Held: u.Held, ReservedRange: u.ReservedRange})
+	}
+	if o.output != "text" {
+		if err := writeDocument(stdout, o.output, struct {
+			Usage []usageRow `json:"usage"`
+		}{rows}); err != nil {
+			return fail(exitcode.BadData, "%v", err)
+		}
+		return exitcode.OK
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(stdout, "No active ServiceCIDR: the apiserver allocates from none.")
+		return exitcode.OK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICECIDR\tCIDR\tBAND\tADDRESSES\tSIZE\tFREE\tALLOCATED\tHELD\tRESERVED-RANGE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.ServiceCIDR, r.CIDR, r.Band, r.Addresses, r.Size, r.Free, r.Allocated, r.Held, r.ReservedRange)
+	}
+	tw.Flush()
+	return exitcode.OK
 }
 
 func bands(output string, cidrs []string, stdout, stderr io.Writer) int {
@@ -43,7 +155,7 @@ func bands(output string, cidrs []string, stdout, stderr io.Writer) int {
 		return exitcode.BadData
 	}
 	if len(cidrs) == 0 {
-		fmt.Fprintln(stderr, "bands needs at least one CIDR, such as 10.96.0.0/16")
+		fmt.Fprintln(stderr, "bands needs at least one CIDR, such as 10.96.0.0/16, or --usage to read the cluster's")
 		return exitcode.BadData
 	}
 	rows := make([]bandsRow, 0, len(cidrs))

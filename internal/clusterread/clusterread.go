@@ -36,6 +36,19 @@ func Cluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Servic
 	if err != nil {
 		return nil, nil, err
 	}
+	snap, err := Allocations(ctx, client)
+	if err != nil {
+		return nil, nil, err
+	}
+	return services, snap, nil
+}
+
+// Allocations lists the ServiceCIDRs and IPAddresses, page by page, into a
+// snapshot built the way kubesource builds the webhook's view (`bands`
+// reads only these). A cluster that does not serve them gives a snapshot
+// without them (TracksAllocations false without IPAddresses), as
+// kubesource's fallback does.
+func Allocations(ctx context.Context, client kubernetes.Interface) (*allocview.Snapshot, error) {
 	var cidrs []allocview.ServiceCIDR
 	cidrErr := Pages(ctx, "servicecidrs", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
 		l, err := client.NetworkingV1().ServiceCIDRs().List(ctx, opts)
@@ -62,16 +75,15 @@ func Cluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Servic
 	})
 	for _, err := range []error{cidrErr, ipErr} {
 		if err != nil && !apierrors.IsNotFound(err) {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	tracks := ipErr == nil
-	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
+	return allocview.NewView().Update(func(tx *allocview.Tx) {
 		tx.ReplaceServiceCIDRs(cidrs)
 		tx.ReplaceAllocations(allocs)
 		tx.MarkSynced(tracks)
-	})
-	return services, snap, nil
+	}), nil
 }
 
 // Services lists the Services of all namespaces page by page, keeping

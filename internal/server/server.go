@@ -314,6 +314,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	}
 	source := kubesource.New(client, view, log.WithName("view"))
 	readiness.RegisterViewMetrics(defaultRegistry, view, source)
+	readiness.RegisterBandUsage(defaultRegistry, view, nil)
 	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs}
 	var hook admission.AllocationHook // the holds' release; nil with holds off
 	var leaderWorks []leader.Work

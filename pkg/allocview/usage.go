@@ -14,6 +14,7 @@ type BandUsage struct {
 	ServiceCIDR string       // the object's name
 	CIDR        netip.Prefix // one of its spec.cidrs
 	Band        BandKind     // Static or Dynamic
+	Addresses   Band         // the band's first and last address
 	Size        uint64
 	// Allocated: addresses with an IPAddress that is not one of our holds
 	// (a Service's, or anyone else's).
@@ -57,7 +58,7 @@ func (s *Snapshot) Usage(reserved []Band) []BandUsage {
 				if b.band.IsZero() {
 					continue
 				}
-				out = append(out, BandUsage{ServiceCIDR: c.Name, CIDR: p, Band: b.kind, Size: b.band.Size(),
+				out = append(out, BandUsage{ServiceCIDR: c.Name, CIDR: p, Band: b.kind, Addresses: b.band, Size: b.band.Size(),
 					ReservedRange: overlapSize(b.band, reserved)})
 				bands = append(bands, b.band)
 			}

@@ -27,8 +27,8 @@ func TestUsageSplitsEachBandOfEachActiveServiceCIDR(t *testing.T) {
 	reserved := []Band{{ip("10.96.0.26"), ip("10.96.0.27")}, {ip("10.96.0.24"), ip("10.96.0.26")}}
 	got := snap.Usage(reserved)
 	want := []BandUsage{
-		{ServiceCIDR: "kubernetes", CIDR: netip.MustParsePrefix("10.96.0.0/27"), Band: Static, Size: 16, Allocated: 1, Held: 1, Free: 14},
-		{ServiceCIDR: "kubernetes", CIDR: netip.MustParsePrefix("10.96.0.0/27"), Band: Dynamic, Size: 14, Allocated: 3, ReservedRange: 3, Free: 8},
+		{ServiceCIDR: "kubernetes", CIDR: netip.MustParsePrefix("10.96.0.0/27"), Band: Static, Addresses: Band{ip("10.96.0.1"), ip("10.96.0.16")}, Size: 16, Allocated: 1, Held: 1, Free: 14},
+		{ServiceCIDR: "kubernetes", CIDR: netip.MustParsePrefix("10.96.0.0/27"), Band: Dynamic, Addresses: Band{ip("10.96.0.17"), ip("10.96.0.30")}, Size: 14, Allocated: 3, ReservedRange: 3, Free: 8},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d bands, want %d (the deleting ServiceCIDR left out): %+v", len(got), len(want), got)
