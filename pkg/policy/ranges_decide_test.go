@@ -195,4 +195,3 @@ func TestReservedRangeLookupIsBoundedForAnyAddress(t *testing.T) {
 	assertRule(t, Mutate(env, Request{Operation: Create, Service: makeService("team-1/x", clusterIP("10.96.63.1"))}), RuleReservedRangeForOther, "")
 	assertRule(t, Mutate(env, Request{Operation: Create, Service: makeService("team-63/x", clusterIP("10.96.63.1"))}), "", "")
 }
-
