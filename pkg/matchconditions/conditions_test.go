@@ -700,7 +700,7 @@ func TestSkipSetIsExactlyTheAllowList(t *testing.T) {
 		"nested and tiny": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.96.50.20, service: a/b}\n- {ip: 10.98.0.5, service: a/c}\n- {ip: 'fd00:20::7', service: a/d}\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.50.0/24"),
 				serviceCIDR("tiny", "10.98.0.0/28", "fd00:20::/124"), serviceCIDR("small", "10.99.0.0/27"))},
-		"kubeadm /12": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.100.7.7, service: a/b}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/12"))},
+		"kubeadm /12":     {Policy: mustPolicy(t, "reservations:\n- {ip: 10.100.7.7, service: a/b}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/12"))},
 		"reserved ranges": {Policy: mustPolicy(t, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.41.0/24"))},
 	} {
 		t.Run(name, func(t *testing.T) {
