@@ -3,6 +3,7 @@ package readiness
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"clusterip-policy/internal/policysource"
 	"clusterip-policy/pkg/allocview"
 )
 
@@ -45,5 +46,21 @@ func (c bandUsageCollector) Collect(ch chan<- prometheus.Metric) {
 		for i, n := range []uint64{u.Free, u.Allocated, u.Held, u.ReservedRange} {
 			ch <- prometheus.MustNewConstMetric(bandAddressesDesc, prometheus.GaugeValue, float64(n), u.ServiceCIDR, u.CIDR.String(), u.Band.String(), BandAddressStates[i])
 		}
+	}
+}
+
+// ReservedBands returns the reserved ranges of the policy in force, for
+// RegisterBandUsage.
+func ReservedBands(policies *policysource.Store) func() []allocview.Band {
+	return func() []allocview.Band {
+		pol := policies.Current()
+		if pol == nil {
+			return nil
+		}
+		bands := make([]allocview.Band, 0, len(pol.Policy.ReservedRanges))
+		for _, r := range pol.Policy.ReservedRanges {
+			bands = append(bands, r.Band)
+		}
+		return bands
 	}
 }
