@@ -40,8 +40,9 @@ type usageRow struct {
 }
 
 type bandsOptions struct {
-	output  string
-	usage   bool
+	output     string
+	usage      bool
+	policyPath string
 	kube    kubeFlags
 	timeout time.Duration
 }
@@ -78,9 +79,11 @@ func newBandsCommand(streams IOStreams) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVarP(&o.output, "output", "o", "text", outputHelp+" The document: ranges (one object per CIDR, in order); with --usage, usage (one object per band).")
 	fs.BoolVar(&o.usage, "usage", false, "Read the cluster's ServiceCIDRs and IPAddresses and print how each band is used, instead of the bands of CIDRs given.")
+	fs.StringVar(&o.policyPath, "policy", "", "With --usage: the ClusterIPPolicy file (or object manifest) in force, whose reservedRanges are counted apart (reserved-range). Without it no range is.")
 	o.kube.addFlags(fs)
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "With --usage: time allowed for reading the cluster (1s-1h).")
 	completeOutput(cmd)
+	completePolicyFile(cmd)
 	o.kube.complete(cmd)
 	return cmd
 }
@@ -101,6 +104,14 @@ func (o *bandsOptions) runUsage(args []string, stdout, stderr io.Writer) int {
 		return fail(exitcode.BadData, "--timeout %s: use 1s to 1h", o.timeout)
 	case o.kube.check() != nil:
 		return fail(exitcode.BadData, "%v", o.kube.check())
+	}
+	env, err := toolEnv("bands", o.policyPath, nil, stderr)
+	if err != nil {
+		return fail(exitcode.BadData, "%v", err)
+	}
+	reserved := make([]allocview.Band, 0, len(env.Policy.ReservedRanges))
+	for _, r := range env.Policy.ReservedRanges {
+		reserved = append(reserved, r.Band)
 	}
 	cfg, err := auditRESTConfig(o.kube)
 	if err != nil {
@@ -124,7 +135,7 @@ func (o *bandsOptions) runUsage(args []string, stdout, stderr io.Writer) int {
 		return fail(exitcode.Unreadable, "the cluster serves no IPAddress objects (networking.k8s.io/v1, Kubernetes 1.33 and later), so which addresses are allocated is not known")
 	}
 	rows := []usageRow{}
-	for _, u := range snap.Usage(nil) {
+	for _, u := range snap.Usage(reserved) {
 		rows = append(rows, usageRow{ServiceCIDR: u.ServiceCIDR, CIDR: u.CIDR.String(), Band: u.Band.String(), Addresses: u.Addresses.String(),
 			Size: u.Size, Free: u.Free, Allocated: u.Allocated, Held: u.Held, ReservedRange: u.ReservedRange})
 	}
