@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -272,5 +273,42 @@ func TestEveryCommandPrintsOneJSONOrYAMLDocument(t *testing.T) {
 	}
 	if code, _, stderr := runCLI("", "version", "extra"); code != exitcode.BadData || !strings.Contains(stderr, `unexpected argument "extra"`) {
 		t.Errorf("version extra: exit %d, %q", code, stderr)
+	}
+}
+
+// The reserved-ranges example: the Namespace objects among the inputs give
+// the namespaceSelector its labels, so payments-canary may use the payments
+// block; without them it is matched by name only and denied.
+func TestReviewOfTheReservedRangesExample(t *testing.T) {
+	const dir = "../../examples/reserved-ranges/"
+	decisions := func(out string) string {
+		var doc reviewDocument
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var got []string
+		for _, r := range doc.Services {
+			rules := "-"
+			if len(r.Rules) > 0 {
+				rules = string(r.Rules[0])
+			}
+			got = append(got, fmt.Sprintf("%s/%s %s %s", r.Namespace, r.Name, r.Decision, rules))
+		}
+		return strings.Join(got, "\n")
+	}
+	code, out, stderr := runCLI("", "review", "--policy", dir+"clusterippolicy.yaml", "-o", "json", dir+"namespaces.yaml", dir+"services.yaml")
+	want := `kube-system/kube-dns allowed -
+kube-system/metrics allowed -
+payments-canary/api allowed -
+search/frontend allowed -
+search/api denied reserved-range-for-other
+search/indexer denied reserved-range-for-other
+kube-system/coredns-test denied reserved-for-other`
+	if got := decisions(out); code != exitcode.Denied || got != want || stderr != "" {
+		t.Fatalf("exit %d, stderr %q\n got:\n%s\nwant:\n%s", code, stderr, got, want)
+	}
+	_, out, _ = runCLI("", "review", "--policy", dir+"clusterippolicy.yaml", "-o", "json", dir+"services.yaml")
+	if got := decisions(out); !strings.Contains(got, "payments-canary/api denied reserved-range-for-other") {
+		t.Fatalf("without its Namespace, payments-canary has no team label:\n%s", got)
 	}
 }

@@ -125,7 +125,7 @@ func (r ReservedRange) allowsNamespace(namespace string, nsLabels NamespaceLabel
 }
 
 // Who describes who may use the range, for messages: "namespaces team-a,
-// team-b or namespaces matching team=payments, Services matching app=db".
+// team-b or namespaces matching team=payments (Services matching app=db)".
 func (r ReservedRange) Who() string {
 	var parts []string
 	if len(r.Namespaces) > 0 {
@@ -136,7 +136,7 @@ func (r ReservedRange) Who() string {
 	}
 	who := strings.Join(parts, " or ")
 	if r.ServiceSelector != nil {
-		who += ", Services matching " + describeSelector(r.ServiceSelector)
+		who += " (Services matching " + describeSelector(r.ServiceSelector) + ")"
 	}
 	return who
 }

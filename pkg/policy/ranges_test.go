@@ -101,7 +101,7 @@ reservedRanges:
 			t.Errorf("%s.Allows(%s, %v) = %v, want %v", c.r.Written, c.ns, c.labels, got, c.want)
 		}
 	}
-	if got := v4.Who(); got != "namespace team-a, Services matching tier in (db)" {
+	if got := v4.Who(); got != "namespace team-a (Services matching tier in (db))" {
 		t.Errorf("Who = %q", got)
 	}
 	if got := v6.String(); got != "fd00::20-fd00::3f (team b)" {
@@ -155,7 +155,7 @@ func TestReservedRangesLoadFromTheObjectSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.ReservedRanges) != 2 || p.ReservedRanges[1].Who() != "namespaces matching team=a, Services matching app=db" {
+	if len(p.ReservedRanges) != 2 || p.ReservedRanges[1].Who() != "namespaces matching team=a (Services matching app=db)" {
 		t.Fatalf("ranges = %+v", p.ReservedRanges)
 	}
 	_, err = ParseObjectSpec([]byte(`{"reservedRanges":[{"cidr":"10.96.0.16/28","namespaces":["dns"]},{"cidr":"10.96.0.16/29","namespaces":["web"]}]}`))
