@@ -312,3 +312,34 @@ kube-system/coredns-test denied reserved-for-other`
 		t.Fatalf("without its Namespace, payments-canary has no team label:\n%s", got)
 	}
 }
+
+// bands --policy shows each reserved range against the CIDRs given: the
+// CIDR that holds it, the band(s) it covers, who may use it.
+func TestBandsShowsTheReservedRanges(t *testing.T) {
+	code, out, stderr := runCLI("", "bands", "--policy", "../../examples/reserved-ranges/clusterippolicy.yaml", "-o", "json", "10.96.0.0/24", "10.96.128.0/25")
+	if code != exitcode.OK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var doc struct {
+		ReservedRanges []reservedRangeRow `json:"reservedRanges"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var got []string
+	for _, r := range doc.ReservedRanges {
+		got = append(got, r.Range+" "+r.CIDR+" "+r.Band+" "+r.Who)
+	}
+	want := "10.96.0.8/29 10.96.0.0/24 static namespace kube-system|" +
+		"10.96.0.64/26 10.96.0.0/24 dynamic namespaces matching team=payments|" +
+		"10.96.128.0-10.96.128.99 10.96.128.0/25 static and dynamic namespace search (Services matching tier=frontend)"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("got  %s\nwant %s", strings.Join(got, "|"), want)
+	}
+	if code, out, _ := runCLI("", "bands", "-o", "json", "10.96.0.0/24"); code != exitcode.OK || strings.Contains(out, "reservedRanges") {
+		t.Fatalf("without --policy the document is as before: %s", out)
+	}
+	if code, _, stderr := runCLI("", "bands", "--policy", "/nonexistent.yaml", "10.96.0.0/24"); code != exitcode.BadData || !strings.Contains(stderr, "/nonexistent.yaml") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}

@@ -296,8 +296,11 @@ func servicesIn(raw []byte, where string, stderr io.Writer, in *inputs) ([]*core
 		return []*corev1.Service{svc}, nil
 	case head.Kind == "Namespace" && head.APIVersion == "v1":
 		ns := &corev1.Namespace{}
-		if err := json.Unmarshal(raw, ns); err != nil || ns.Name == "" {
-			return nil, fmt.Errorf("%s: a Namespace needs metadata.name and labels as a map of strings (%v)", where, err)
+		if err := json.Unmarshal(raw, ns); err != nil {
+			return nil, fmt.Errorf("%s: Namespace %q: %w (labels are a map of strings)", where, head.Metadata.Name, err)
+		}
+		if ns.Name == "" {
+			return nil, fmt.Errorf("%s: a Namespace without metadata.name", where)
 		}
 		l := map[string]string{}
 		for k, v := range ns.Labels {
