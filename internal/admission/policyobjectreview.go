@@ -36,7 +36,7 @@ var _ admission.Handler = policyObjectHandler{}
 
 // viewNotSyncedWarning is the warning of a policy accepted without the
 // ServiceCIDR check.
-const viewNotSyncedWarning = "allowedCIDRs were not checked against the apiserver's default ServiceCIDR: clusterip-policy's view of the cluster has not synced; compare them with `kubectl get servicecidr kubernetes` (a policy that leaves that range out makes every Service created without a clusterIP fail)"
+const viewNotSyncedWarning = "allowedCIDRs and reservedRanges were not checked against the cluster's ServiceCIDRs: clusterip-policy's view of the cluster has not synced; compare them with `kubectl get servicecidr kubernetes` (a policy that leaves that range out makes every Service created without a clusterIP fail)"
 
 func (h policyObjectHandler) Handle(_ context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
@@ -55,12 +55,20 @@ func (h policyObjectHandler) Handle(_ context.Context, req admission.Request) ad
 	if err != nil {
 		return h.denied(req, err)
 	}
-	if h.view == nil || len(p.AllowedCIDRs) == 0 {
+	if h.view == nil || (len(p.AllowedCIDRs) == 0 && len(p.ReservedRanges) == 0) {
 		return admission.Allowed("")
 	}
 	snap := h.view.Snapshot()
 	if !snap.Synced {
 		return admission.Allowed("").WithWarnings(viewNotSyncedWarning)
+	}
+	// Reserved ranges must lie in the cluster's active ranges; a cluster
+	// without ServiceCIDR objects is judged by the spec's serviceCIDRs at
+	// review time instead (Env.Ranges), so nothing is refused here.
+	if len(snap.ServiceCIDRs()) > 0 {
+		if err := policy.FitReservedRanges(p, snap.ActiveRanges(p.AllowedCIDRs)); err != nil {
+			return h.denied(req, err)
+		}
 	}
 	warnings, err := policy.FitDefaultServiceCIDR(p, snap.ServiceCIDRs())
 	if err != nil {

@@ -88,6 +88,12 @@ func TestPolicyObjectReviewAgainstTheDefaultServiceCIDR(t *testing.T) {
 		{"warns about a part of it", synced, `{"spec":{"allowedCIDRs":["10.96.0.0/20"]}}`, true, "", "allowedCIDRs keep only [10.96.0.0/20] of 10.96.0.0/16"},
 		{"accepts, with a warning, before the view has synced", allocview.NewView(), narrowing, true, "", viewNotSyncedWarning},
 		{"without a view it checks the object alone", nil, narrowing, true, "", ""},
+		{"refuses a reserved range outside the cluster's ranges", synced, `{"spec":{"reservedRanges":[{"cidr":"10.96.0.16/28","namespaces":["dns"]},{"cidr":"10.97.0.0/24","namespaces":["team-a"]}]}}`, false,
+			`ClusterIPPolicy default: spec: reservedRanges[1]: 10.97.0.0/24 is not wholly inside one active Service range (10.96.0.0/16 (ServiceCIDR "kubernetes")); choose a range inside one of them`, ""},
+		{"accepts reserved ranges inside them", synced, `{"spec":{"reservedRanges":[{"cidr":"10.96.0.16/28","namespaces":["dns"]}]}}`, true, "", ""},
+		{"refuses overlapping reserved ranges by the loader, with the view or without", nil, `{"spec":{"reservedRanges":[{"cidr":"10.96.0.16/28","namespaces":["dns"]},{"first":"10.96.0.20","last":"10.96.0.40","namespaceSelector":{"matchLabels":{"team":"a"}}}]}}`, false,
+			`ClusterIPPolicy default: spec: reservedRanges[1] (line 7): 10.96.0.20-10.96.0.40 overlaps reservedRanges[0] 10.96.0.16/28 (line 4) from 10.96.0.20; an address belongs to one range: shrink or merge them`, ""},
+		{"accepts a reserved range before the view has synced, with the warning", allocview.NewView(), `{"spec":{"reservedRanges":[{"cidr":"10.97.0.0/24","namespaces":["team-a"]}]}}`, true, "", viewNotSyncedWarning},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -139,6 +139,15 @@ func (o *auditOptions) run(args []string, stdout, stderr io.Writer) int {
 		return fail(exitcode.Unreadable, "%v", err)
 	}
 	env.Snapshot = snap
+	if rangesSelectNamespaces(pol) {
+		// Only a namespaceSelector needs the labels; without list on
+		// namespaces the audit goes on by names, and says so.
+		if labels, err := clusterread.NamespaceLabels(ctx, client); err != nil {
+			fmt.Fprintf(stderr, "audit: note: %v; reservedRanges' namespaceSelector matches each namespace by its name label (kubernetes.io/metadata.name) only\n", err)
+		} else {
+			env.NamespaceLabels = func(ns string) (map[string]string, bool) { l, ok := labels[ns]; return l, ok }
+		}
+	}
 	if len(snap.ServiceCIDRs()) == 0 && len(env.StaticCIDRs) == 0 && len(pol.ServiceCIDRs) == 0 {
 		return fail(exitcode.BadData, "the cluster serves no ServiceCIDR objects: give --service-cidr (its --service-cluster-ip-range) or serviceCIDRs in the policy")
 	}
@@ -218,4 +227,15 @@ func writeAuditText(w io.Writer, pol *policy.Policy, rs allocview.RangeSet, r po
 		fmt.Fprintln(w, "already-allocated was not checked: the cluster serves no IPAddress objects.")
 	}
 	fmt.Fprintf(w, "Not judged: %d addresses in a dynamic band not reserved for their Service. %s\n", r.NotJudged, cannotJudge)
+}
+
+// rangesSelectNamespaces reports whether a reserved range of p chooses
+// namespaces by label, so that the audit needs the namespaces' labels.
+func rangesSelectNamespaces(p *policy.Policy) bool {
+	for _, r := range p.ReservedRanges {
+		if r.NamespaceSelector != nil {
+			return true
+		}
+	}
+	return false
 }

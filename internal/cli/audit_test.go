@@ -78,3 +78,46 @@ func TestAuditHelpNamesTheExitStatusesAndWhatItCannotJudge(t *testing.T) {
 		}
 	}
 }
+
+func TestBandsUsageRefusesBadInputAndAnUnreachableCluster(t *testing.T) {
+	dir := t.TempDir()
+	unreachable := filepath.Join(dir, "unreachable.kubeconfig")
+	if err := os.WriteFile(unreachable, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: not-a-real-token}
+contexts:
+- name: x
+  context: {cluster: c, user: u}
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr []string
+	}{
+		{"a CIDR as well", []string{"--usage", "--kubeconfig", unreachable, "10.96.0.0/16"}, exitcode.BadData, []string{`unexpected argument "10.96.0.0/16"`, "drop --usage"}},
+		{"a timeout out of bounds", []string{"--usage", "--timeout", "0s", "--kubeconfig", unreachable}, exitcode.BadData, []string{"--timeout 0s: use 1s to 1h"}},
+		{"no CIDR and no --usage", nil, exitcode.BadData, []string{"at least one CIDR", "--usage"}},
+		{"a cluster that refuses the connection", []string{"--usage", "--kubeconfig", unreachable, "--timeout", "5s"}, exitcode.Unreadable, []string{"list servicecidrs", "127.0.0.1:1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := runCLI("", append([]string{"bands"}, tc.args...)...)
+			if code != tc.code || out != "" {
+				t.Fatalf("exit %d, stdout %q; want %d and nothing; stderr %s", code, out, tc.code, stderr)
+			}
+			for _, part := range tc.stderr {
+				if !strings.Contains(stderr, part) {
+					t.Errorf("stderr %q lacks %q", stderr, part)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -272,5 +273,73 @@ func TestEveryCommandPrintsOneJSONOrYAMLDocument(t *testing.T) {
 	}
 	if code, _, stderr := runCLI("", "version", "extra"); code != exitcode.BadData || !strings.Contains(stderr, `unexpected argument "extra"`) {
 		t.Errorf("version extra: exit %d, %q", code, stderr)
+	}
+}
+
+// The reserved-ranges example: the Namespace objects among the inputs give
+// the namespaceSelector its labels, so payments-canary may use the payments
+// block; without them it is matched by name only and denied.
+func TestReviewOfTheReservedRangesExample(t *testing.T) {
+	const dir = "../../examples/reserved-ranges/"
+	decisions := func(out string) string {
+		var doc reviewDocument
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var got []string
+		for _, r := range doc.Services {
+			rules := "-"
+			if len(r.Rules) > 0 {
+				rules = string(r.Rules[0])
+			}
+			got = append(got, fmt.Sprintf("%s/%s %s %s", r.Namespace, r.Name, r.Decision, rules))
+		}
+		return strings.Join(got, "\n")
+	}
+	code, out, stderr := runCLI("", "review", "--policy", dir+"clusterippolicy.yaml", "-o", "json", dir+"namespaces.yaml", dir+"services.yaml")
+	want := `kube-system/kube-dns allowed -
+kube-system/metrics allowed -
+payments-canary/api allowed -
+search/frontend allowed -
+search/api denied reserved-range-for-other
+search/indexer denied reserved-range-for-other
+kube-system/coredns-test denied reserved-for-other`
+	if got := decisions(out); code != exitcode.Denied || got != want || stderr != "" {
+		t.Fatalf("exit %d, stderr %q\n got:\n%s\nwant:\n%s", code, stderr, got, want)
+	}
+	_, out, _ = runCLI("", "review", "--policy", dir+"clusterippolicy.yaml", "-o", "json", dir+"services.yaml")
+	if got := decisions(out); !strings.Contains(got, "payments-canary/api denied reserved-range-for-other") {
+		t.Fatalf("without its Namespace, payments-canary has no team label:\n%s", got)
+	}
+}
+
+// bands --policy shows each reserved range against the CIDRs given: the
+// CIDR that holds it, the band(s) it covers, who may use it.
+func TestBandsShowsTheReservedRanges(t *testing.T) {
+	code, out, stderr := runCLI("", "bands", "--policy", "../../examples/reserved-ranges/clusterippolicy.yaml", "-o", "json", "10.96.0.0/24", "10.96.128.0/25")
+	if code != exitcode.OK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var doc struct {
+		ReservedRanges []reservedRangeRow `json:"reservedRanges"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var got []string
+	for _, r := range doc.ReservedRanges {
+		got = append(got, r.Range+" "+r.CIDR+" "+r.Band+" "+r.Who)
+	}
+	want := "10.96.0.8/29 10.96.0.0/24 static namespace kube-system|" +
+		"10.96.0.64/26 10.96.0.0/24 dynamic namespaces matching team=payments|" +
+		"10.96.128.0-10.96.128.99 10.96.128.0/25 static and dynamic namespace search (Services matching tier=frontend)"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("got  %s\nwant %s", strings.Join(got, "|"), want)
+	}
+	if code, out, _ := runCLI("", "bands", "-o", "json", "10.96.0.0/24"); code != exitcode.OK || strings.Contains(out, "reservedRanges") {
+		t.Fatalf("without --policy the document is as before: %s", out)
+	}
+	if code, _, stderr := runCLI("", "bands", "--policy", "/nonexistent.yaml", "10.96.0.0/24"); code != exitcode.BadData || !strings.Contains(stderr, "/nonexistent.yaml") {
+		t.Fatalf("exit %d: %s", code, stderr)
 	}
 }

@@ -50,8 +50,11 @@ type reviewOptions struct {
 const reviewLong = `Evaluates Service manifests offline, as if each were created in order (a
 Service allowed earlier holds its IPs for the ones after it). FILE holds YAML
 or JSON: one Service, several documents, or a v1 List; "-" reads stdin, and a
-directory means its *.yaml, *.yml and *.json files. Other kinds are skipped
-with a note on stderr. A Service without a namespace is in "default".
+directory means its *.yaml, *.yml and *.json files. v1 Namespace objects
+among them give their labels to the namespaceSelector of the policy's
+reservedRanges (a namespace not among them is matched by its name label,
+kubernetes.io/metadata.name, only). Other kinds are skipped with a note on
+stderr. A Service without a namespace is in "default".
 
 Exit status: 0 every Service allowed, 1 any denied, 2 an input or the policy
 cannot be read.`
@@ -104,10 +107,12 @@ func (o *reviewOptions) run(files []string, stdin io.Reader, stdout, stderr io.W
 	if err != nil {
 		return fail("%v", err)
 	}
-	services, err := readServices(files, stdin, stderr)
+	in, err := readServices(files, stdin, stderr)
 	if err != nil {
 		return fail("%v", err)
 	}
+	services := in.services
+	env.NamespaceLabels = in.namespaceLabels
 
 	view := allocview.NewView()
 	view.Update(func(tx *allocview.Tx) {
@@ -168,9 +173,22 @@ func parseAllocated(in []string) (map[netip.Addr]allocview.Holder, error) {
 	return out, nil
 }
 
-// readServices reads every Service from the inputs, in order.
-func readServices(paths []string, stdin io.Reader, stderr io.Writer) ([]*corev1.Service, error) {
-	var out []*corev1.Service
+// inputs are the objects review reads: the Services, in order, and the
+// labels of the Namespaces among them.
+type inputs struct {
+	services   []*corev1.Service
+	namespaces map[string]map[string]string
+}
+
+// namespaceLabels is a policy.NamespaceLabels over the Namespaces read.
+func (in *inputs) namespaceLabels(ns string) (map[string]string, bool) {
+	l, ok := in.namespaces[ns]
+	return l, ok
+}
+
+// readServices reads every Service and Namespace from the inputs, in order.
+func readServices(paths []string, stdin io.Reader, stderr io.Writer) (*inputs, error) {
+	out := &inputs{namespaces: map[string]map[string]string{}}
 	for _, path := range paths {
 		files := []string{path}
 		if path != "-" {
@@ -191,51 +209,48 @@ func readServices(paths []string, stdin io.Reader, stderr io.Writer) ([]*corev1.
 			}
 		}
 		for _, f := range files {
-			svcs, err := readFile(f, stdin, stderr)
-			if err != nil {
+			if err := readFile(f, stdin, stderr, out); err != nil {
 				return nil, err
 			}
-			out = append(out, svcs...)
 		}
 	}
 	return out, nil
 }
 
-func readFile(path string, stdin io.Reader, stderr io.Writer) ([]*corev1.Service, error) {
+func readFile(path string, stdin io.Reader, stderr io.Writer, in *inputs) error {
 	r := stdin
 	name := "stdin"
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, errors.Unwrap(err))
+			return fmt.Errorf("%s: %w", path, errors.Unwrap(err))
 		}
 		defer f.Close()
 		r, name = f, path
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bufio.NewReader(r), 4096)
-	var out []*corev1.Service
 	for doc := 1; ; doc++ {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			if errors.Is(err, io.EOF) {
-				return out, nil
+				return nil
 			}
-			return nil, fmt.Errorf("%s: document %d: %w", name, doc, err)
+			return fmt.Errorf("%s: document %d: %w", name, doc, err)
 		}
 		if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" {
 			continue
 		}
-		svcs, err := servicesIn(raw, fmt.Sprintf("%s: document %d", name, doc), stderr)
+		svcs, err := servicesIn(raw, fmt.Sprintf("%s: document %d", name, doc), stderr, in)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, svcs...)
+		in.services = append(in.services, svcs...)
 	}
 }
 
 // servicesIn returns the Services in one document: a Service, or the
-// Services among a List's items.
-func servicesIn(raw []byte, where string, stderr io.Writer) ([]*corev1.Service, error) {
+// Services among a List's items. A v1 Namespace's labels go into in.
+func servicesIn(raw []byte, where string, stderr io.Writer, in *inputs) ([]*corev1.Service, error) {
 	var head struct {
 		APIVersion string            `json:"apiVersion"`
 		Kind       string            `json:"kind"`
@@ -251,7 +266,7 @@ func servicesIn(raw []byte, where string, stderr io.Writer) ([]*corev1.Service, 
 	case head.Kind == "List" || strings.HasSuffix(head.Kind, "List") && head.Items != nil:
 		var out []*corev1.Service
 		for i, item := range head.Items {
-			svcs, err := servicesIn(item, fmt.Sprintf("%s, item %d", where, i), stderr)
+			svcs, err := servicesIn(item, fmt.Sprintf("%s, item %d", where, i), stderr, in)
 			if err != nil {
 				return nil, err
 			}
@@ -279,6 +294,21 @@ func servicesIn(raw []byte, where string, stderr io.Writer) ([]*corev1.Service, 
 			svc.Spec.Type = corev1.ServiceTypeClusterIP
 		}
 		return []*corev1.Service{svc}, nil
+	case head.Kind == "Namespace" && head.APIVersion == "v1":
+		ns := &corev1.Namespace{}
+		if err := json.Unmarshal(raw, ns); err != nil {
+			return nil, fmt.Errorf("%s: Namespace %q: %w (labels are a map of strings)", where, head.Metadata.Name, err)
+		}
+		if ns.Name == "" {
+			return nil, fmt.Errorf("%s: a Namespace without metadata.name", where)
+		}
+		l := map[string]string{}
+		for k, v := range ns.Labels {
+			l[k] = v
+		}
+		l[corev1.LabelMetadataName] = ns.Name // the apiserver sets it, whatever the manifest says
+		in.namespaces[ns.Name] = l
+		return nil, nil
 	case head.Kind == "":
 		return nil, fmt.Errorf("%s: no kind; is this a Kubernetes manifest?", where)
 	}

@@ -70,12 +70,12 @@ func TestTheRootListsTheTree(t *testing.T) {
 	want := `clusterip-policy keeps Kubernetes Service ClusterIPs where policy says.
 
 Usage:
-  clusterip-policy review [flags] FILE... evaluate Service manifests offline, as if created
-  clusterip-policy audit [flags]          report existing Services that break the policy (read-only)
-  clusterip-policy bands [flags] CIDR...  print each range's static and dynamic band
-  clusterip-policy version [flags]        print version information
-  clusterip-policy completion SHELL       print the shell completion script (bash, zsh, fish or powershell)
-  clusterip-policy help [COMMAND]         print this list, or a command's help
+  clusterip-policy review [flags] FILE...  evaluate Service manifests offline, as if created
+  clusterip-policy audit [flags]           report existing Services that break the policy (read-only)
+  clusterip-policy bands [flags] [CIDR...] print each range's static and dynamic band, or (--usage) how full they are
+  clusterip-policy version [flags]         print version information
+  clusterip-policy completion SHELL        print the shell completion script (bash, zsh, fish or powershell)
+  clusterip-policy help [COMMAND]          print this list, or a command's help
 
 Run 'clusterip-policy COMMAND --help' for a command's flags.
 `

@@ -36,6 +36,19 @@ func Cluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Servic
 	if err != nil {
 		return nil, nil, err
 	}
+	snap, err := Allocations(ctx, client)
+	if err != nil {
+		return nil, nil, err
+	}
+	return services, snap, nil
+}
+
+// Allocations lists the ServiceCIDRs and IPAddresses, page by page, into a
+// snapshot built the way kubesource builds the webhook's view (`bands`
+// reads only these). A cluster that does not serve them gives a snapshot
+// without them (TracksAllocations false without IPAddresses), as
+// kubesource's fallback does.
+func Allocations(ctx context.Context, client kubernetes.Interface) (*allocview.Snapshot, error) {
 	var cidrs []allocview.ServiceCIDR
 	cidrErr := Pages(ctx, "servicecidrs", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
 		l, err := client.NetworkingV1().ServiceCIDRs().List(ctx, opts)
@@ -62,16 +75,15 @@ func Cluster(ctx context.Context, client kubernetes.Interface) ([]*corev1.Servic
 	})
 	for _, err := range []error{cidrErr, ipErr} {
 		if err != nil && !apierrors.IsNotFound(err) {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	tracks := ipErr == nil
-	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
+	return allocview.NewView().Update(func(tx *allocview.Tx) {
 		tx.ReplaceServiceCIDRs(cidrs)
 		tx.ReplaceAllocations(allocs)
 		tx.MarkSynced(tracks)
-	})
-	return services, snap, nil
+	}), nil
 }
 
 // Services lists the Services of all namespaces page by page, keeping
@@ -92,13 +104,31 @@ func Services(ctx context.Context, client kubernetes.Interface) ([]*corev1.Servi
 	return services, err
 }
 
+// NamespaceLabels lists the namespaces page by page and returns their
+// labels, for the namespaceSelector of the policy's reserved ranges.
+func NamespaceLabels(ctx context.Context, client kubernetes.Interface) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	err := Pages(ctx, "namespaces", func(ctx context.Context, opts metav1.ListOptions) (metav1.ListMeta, error) {
+		l, err := client.CoreV1().Namespaces().List(ctx, opts)
+		if err != nil {
+			return metav1.ListMeta{}, err
+		}
+		for i := range l.Items {
+			out[l.Items[i].Name] = l.Items[i].Labels
+		}
+		return l.ListMeta, nil
+	})
+	return out, err
+}
+
 // AuditedFields keeps what the audit reads of a Service, so that a cluster
 // of many Services is not held in memory whole.
 func AuditedFields(s *corev1.Service) *corev1.Service {
 	return &corev1.Service{
 		// UID: the periodic audit's Events name the Service by it, as
-		// `kubectl describe service` finds them.
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID},
+		// `kubectl describe service` finds them. Labels: a reserved
+		// range's serviceSelector reads them.
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID, Labels: s.Labels},
 		Spec: corev1.ServiceSpec{Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs,
 			IPFamilies: s.Spec.IPFamilies, IPFamilyPolicy: s.Spec.IPFamilyPolicy},
 	}

@@ -30,6 +30,9 @@ type Gate struct {
 	// StaticCIDRs are --service-cidr: the ranges used when the cluster
 	// serves no ServiceCIDR objects.
 	StaticCIDRs []netip.Prefix
+	// NamespaceLabels answers the namespaces' labels (for reserved ranges
+	// chosen by namespaceSelector); nil where nothing watches them.
+	NamespaceLabels policy.NamespaceLabels
 }
 
 // State is what a decision is made against, as far as the check got: Snap
@@ -88,7 +91,7 @@ func (g *Gate) synced() (State, error) {
 		return s, errors.New(NotReadyMessage)
 	}
 	s.Policy = pol
-	s.Env = policy.Env{Policy: pol.Policy, Snapshot: s.Snap, StaticCIDRs: g.StaticCIDRs}
+	s.Env = policy.Env{Policy: pol.Policy, Snapshot: s.Snap, StaticCIDRs: g.StaticCIDRs, NamespaceLabels: g.NamespaceLabels}
 	return s, nil
 }
 

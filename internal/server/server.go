@@ -315,7 +315,11 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	}
 	source := kubesource.New(client, view, log.WithName("view"))
 	readiness.RegisterViewMetrics(defaultRegistry, view, source)
-	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs}
+	// Every replica watches the namespaces' labels: a reserved range's
+	// namespaceSelector needs them, and a review carries none.
+	nsLabels := judged.NewLabels(client)
+	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs, NamespaceLabels: nsLabels.Of}
+	readiness.RegisterBandUsage(defaultRegistry, view, readiness.ReservedBands(policies))
 	var hook admission.AllocationHook // the holds' release; nil with holds off
 	var leaderWorks []leader.Work
 	var holdWatch *holds.Watch // every replica's watch of the holds; nil with holds off
@@ -453,7 +457,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 
-	errs := make(chan error, 9) // one per goroutine below, so none blocks on exit
+	errs := make(chan error, 10) // one per goroutine below, so none blocks on exit
 	var wg sync.WaitGroup
 	goRun := func(name string, fn func() error) {
 		wg.Add(1)
@@ -465,6 +469,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		}()
 	}
 	goRun("view", func() error { return source.Run(bgCtx) })
+	goRun("namespace labels", func() error { nsLabels.Run(bgCtx); return nil })
 	if holdWatch != nil {
 		goRun("holds watch", func() error { holdWatch.Run(bgCtx); return nil })
 	}

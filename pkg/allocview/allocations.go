@@ -12,7 +12,16 @@ type Holder struct {
 	Resource  string
 	Namespace string
 	Name      string
+	// Ours is true for an IPAddress labelled managed-by HoldManager: a
+	// hold of this project, whose parentRef names the Service it is kept
+	// for. Decisions treat it as that Service's; only the capacity counts
+	// (Usage) tell it apart.
+	Ours bool
 }
+
+// HoldManager is the ipaddress.kubernetes.io/managed-by value of this
+// project's holds (pkg/holds).
+const HoldManager = "clusterip-policy.io"
 
 // ServiceHolder is the holder a Service namespace/name would be.
 func ServiceHolder(namespace, name string) Holder {
@@ -21,7 +30,7 @@ func ServiceHolder(namespace, name string) Holder {
 
 // IsService reports whether h is the Service namespace/name.
 func (h Holder) IsService(namespace, name string) bool {
-	return h == ServiceHolder(namespace, name)
+	return h.Group == "" && h.Resource == "services" && h.Namespace == namespace && h.Name == name
 }
 
 // String renders a Service as "namespace/name" (the form users type) and

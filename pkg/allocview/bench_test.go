@@ -50,3 +50,17 @@ func BenchmarkHolderLookup(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkUsage is one scrape of clusterip_policy_band_addresses on a view
+// of 100,000 allocated IPs in one /12, with one reserved range.
+func BenchmarkUsage(b *testing.B) {
+	s := bigView(b, 100_000).Snapshot()
+	reserved := []Band{{netip.MustParseAddr("10.100.0.0"), netip.MustParseAddr("10.100.3.255")}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if u := s.Usage(reserved); len(u) != 2 {
+			b.Fatalf("%d bands", len(u))
+		}
+	}
+}

@@ -24,7 +24,7 @@ import (
 // existing Service has as its ClusterIP with that Service's IPAddress.
 const (
 	ManagedByLabel = "ipaddress.kubernetes.io/managed-by"
-	ManagedBy      = "clusterip-policy.io"
+	ManagedBy      = allocview.HoldManager
 	// Selector lists the holds: kubectl get ipaddresses -l <Selector>.
 	Selector = ManagedByLabel + "=" + ManagedBy
 )

@@ -19,7 +19,9 @@ type span struct{ lo, hi netip.Addr }
 // minus every reserved address whatever its owner (explicit reservations,
 // the address of default/kubernetes, and the first address of every range,
 // which the apiserver may give default/kubernetes from a range it was
-// started with). An address there passes every validating rule: it lies in
+// started with), and minus every reserved range whoever may use it (the
+// validating stage denies an allocation there to any other namespace). An
+// address there passes every validating rule: it lies in
 // an active range and can be handed out (Place gives Dynamic), and no other
 // Service owns it. Static bands are left out on purpose: the apiserver
 // hands them out dynamically only when a dynamic band is full, and that is
@@ -53,7 +55,17 @@ func allowSpans(p *policy.Policy, rs allocview.RangeSet) []span {
 			}
 		}
 	}
-	return subtract(merge(spans), reservedAddresses(p, rs))
+	return minus(subtract(merge(spans), reservedAddresses(p, rs)), rangeSpans(p))
+}
+
+// rangeSpans are the policy's reserved ranges as spans, sorted (the loader
+// sorts them and refuses overlaps).
+func rangeSpans(p *policy.Policy) []span {
+	out := make([]span, 0, len(p.ReservedRanges))
+	for _, r := range p.ReservedRanges {
+		out = append(out, span{r.Band.First, r.Band.Last})
+	}
+	return out
 }
 
 // coverAll writes spans as the fewest prefixes, keeping the max widest.
@@ -95,10 +107,29 @@ func (t Term) Contains(ip netip.Addr) bool {
 // the last address of a range's static band (just past the excluded
 // prefix), IPv4 broadcast addresses, reserved addresses inside dynamic
 // bands, and the network and first address of ranges without a static band.
+// Reserved are the prefixes that cover exactly the reserved ranges lying in
+// the terms: an address in one is sent too (a range may hold thousands of
+// addresses, too many for holes).
 type SkipSet struct {
-	Terms []Term
-	Holes []netip.Addr
+	Terms    []Term
+	Holes    []netip.Addr
+	Reserved []netip.Prefix
 }
+
+// Contains reports whether ip may skip the call: in a term, and neither a
+// hole nor in a reserved range.
+func (s SkipSet) Contains(ip netip.Addr) bool {
+	if slices.Contains(s.Holes, ip) || slices.ContainsFunc(s.Reserved, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+		return false
+	}
+	return slices.ContainsFunc(s.Terms, func(t Term) bool { return t.Contains(ip) })
+}
+
+// MaxReservedPrefixes caps SkipSet.Reserved; past it the condition tests
+// the exact prefixes of AllowList instead. A range given as first and last
+// covers at most about twice its host bits of prefixes (24 for 4096
+// addresses); a CIDR is one.
+const MaxReservedPrefixes = 128
 
 // Skip returns the allow-list of AllowList written as at most maxTerms
 // terms and maxHoles holes, and whether that was possible; when it is not
@@ -157,7 +188,20 @@ func Skip(p *policy.Policy, rs allocview.RangeSet, maxTerms, maxHoles int) (Skip
 	for _, t := range terms {
 		covered = append(covered, termSpans(t)...)
 	}
-	holes, ok := addresses(minus(merge(covered), allow), maxHoles)
+	covered = merge(covered)
+	var reserved []netip.Prefix
+	var reservedSpans []span
+	for _, r := range rangeSpans(p) {
+		if len(minus([]span{r}, covered)) == 1 && minus([]span{r}, covered)[0] == r {
+			continue // in no term: the allow-list never reaches it
+		}
+		reserved = append(reserved, cover(r)...)
+		reservedSpans = append(reservedSpans, r)
+	}
+	if len(reserved) > MaxReservedPrefixes {
+		return SkipSet{}, false
+	}
+	holes, ok := addresses(minus(minus(covered, reservedSpans), allow), maxHoles)
 	if !ok {
 		return SkipSet{}, false
 	}
@@ -167,7 +211,7 @@ func Skip(p *policy.Policy, rs allocview.RangeSet, maxTerms, maxHoles int) (Skip
 		}
 		return a.Include.Addr().Compare(b.Include.Addr())
 	})
-	return SkipSet{Terms: terms, Holes: holes}, true
+	return SkipSet{Terms: terms, Holes: holes, Reserved: reserved}, true
 }
 
 // termSpans is t as spans: Include, minus Exclude when it lies inside.

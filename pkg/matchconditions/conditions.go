@@ -329,6 +329,15 @@ func inAllowList(s SkipSet, fam int, a string) string {
 	if len(ranges) > 1 {
 		within = "(" + within + ")"
 	}
+	var reserved []string
+	for _, r := range s.Reserved {
+		if bitLen(r.Addr()) == fam {
+			reserved = append(reserved, prefixTest(r, a))
+		}
+	}
+	if len(reserved) > 0 {
+		within += " && !(" + strings.Join(reserved, " || ") + ")"
+	}
 	parts := []string{"isIP(" + a + ")"}
 	switch {
 	case len(holes) == 0:

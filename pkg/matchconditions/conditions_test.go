@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 
@@ -90,6 +89,17 @@ reservations:
 - {ip: 10.96.0.10, service: kube-system/kube-dns}
 - {ip: 10.96.100.5, service: apps/frontend}
 - {ip: "fd00:10:96::a", service: kube-system/kube-dns}
+`
+
+// rangesPolicy adds reserved ranges to testPolicy: a DNS block in the
+// static band, a team block in the dynamic band given as first-last (not a
+// CIDR), an IPv6 block with a Service selector, and a single reservation
+// inside a range.
+const rangesPolicy = testPolicy + `reservedRanges:
+- {cidr: 10.96.0.8/29, namespaces: [kube-system], note: DNS}
+- {first: 10.96.40.3, last: 10.96.42.17, namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: other}}, note: team other}
+- {cidr: "fd00:10:96::5:0/120", namespaces: [apps], serviceSelector: {matchLabels: {tier: db}}}
+- {first: 10.96.100.0, last: 10.96.100.9, namespaces: [apps]}
 `
 
 func mustPolicy(t testing.TB, body string) *policy.Policy {
@@ -203,6 +213,7 @@ func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
 	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 	c := Compute(env.Policy, env.Ranges())
 	mut, val := newMatcher(t, c.Mutating), newMatcher(t, c.Validating)
+	run := runCase(t, mut, val)
 	final := func(ips ...string) func(*corev1.Service) {
 		return func(s *corev1.Service) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips
@@ -253,17 +264,52 @@ func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
 		{"outside, validate", false, "apps", "web", service("apps", "web", final("10.200.0.3")), true, false, admission.Create},
 		{"update, validate", false, "apps", "web", service("apps", "web", final("10.96.77.3")), true, false, admission.Update},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		run(tc.name, tc.mutate, tc.ns, tc.svc, tc.obj, tc.wantCall, tc.dryRun, tc.operation)
+	}
+	// With reserved ranges, the common dynamic create still skips both;
+	// an address in a range is sent to the validating webhook.
+	env = policy.Env{Policy: mustPolicy(t, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	c = Compute(env.Policy, env.Ranges())
+	if len(c.Skip.Terms) == 0 || len(c.Skip.Reserved) == 0 || c.AllowListCapped {
+		t.Fatalf("ranges: want the ranges-and-holes form with reserved prefixes, got %+v (capped %v)", c.Skip, c.AllowListCapped)
+	}
+	run = runCase(t, newMatcher(t, c.Mutating), newMatcher(t, c.Validating))
+	for _, tc := range []struct {
+		name     string
+		mutate   bool
+		obj      *corev1.Service
+		wantCall bool
+	}{
+		{"ranges: dynamic create, mutate", true, service("apps", "web"), false},
+		{"ranges: static create in a range, mutate", true, service("apps", "web", func(s *corev1.Service) { s.Spec.ClusterIP = "10.96.40.5" }), true},
+		{"ranges: dynamic allocation, validate", false, service("apps", "web", final("10.96.77.3")), false},
+		{"ranges: dual-stack dynamic allocation, validate", false, service("apps", "web", final("fd00:10:96::9:1", "10.96.77.3")), false},
+		{"ranges: the address before a first-last range, validate", false, service("apps", "web", final("10.96.40.2")), false},
+		{"ranges: a first-last range's first address, validate", false, service("apps", "web", final("10.96.40.3")), true},
+		{"ranges: inside a first-last range, validate", false, service("apps", "web", final("10.96.41.200")), true},
+		{"ranges: a first-last range's last address, validate", false, service("apps", "web", final("10.96.42.17")), true},
+		{"ranges: the address after it, validate", false, service("apps", "web", final("10.96.42.18")), false},
+		{"ranges: an IPv6 range, validate", false, service("apps", "web", final("fd00:10:96::5:ab")), true},
+		{"ranges: an IPv6 range respelt, validate", false, service("apps", "web", final("FD00:10:96:0::5:AB")), true},
+		{"ranges: IPv6 next to the range, validate", false, service("apps", "web", final("fd00:10:96::5:100")), false},
+	} {
+		run(tc.name, tc.mutate, "apps", "web", tc.obj, tc.wantCall, false, admission.Create)
+	}
+}
+
+func runCase(t *testing.T, mut, val matcher) func(name string, mutate bool, ns, svc string, obj *corev1.Service, wantCall, dryRun bool, operation admission.Operation) {
+	return func(name string, mutate bool, ns, svc string, obj *corev1.Service, wantCall, dryRun bool, operation admission.Operation) {
+		t.Run(name, func(t *testing.T) {
 			m := val
-			if tc.mutate {
+			if mutate {
 				m = mut
 			}
 			var old *corev1.Service
-			if tc.operation == admission.Update {
-				old = tc.obj.DeepCopy()
+			if operation == admission.Update {
+				old = obj.DeepCopy()
 			}
-			if got := m.match(t, tc.operation, tc.ns, tc.svc, tc.obj, old, tc.dryRun); got != tc.wantCall {
-				t.Errorf("called = %v, want %v", got, tc.wantCall)
+			if got := m.match(t, operation, ns, svc, obj, old, dryRun); got != wantCall {
+				t.Errorf("called = %v, want %v", got, wantCall)
 			}
 		})
 	}
@@ -294,6 +340,11 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 		"nested and tiny ranges": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n- {ip: 10.96.50.20, service: other/web}\n- {ip: 10.98.0.5, service: apps/frontend}\n- {ip: 'fd00:10:96::9:1', service: apps/frontend}\n- {ip: 'fd00:20::7', service: kube-system/kube-dns}\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.50.0/24"),
 				serviceCIDR("tiny", "10.98.0.0/28", "fd00:20::/124"), serviceCIDR("dying", "10.99.0.0/24"))},
+		// Reserved ranges in both bands and families, by name, label
+		// selector and Service selector, with a reservation inside one.
+		"reserved ranges": {Policy: mustPolicy(t, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("extra", "10.97.0.0/24"))},
+		"reserved ranges, warned": {Policy: mustPolicy(t, rangesPolicy+"enforcement: {rules: {reserved-range-for-other: warn}}\n"),
+			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	pools := []string{"", "", "", "None", "10.96.0.10", "10.96.100.5", "10.96.9.9", "10.96.0.1", "10.96.0.0", "10.96.255.255",
@@ -314,7 +365,7 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 			case 2:
 				a = fmt.Sprintf("fd00:10:96::%x:%x", rng.IntN(16), rng.IntN(65536))
 			case 3:
-				a = fmt.Sprintf("10.96.%d.%d", rng.IntN(2), rng.IntN(256))
+				a = fmt.Sprintf("10.96.%d.%d", []int{0, 1, 40, 41, 42, 100}[rng.IntN(6)], rng.IntN(256))
 			default:
 				a = edges[rng.IntN(len(edges))]
 			}
@@ -327,6 +378,9 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 		for i := range 4000 {
 			nn := names[rng.IntN(len(names))]
 			svc := service(nn[0], nn[1])
+			if rng.IntN(3) == 0 { // the label a reserved range's serviceSelector asks for
+				svc.Labels = map[string]string{"tier": "db"}
+			}
 			if rng.IntN(5) == 0 { // the namespace only in the request, as the apiserver may send it
 				svc.Namespace = ""
 			}
@@ -437,6 +491,14 @@ func edgeAddresses(rs allocview.RangeSet, s SkipSet, p *policy.Policy) []string 
 	}
 	for _, r := range p.Reservations {
 		near(r.IP)
+	}
+	for _, r := range p.ReservedRanges {
+		near(r.Band.First)
+		near(r.Band.Last)
+	}
+	for _, r := range s.Reserved {
+		near(r.Addr())
+		near(spanOf(r).hi)
 	}
 	ss := make([]string, len(out))
 	for i, a := range out {
@@ -638,7 +700,8 @@ func TestSkipSetIsExactlyTheAllowList(t *testing.T) {
 		"nested and tiny": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.96.50.20, service: a/b}\n- {ip: 10.98.0.5, service: a/c}\n- {ip: 'fd00:20::7', service: a/d}\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.50.0/24"),
 				serviceCIDR("tiny", "10.98.0.0/28", "fd00:20::/124"), serviceCIDR("small", "10.99.0.0/27"))},
-		"kubeadm /12": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.100.7.7, service: a/b}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/12"))},
+		"kubeadm /12":     {Policy: mustPolicy(t, "reservations:\n- {ip: 10.100.7.7, service: a/b}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/12"))},
+		"reserved ranges": {Policy: mustPolicy(t, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.41.0/24"))},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rs := env.Ranges()
@@ -654,10 +717,7 @@ func TestSkipSetIsExactlyTheAllowList(t *testing.T) {
 				for _, p := range exact {
 					allow = allow || p.Contains(a)
 				}
-				for _, tm := range s.Terms {
-					skip = skip || tm.Contains(a)
-				}
-				return skip && !slices.Contains(s.Holes, a), allow
+				return s.Contains(a), allow
 			}
 			addrs := []netip.Addr{}
 			for _, e := range edgeAddresses(rs, s, env.Policy) {

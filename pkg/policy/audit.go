@@ -22,7 +22,7 @@ const RuleReservationNotHeld RuleID = "reservation-not-held"
 
 // AuditRules are the rules an audit reports, in the order it reports them.
 // static-ip-in-dynamic-band is not among them: see Audit.
-var AuditRules = []RuleID{RuleInvalidIP, RuleOutsideServiceCIDRs, RuleReservedForOther, RuleAlreadyAllocated, RuleReservationNotHeld}
+var AuditRules = []RuleID{RuleInvalidIP, RuleOutsideServiceCIDRs, RuleReservedForOther, RuleReservedRangeForOther, RuleAlreadyAllocated, RuleReservationNotHeld}
 
 // Finding is one address of one existing Service that breaks the policy.
 type Finding struct {
@@ -226,6 +226,15 @@ func (a auditor) address(svc *corev1.Service, self Owner, field, raw string, ip 
 			fmt.Sprintf("%s; then %s can have %s (created without clusterIP, the webhook assigns it)", a.recreate(svc, ip), res.Owner, ip))
 		return
 	}
+	inRange := false
+	if !reserved && len(a.env.Policy.ReservedRanges) > 0 {
+		var rng ReservedRange
+		if rng, inRange = a.env.Policy.ReservedRangeOf(ip); inRange && !rng.Allows(svc.Namespace, svc.Labels, a.env.NamespaceLabels) {
+			a.add(svc, RuleReservedRangeForOther, field, raw, fmt.Sprintf("is in reserved range %s, which only %s may use", rng, rng.Who()),
+				fmt.Sprintf("%s outside the reserved ranges", a.recreate(svc, ip)))
+			return
+		}
+	}
 	if a.env.Snapshot != nil {
 		if h, ok := a.env.Snapshot.Holder(ip); ok && !h.IsService(svc.Namespace, svc.Name) {
 			a.add(svc, RuleAlreadyAllocated, field, raw, fmt.Sprintf("is held by IPAddress %s for %s, not for this Service", ip, h),
@@ -233,7 +242,7 @@ func (a auditor) address(svc *corev1.Service, self Owner, field, raw string, ip 
 			return
 		}
 	}
-	if pl.Kind == allocview.Dynamic && !reserved {
+	if pl.Kind == allocview.Dynamic && !reserved && !inRange {
 		a.report.NotJudged++
 	}
 }

@@ -49,6 +49,10 @@ type Env struct {
 	// StaticCIDRs (--service-cidr) replace the policy's serviceCIDRs where
 	// the cluster has no ServiceCIDR objects.
 	StaticCIDRs []netip.Prefix
+	// NamespaceLabels answers the labels of a namespace, for the
+	// namespaceSelector of reservedRanges; asked only about a Service that
+	// names an address in a range. Nil (offline): no labels are known.
+	NamespaceLabels NamespaceLabels
 }
 
 // Ranges returns the active ranges: from ServiceCIDR objects when the
@@ -333,7 +337,16 @@ func (c *checker) checkRequested(field, raw string) {
 		c.violate(RuleReservedForOther, field, raw, "is reserved for Service %s%s; choose another address, or leave clusterIP empty to get one allocated", res.Owner, noteOf(res))
 		return
 	}
-	if pl.Kind == allocview.Dynamic && !reserved {
+	// A reservation of the address itself wins over its range: its owner
+	// may have it whatever the range says.
+	rng, inRange := c.rangeOf(ip, reserved)
+	if inRange && !c.mayUse(rng) {
+		c.violate(RuleReservedRangeForOther, field, raw, "is in reserved range %s, which only %s may use; %s outside the reserved ranges, or leave clusterIP empty to get one allocated", rng, rng.Who(), c.chooseStatic(ip))
+		return
+	}
+	// A reserved range is held from the allocator, so a Service that may
+	// use it does not compete with dynamic allocations in either band.
+	if pl.Kind == allocview.Dynamic && !reserved && !inRange {
 		c.violate(RuleStaticIPInDynamicBand, field, raw, "lies in the dynamic band %s of %s; %s or ask for a reservation", pl.DynamicIn.Dynamic(), pl.DynamicIn.Name(), c.chooseStatic(ip))
 		return
 	}
@@ -452,7 +465,25 @@ func (c *checker) checkFinal(field, raw string, dryRun bool) {
 	res, reserved := c.env.Policy.ReservedOwner(ip, c.rs)
 	if reserved && res.Owner != c.self() {
 		c.reportAllocatedReserved(field, raw, res, pl)
+		return
 	}
+	if rng, inRange := c.rangeOf(ip, reserved); inRange && !c.mayUse(rng) {
+		c.reportAllocatedInRange(field, raw, rng, pl)
+	}
+}
+
+// rangeOf returns the reserved range holding ip, unless a reservation of
+// ip itself decides (reserved).
+func (c *checker) rangeOf(ip netip.Addr, reserved bool) (ReservedRange, bool) {
+	if reserved || len(c.env.Policy.ReservedRanges) == 0 {
+		return ReservedRange{}, false
+	}
+	return c.env.Policy.ReservedRangeOf(ip)
+}
+
+// mayUse reports whether the Service under review may have an address of r.
+func (c *checker) mayUse(r ReservedRange) bool {
+	return r.Allows(c.svc.Namespace, c.svc.Labels, c.env.NamespaceLabels)
 }
 
 // assignReserved gives a Service that asks for no IP the IPs reserved for

@@ -53,6 +53,17 @@ func (c *checker) reportAllocatedReserved(field, raw string, res Reservation, pl
 	c.violateAllocated(RuleReservedForOther, field, raw, "is reserved for Service %s%s; %s, and releases it with this denial: %s", res.Owner, noteOf(res), why, fix)
 }
 
+// reportAllocatedInRange records an allocated address in a reserved range
+// the Service may not use: the leader's holds were off or late (the range
+// was added a moment ago), or the allocator raced them.
+func (c *checker) reportAllocatedInRange(field, raw string, r ReservedRange, pl allocview.Placement) {
+	why := "the apiserver hands out static-band addresses only when the range's dynamic band is full"
+	if pl.Kind == allocview.Dynamic {
+		why = fmt.Sprintf("the apiserver picked it at random from the dynamic band %s of %s before the range's free addresses were held", pl.DynamicIn.Dynamic(), pl.DynamicIn.Name())
+	}
+	c.violateAllocated(RuleReservedRangeForOther, field, raw, "is in reserved range %s, which only %s may use; %s, and releases it with this denial: create the Service again to get another address%s", r, r.Who(), why, orNameStatic(c.rs, allocview.FamilyOf(r.Band.First)))
+}
+
 // violateAllocated records a validating-stage violation about an address
 // the apiserver allocated: "allocated ClusterIP "10.96.0.10" is ...".
 func (c *checker) violateAllocated(rule RuleID, field, raw, format string, args ...any) {
@@ -103,7 +114,11 @@ func (c *checker) reportAllowedAnyway(field, raw string, ip netip.Addr, pl alloc
 	case reserved && res.Owner != c.self():
 		rule, what = RuleReservedForOther, fmt.Sprintf("is reserved for Service %s%s, which cannot get it while this Service holds it", res.Owner, noteOf(res))
 	default:
-		return false
+		rng, inRange := c.rangeOf(ip, reserved)
+		if !inRange || c.mayUse(rng) {
+			return false
+		}
+		rule, what = RuleReservedRangeForOther, fmt.Sprintf("is in reserved range %s, which only %s may use", rng, rng.Who())
 	}
 	a := p.ActionFor(rule)
 	if a == ActionDeny {

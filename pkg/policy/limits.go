@@ -31,6 +31,7 @@ func checkCounts(f File, ln lines) error {
 		{[]any{"serviceCIDRs"}, len(f.ServiceCIDRs), MaxPolicyCIDRs},
 		{[]any{"allowedCIDRs"}, len(f.AllowedCIDRs), MaxPolicyCIDRs},
 		{[]any{"reservations"}, len(f.Reservations), MaxReservations},
+		{[]any{"reservedRanges"}, len(f.ReservedRanges), MaxReservedRanges},
 		{[]any{"exemptions", "namespaces"}, len(f.Exemptions.Namespaces), MaxExemptions},
 		{[]any{"exemptions", "users"}, len(f.Exemptions.Users), MaxExemptions},
 		{[]any{"exemptions", "groups"}, len(f.Exemptions.Groups), MaxExemptions},

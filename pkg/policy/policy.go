@@ -48,7 +48,7 @@ const (
 var KubernetesService = Owner{kubernetesServiceNamespace, kubernetesServiceName}
 
 // Rules lists every rule ID.
-var Rules = []RuleID{RuleInvalidIP, RuleOutsideServiceCIDRs, RuleReservedForOther, RuleStaticIPInDynamicBand, RuleAlreadyAllocated}
+var Rules = []RuleID{RuleInvalidIP, RuleOutsideServiceCIDRs, RuleReservedForOther, RuleReservedRangeForOther, RuleStaticIPInDynamicBand, RuleAlreadyAllocated}
 
 // Action is what a rule does when it matches.
 type Action string
@@ -70,6 +70,7 @@ type File struct {
 	AllowedCIDRs             []string      `yaml:"allowedCIDRs"`
 	ReserveKubernetesService *bool         `yaml:"reserveKubernetesService"`
 	Reservations             []FileReserve `yaml:"reservations"`
+	ReservedRanges           []FileRange   `yaml:"reservedRanges"`
 	Enforcement              FileEnforce   `yaml:"enforcement"`
 	Exemptions               FileExempt    `yaml:"exemptions"`
 }
@@ -118,11 +119,13 @@ type Policy struct {
 	AllowedCIDRs             []netip.Prefix
 	ReserveKubernetesService bool
 	Reservations             []Reservation
-	DefaultAction            Action
-	RuleActions              map[RuleID]Action
-	ExemptNamespaces         []string
-	ExemptUsers              []string
-	ExemptGroups             []string
+	// ReservedRanges are sorted by first address and never overlap.
+	ReservedRanges   []ReservedRange
+	DefaultAction    Action
+	RuleActions      map[RuleID]Action
+	ExemptNamespaces []string
+	ExemptUsers      []string
+	ExemptGroups     []string
 	// Digest identifies the file's content (first 12 hex digits of SHA-256).
 	Digest string
 
@@ -244,6 +247,9 @@ func compile(f File, ln lines, data []byte) (*Policy, error) {
 		if err := p.addReservation(i, r, ln); err != nil {
 			return nil, err
 		}
+	}
+	if err := p.compileRanges(f.ReservedRanges, ln); err != nil {
+		return nil, err
 	}
 	if err := p.compileEnforcement(f.Enforcement, ln); err != nil {
 		return nil, err

@@ -44,7 +44,7 @@ func TestParseRefusesBadPoliciesNamingTheEntry(t *testing.T) {
 		{name: "a reservation outside allowedCIDRs", body: head + "allowedCIDRs: [10.96.0.0/12]\nreservations:\n- ip: 192.168.0.10\n  service: kube-system/kube-dns\n", want: "192.168.0.10 is outside allowedCIDRs"},
 		{name: "a reservation on a network address", body: head + "serviceCIDRs: [10.96.0.0/16]\nreservations:\n- ip: 10.96.0.0\n  service: kube-system/kube-dns\n", want: "is the network or broadcast address of 10.96.0.0/16"},
 		{name: "an unknown action", body: head + "enforcement:\n  default: block\n", want: `enforcement.default (line 4): "block" is not an action; use deny, warn or audit`},
-		{name: "an unknown rule", body: head + "enforcement:\n  rules:\n    static-ip: warn\n", want: `enforcement.rules (line 5): "static-ip" is not a rule; the rules are invalid-ip, outside-service-cidrs, reserved-for-other, static-ip-in-dynamic-band, already-allocated`},
+		{name: "an unknown rule", body: head + "enforcement:\n  rules:\n    static-ip: warn\n", want: `enforcement.rules (line 5): "static-ip" is not a rule; the rules are invalid-ip, outside-service-cidrs, reserved-for-other, reserved-range-for-other, static-ip-in-dynamic-band, already-allocated`},
 		{name: "an unknown rule action", body: head + "enforcement:\n  rules:\n    invalid-ip: allow\n", want: `enforcement.rules.invalid-ip (line 5): "allow" is not an action`},
 		{name: "an invalid exempt namespace", body: head + "exemptions:\n  namespaces: [Legacy]\n", want: `exemptions.namespaces[0] (line 4): "Legacy" is not a namespace name`},
 	}

@@ -99,5 +99,11 @@ reservations:
 	for i, ip := range ownerIPs {
 		s += fmt.Sprintf("- ip: %s\n  service: %s/%s\n  note: benchmark reservation owner\n", ip, benchNamespace, ownerName(i))
 	}
+	// A reserved range in the static band (between the owners and the
+	// DNS address, clear of the static pool): the managed matchConditions
+	// must still send no dynamic create. None in the dynamic band: without
+	// the leader's range holds a dynamic allocation may land in it, and is
+	// then sent to the validating webhook, as it should be.
+	s += "reservedRanges:\n- first: 10.96.0.12\n  last: 10.96.0.19\n  namespaces: [bench-ranges]\n  note: benchmark range\n"
 	return s + "enforcement:\n  default: deny\n"
 }

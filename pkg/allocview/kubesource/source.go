@@ -338,7 +338,11 @@ func HolderOf(a *networkingv1.IPAddress) allocview.Holder {
 	// The view keeps a holder for every allocated IP (100,000 in a large
 	// cluster) and the decoder gives each its own copy of each string;
 	// group, resource and namespace repeat, so they are kept once.
-	return allocview.Holder{Group: intern(r.Group), Resource: intern(r.Resource), Namespace: intern(r.Namespace), Name: r.Name}
+	return allocview.Holder{Group: intern(r.Group), Resource: intern(r.Resource), Namespace: intern(r.Namespace), Name: r.Name,
+		Ours: a.Labels[managedByLabel] == allocview.HoldManager}
 }
+
+// managedByLabel is the label that names an IPAddress's manager.
+const managedByLabel = "ipaddress.kubernetes.io/managed-by"
 
 func intern(s string) string { return unique.Make(s).Value() }

@@ -190,3 +190,21 @@ func TestALargeRelistReturnsItsMemoryOnce(t *testing.T) {
 		})
 	}
 }
+
+// A hold (our managed-by label) is still its Service's to the decisions;
+// only the capacity counts tell it apart.
+func TestHolderOfMarksOurHolds(t *testing.T) {
+	hold := makeIPAddress("10.96.0.10", "kube-system", "kube-dns")
+	hold.Labels = map[string]string{"ipaddress.kubernetes.io/managed-by": allocview.HoldManager}
+	apiservers := makeIPAddress("10.96.0.11", "kube-system", "kube-dns")
+	apiservers.Labels = map[string]string{"ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}
+	for _, c := range []struct {
+		a    *networkingv1.IPAddress
+		ours bool
+	}{{hold, true}, {apiservers, false}, {makeIPAddress("10.96.0.12", "kube-system", "kube-dns"), false}} {
+		h := HolderOf(c.a)
+		if h.Ours != c.ours || !h.IsService("kube-system", "kube-dns") {
+			t.Errorf("HolderOf(%s labelled %v) = %+v, want Ours %v and the Service kube-system/kube-dns", c.a.Name, c.a.Labels, h, c.ours)
+		}
+	}
+}

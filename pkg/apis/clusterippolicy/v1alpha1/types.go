@@ -101,6 +101,17 @@ type ClusterIPPolicySpec struct {
 	// +kubebuilder:validation:MaxItems=10000
 	Reservations []Reservation `json:"reservations,omitempty"`
 
+	// reservedRanges are ranges inside the active Service ranges that the
+	// apiserver's allocator never hands out (the leader holds their free
+	// addresses) and that only the namespaces each names may use, by
+	// naming an address in clusterIP. A Service of any other namespace
+	// naming one is refused (reserved-range-for-other). A reservation of a
+	// single address may lie inside a range: its owner alone may have that
+	// address. At most 4096 addresses in all ranges together.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	ReservedRanges []ReservedRange `json:"reservedRanges,omitempty"`
+
 	// enforcement says what each rule does when a request breaks it.
 	// +optional
 	Enforcement Enforcement `json:"enforcement,omitempty"`
@@ -143,6 +154,51 @@ type Reservation struct {
 	Note string `json:"note,omitempty"`
 }
 
+// ReservedRange is a block of Service addresses set aside for some
+// namespaces: given as cidr, or as first and last (inclusive), in either
+// IP family, inside one active range. Who may use it: a Service whose
+// namespace is listed in namespaces or matches namespaceSelector and, when
+// serviceSelector is set, whose labels match it too.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.cidr) != (has(self.first) || has(self.last))",message="give the range as cidr, or as first and last, not both"
+// +kubebuilder:validation:XValidation:rule="has(self.first) == has(self.last)",message="a range given by addresses needs both first and last"
+// +kubebuilder:validation:XValidation:rule="(has(self.namespaces) && size(self.namespaces) > 0) || has(self.namespaceSelector)",message="name the namespaces that may use the range (namespaces, namespaceSelector or both)"
+type ReservedRange struct {
+	// cidr is the range in CIDR notation. Example: 10.96.0.16/28.
+	// +optional
+	CIDR CIDR `json:"cidr,omitempty"`
+
+	// first is the range's first address, with last. Example: 10.96.0.20.
+	// +optional
+	First IPAddress `json:"first,omitempty"`
+
+	// last is the range's last address (inclusive), with first, of the
+	// same IP family and not below it. Example: 10.96.0.59.
+	// +optional
+	Last IPAddress `json:"last,omitempty"`
+
+	// namespaces whose Services may use the range.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MaxLength=63
+	Namespaces []string `json:"namespaces,omitempty"`
+
+	// namespaceSelector selects, by their labels, more namespaces whose
+	// Services may use the range. Example: {matchLabels: {team: payments}}.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// serviceSelector, when set, narrows use to the Services (of those
+	// namespaces) whose labels it matches.
+	// +optional
+	ServiceSelector *metav1.LabelSelector `json:"serviceSelector,omitempty"`
+
+	// note is free text naming what the range is for; refusals quote it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Note string `json:"note,omitempty"`
+}
+
 // Action is what a rule does when a request breaks it: deny refuses the
 // request, warn allows it with an admission warning, audit allows it and
 // only logs it.
@@ -159,8 +215,8 @@ type Enforcement struct {
 	Default Action `json:"default,omitempty"`
 
 	// rules overrides the action per rule ID (invalid-ip,
-	// outside-service-cidrs, reserved-for-other, static-ip-in-dynamic-band,
-	// already-allocated). Example: {static-ip-in-dynamic-band: warn}.
+	// outside-service-cidrs, reserved-for-other, reserved-range-for-other,
+	// static-ip-in-dynamic-band, already-allocated). Example: {static-ip-in-dynamic-band: warn}.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	Rules map[string]Action `json:"rules,omitempty"`
