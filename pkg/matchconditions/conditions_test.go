@@ -685,6 +685,27 @@ func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
 			service("apps", "web", dualStack(last6, last4)),
 			service("apps", "web", dualStack("10.100.7.7", "fd00:1234:5678:9a00:ffff:ffff:ffff:f000")))
 	})
+	t.Run("most reserved-range prefixes", func(t *testing.T) {
+		// 64 ranges of two addresses that no single prefix covers: two
+		// prefixes each, MaxReservedPrefixes in all, half of each family.
+		var b strings.Builder
+		b.WriteString("reservedRanges:\n")
+		for i := range 32 {
+			fmt.Fprintf(&b, "- {first: 10.96.%d.1, last: 10.96.%d.2, namespaces: [a]}\n", 10+i, 10+i)
+			fmt.Fprintf(&b, "- {first: 'fd00:10:96::9:%x01', last: 'fd00:10:96::9:%x02', namespaces: [a]}\n", 0x10+i, 0x10+i)
+		}
+		p := mustPolicy(t, b.String())
+		env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+		c := Compute(p, env.Ranges())
+		if c.AllowListCapped || len(c.Skip.Reserved) != MaxReservedPrefixes {
+			t.Fatalf("capped %v, %d reserved prefixes: not the largest case", c.AllowListCapped, len(c.Skip.Reserved))
+		}
+		// Dynamic addresses in no range: every range prefix tried.
+		check(t, "validating", c.Validating,
+			service("apps", "web", dualStack("10.96.200.20", "fd00:10:96::9:20")),
+			service("apps", "web", dualStack("fd00:10:96::9:20", "10.96.200.20")),
+			service("apps", "web", dualStack("10.96.41.2", "fd00:10:96::9:2f02")))
+	})
 }
 
 // TestSkipSetIsExactlyTheAllowList: the ranges and holes the validating

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/netip"
+	"strconv"
 	"testing"
 
 	"clusterip-policy/pkg/allocview"
@@ -98,6 +99,27 @@ func BenchmarkValidateDynamicCreate(b *testing.B) {
 	for b.Loop() {
 		if d := Validate(env, req); d.Outcome != Allowed {
 			b.Fatal(d.Outcome, d.Message)
+		}
+	}
+}
+
+// BenchmarkMutateInReservedRange: a hand-picked address in the last of the
+// largest number of reserved ranges (64), by a namespace its selector
+// allows; compare BenchmarkMutateStaticRequest.
+func BenchmarkMutateInReservedRange(b *testing.B) {
+	env := benchEnv(b)
+	var body string
+	for i := range 64 {
+		body += "- {cidr: 10.100." + strconv.Itoa(i) + ".0/26, namespaceSelector: {matchLabels: {team: t" + strconv.Itoa(i) + "}}}\n"
+	}
+	env.Policy = mustPolicy(b, dnsPolicy+"reservedRanges:\n"+body)
+	env.NamespaceLabels = func(string) (map[string]string, bool) { return map[string]string{"team": "t63"}, true }
+	req := Request{Operation: Create, Service: makeService("team/web", clusterIP("10.100.63.10"))}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d := Mutate(env, req); !d.Allowed() {
+			b.Fatal(d.Message)
 		}
 	}
 }
