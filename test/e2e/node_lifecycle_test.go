@@ -228,17 +228,14 @@ func TestNodeLifecycle(t *testing.T) {
 	})
 
 	t.Run("helm upgrade from the previous chart version under 8 clients: no allowed create fails", func(t *testing.T) {
-		// Found by this test and not fixed yet (issue 29): from the
-		// previous chart the upgrade stalls and fails creates. Helm's
-		// three-way merge drops the caBundle and the self-signed Secret the
-		// previous chart rendered; the new pods wait for the Secret that
-		// only a leader with managed certificates writes, while an old pod
-		// holds the Lease; the old pods keep failurePolicy Fail with no
-		// caBundle (0 of 3 new pods ready, both Service webhooks Fail with
-		// an empty caBundle, measured 3.5 min into helm upgrade --wait).
-		if os.Getenv("E2E_PREVIOUS_CHART_UPGRADE") == "" {
-			t.Skip("the upgrade from the previous chart stalls (issue 29, open): set E2E_PREVIOUS_CHART_UPGRADE=1 to run it")
-		}
+		// The previous chart rendered a Helm-generated certificate into the
+		// serving Secret and every caBundle, with failurePolicy Fail. This
+		// chart keeps both through the upgrade (Helm's three-way merge
+		// deleted them: the new pods then waited for a Secret only a leader
+		// of theirs writes while an old pod held the Lease, and every call
+		// failed TLS; TestHelmUpgradeFromThePreviousChart), so old and new
+		// pods serve the same certificate until the new leader moves it to
+		// a CA of its own.
 		prevChart, prevVersion := n.pushPreviousChart(t, ctx)
 		if err := install(prevChart, prevVersion); err != nil {
 			t.Fatalf("install the previous chart: %v", err)
