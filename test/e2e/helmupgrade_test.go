@@ -24,7 +24,9 @@ import (
 // Secret clusterip-policy-webhook-tls and every caBundle) and upgrades to
 // this chart (certificate.source=managed: the leader writes both) with helm
 // alone. What helm applies is checked, on the harness's apiserver (no pods
-// run): the caBundle and the Secret must survive the upgrade, since the new
+// run, so helm upgrade runs with --no-hooks and the test runs the
+// pre-upgrade hook's command itself, as the hook's service account): the
+// caBundle and the Secret must survive the upgrade, since the new
 // pods serve that Secret until their leader has moved to a CA of its own,
 // and the old pods serve it meanwhile. Without that (the chart before this
 // test), Helm's three-way merge deleted both. The whole path under load is
@@ -112,7 +114,7 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 
 	t.Run("helm upgrade keeps the previous chart's caBundle and serving Secret", func(t *testing.T) {
 		start := time.Now()
-		if _, err := runHelm(append([]string{"upgrade", "clusterip-policy", "charts/clusterip-policy"}, values...)...); err != nil {
+		if _, err := runHelm(append([]string{"upgrade", "clusterip-policy", "charts/clusterip-policy", "--no-hooks"}, values...)...); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("e2e: helm upgrade from the chart of %s took %s", previousChartRef, time.Since(start).Round(time.Millisecond))
@@ -151,7 +153,7 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 		if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{FieldManager: "clusterip-policy-certificates"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := runHelm(append([]string{"upgrade", "clusterip-policy", "charts/clusterip-policy"}, values...)...); err != nil {
+		if _, err := runHelm(append([]string{"upgrade", "clusterip-policy", "charts/clusterip-policy", "--no-hooks"}, values...)...); err != nil {
 			t.Fatal(err)
 		}
 		manifest, err := runHelm("get", "manifest", "clusterip-policy", "--namespace", ns)
@@ -166,6 +168,93 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 		}
 		if got := caBundles()["mutate-services.clusterip-policy.io"]; got != string(written) {
 			t.Errorf("helm upgrade changed the caBundle the leader wrote (%d bytes, want %d)", len(got), len(written))
+		}
+	})
+
+	if t.Failed() {
+		return
+	}
+
+	t.Run("the pre-upgrade hook brings an older CRD up to this release's: a policy then stores the new field", func(t *testing.T) {
+		// The CRD has no field newer than the previous chart's, so the
+		// cluster's is made older here: without spec.exemptions.
+		const crd = "clusterippolicies.clusterip-policy.io"
+		const field = "exemptions"
+		remove := `[{"op":"remove","path":"/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/` + field + `"}]`
+		if _, errOut, err := c.Kubectl(ctx, "", "patch", "crd", crd, "--type=json", "-p", remove); err != nil {
+			t.Fatalf("make the CRD older: %v: %s", err, errOut)
+		}
+		useField := func() error {
+			patch := `{"spec":{"` + field + `":{"namespaces":["e2e-upgrade"]}}}`
+			// The CRD just changed: the apiserver may serve the old schema
+			// for a moment; a stored value is what counts.
+			var last error
+			for range 20 {
+				_, errOut, err := c.Kubectl(ctx, "", "patch", "clusterippolicy", "default", "--type=merge", "-p", patch)
+				got, _, gerr := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.spec."+field+".namespaces}")
+				if err == nil && gerr == nil && strings.Contains(got, "e2e-upgrade") {
+					return nil
+				}
+				last = fmt.Errorf("stored %q (patch: %v %s)", got, err, strings.TrimSpace(errOut))
+				time.Sleep(250 * time.Millisecond)
+			}
+			return last
+		}
+		if err := useField(); err == nil {
+			t.Fatal("the CRD without spec.exemptions stored it: the test would prove nothing")
+		} else {
+			t.Logf("before the hook: %v", err)
+		}
+		// The hook's service account and RBAC, as helm creates them before
+		// the Job (the Job itself is left out: no kubelet here).
+		sv, err := cs.Discovery().ServerVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hook, err := runHelm(append([]string{"template", "clusterip-policy", "charts/clusterip-policy", "--is-upgrade", "--kube-version", sv.GitVersion, "--show-only", "templates/crd-upgrade.yaml"}, values...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := strings.Split(hook, "\n---\n")
+		var rbac []string
+		for _, d := range docs {
+			if !strings.Contains(d, "\nkind: Job\n") {
+				rbac = append(rbac, d)
+			}
+		}
+		if len(rbac) != 3 || len(docs) != 4 {
+			t.Fatalf("the hook renders %d objects, %d of them not the Job; want the ServiceAccount, ClusterRole, ClusterRoleBinding and the Job", len(docs), len(rbac))
+		}
+		if _, errOut, err := c.Kubectl(ctx, strings.Join(rbac, "\n---\n"), "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply the hook's RBAC: %v: %s", err, errOut)
+		}
+		applyCRD := func() (string, error) {
+			cmd := exec.CommandContext(ctx, c.Bin.Webhook, "apply-crd", "--kubeconfig", c.AdminKubeconfig, "--as", "system:serviceaccount:"+ns+":clusterip-policy-apply-crd", "--timeout=1m")
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		start := time.Now()
+		out, err := applyCRD()
+		if err != nil {
+			t.Fatalf("clusterip-policy apply-crd as the hook's service account: %v\n%s", err, out)
+		}
+		t.Logf("e2e: apply-crd as the hook's service account took %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
+		if err := useField(); err != nil {
+			t.Fatalf("after the hook the new field: %v", err)
+		}
+		// Never over a CRD a newer release applied.
+		if _, errOut, err := c.Kubectl(ctx, "", "annotate", "crd", crd, "--overwrite", "clusterip-policy.io/applied-by-version=v99.0.0"); err != nil {
+			t.Fatalf("%v: %s", err, errOut)
+		}
+		if _, errOut, err := c.Kubectl(ctx, "", "patch", "crd", crd, "--type=json", "-p", remove); err != nil {
+			t.Fatalf("%v: %s", err, errOut)
+		}
+		out, err = applyCRD()
+		if err != nil || !strings.Contains(out, "kept the CRD") {
+			t.Errorf("apply-crd over a CRD of v99.0.0: %v %q, want it kept", err, out)
+		}
+		if got, _, _ := c.Kubectl(ctx, "", "get", "crd", crd, "-o", "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties."+field+".type}"); got != "" {
+			t.Errorf("apply-crd replaced a CRD a newer release applied (spec.%s is back, type %q)", field, got)
 		}
 	})
 }

@@ -240,12 +240,46 @@ func TestNodeLifecycle(t *testing.T) {
 		if err := install(prevChart, prevVersion); err != nil {
 			t.Fatalf("install the previous chart: %v", err)
 		}
-		n.lifecycleLoad(t, ctx, "upgrade", 60*time.Second, func() error {
+		// This chart's CRD has no field the previous one lacks: make the
+		// cluster's older (no spec.exemptions), so that the upgrade's
+		// pre-upgrade hook (clusterip-policy apply-crd) has one to bring.
+		kubectl := framework.DefaultBinaries(n.root).Kubectl
+		n.run(t, ctx, kubectl, "patch", "crd", "clusterippolicies.clusterip-policy.io", "--type=json", "-p",
+			`[{"op":"remove","path":"/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/exemptions"}]`)
+		n.lifecycleLoad(t, ctx, "upgrade", 90*time.Second, func() error {
 			args := append([]string{"upgrade", "clusterip-policy", chart, "--version", version, "--plain-http",
 				"--namespace", ns, "--wait", "--timeout", "5m"}, values...)
 			_, err := n.try(ctx, n.helm, args...)
 			return err
 		})
+		if by := n.run(t, ctx, kubectl, "get", "crd", "clusterippolicies.clusterip-policy.io", "-o", `jsonpath={.metadata.annotations.clusterip-policy\.io/applied-by-version}`); by == "" {
+			t.Error("the CRD carries no clusterip-policy.io/applied-by-version after the upgrade: the pre-upgrade hook did not apply it")
+		}
+		eventually(t, ctx, 30*time.Second, func() error {
+			if _, err := n.try(ctx, kubectl, "patch", "clusterippolicy", "default", "--type=merge", "-p", `{"spec":{"exemptions":{"namespaces":["e2e-upgrade"]}}}`); err != nil {
+				return err
+			}
+			got, err := n.try(ctx, kubectl, "get", "clusterippolicy", "default", "-o", "jsonpath={.spec.exemptions.namespaces}")
+			if err == nil && !strings.Contains(got, "e2e-upgrade") {
+				err = fmt.Errorf("spec.exemptions stored as %q: pruned by the previous CRD", got)
+			}
+			return err
+		})
+		// The new leader takes the previous chart's certificate over: a CA
+		// of its own in the caBundle, then its serving certificate, and the
+		// Secret labelled its own (the chart stops rendering it then).
+		took := time.Now()
+		eventually(t, ctx, 2*time.Minute, func() error {
+			s, err := n.cs.CoreV1().Secrets(ns).Get(ctx, "clusterip-policy-webhook-tls", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if by := s.Labels["app.kubernetes.io/managed-by"]; by != "clusterip-policy" {
+				return fmt.Errorf("the serving Secret is managed by %q", by)
+			}
+			return nil
+		})
+		t.Logf("e2e: node upgrade: the leader had taken the serving Secret over %s after the upgrade returned", time.Since(took).Round(time.Second))
 		if _, err := n.try(ctx, n.helm, "uninstall", "clusterip-policy", "--namespace", ns, "--wait", "--timeout", "2m"); err != nil {
 			t.Error(err)
 		}
