@@ -124,7 +124,7 @@ func Apply(ctx context.Context, client dynamic.Interface, version string) (Resul
 // waitEstablished polls the CRD until its Established condition is True,
 // until ctx ends.
 func waitEstablished(ctx context.Context, api dynamic.NamespaceableResourceInterface) error {
-	last := "not read yet"
+	var last string
 	for {
 		crd, err := api.Get(ctx, Name, metav1.GetOptions{})
 		if err == nil {
