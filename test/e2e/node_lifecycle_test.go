@@ -253,7 +253,9 @@ func TestNodeLifecycle(t *testing.T) {
 			return err
 		})
 		if by := n.run(t, ctx, kubectl, "get", "crd", "clusterippolicies.clusterip-policy.io", "-o", `jsonpath={.metadata.annotations.clusterip-policy\.io/applied-by-version}`); by == "" {
-			t.Error("the CRD carries no clusterip-policy.io/applied-by-version after the upgrade: the pre-upgrade hook did not apply it")
+			out, _ := n.try(ctx, kubectl, "-n", ns, "logs", "-l", "app.kubernetes.io/name=clusterip-policy-apply-crd", "--tail=20", "--prefix")
+			t.Errorf("the CRD carries no clusterip-policy.io/applied-by-version after the upgrade: the pre-upgrade hook did not apply it; its pods said:\n%s", out)
+			n.dumpPods(t, ctx, ns)
 		}
 		eventually(t, ctx, 30*time.Second, func() error {
 			if _, err := n.try(ctx, kubectl, "patch", "clusterippolicy", "default", "--type=merge", "-p", `{"spec":{"exemptions":{"namespaces":["e2e-upgrade"]}}}`); err != nil {
