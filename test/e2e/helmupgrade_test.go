@@ -114,7 +114,10 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 
 	t.Run("helm upgrade keeps the previous chart's caBundle and serving Secret", func(t *testing.T) {
 		start := time.Now()
-		if _, err := runHelm(append([]string{"upgrade", "clusterip-policy", "charts/clusterip-policy", "--no-hooks"}, values...)...); err != nil {
+		// As docs/install.md says for this upgrade: the install's values,
+		// this chart's defaults (--reuse-values would take the previous
+		// chart's, certificate.source selfSigned among them, refused).
+		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--no-hooks", "--namespace", ns, "--reset-then-reuse-values"); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("e2e: helm upgrade from the chart of %s took %s", previousChartRef, time.Since(start).Round(time.Millisecond))
