@@ -133,6 +133,17 @@ func TestNodeLifecycle(t *testing.T) {
 			return nil
 		})
 		t.Logf("e2e: node lifecycle certificates: the served Secret changed %d times in 90 s", renewals)
+		// What the leader says it issued, to tell a renewal it did not do
+		// from one this poll did not see.
+		if logs, err := n.try(ctx, framework.DefaultBinaries(n.root).Kubectl, "-n", ns, "logs", "-l", "app.kubernetes.io/name=clusterip-policy-webhook", "--tail=-1", "--prefix", "--max-log-requests=10"); err == nil {
+			var issued []string
+			for _, l := range strings.Split(logs, "\n") {
+				if (strings.Contains(l, "issued the serving certificate") || strings.Contains(l, "new CA;") || strings.Contains(l, "could not be kept")) && len(issued) < 20 {
+					issued = append(issued, l)
+				}
+			}
+			t.Logf("e2e: node lifecycle certificates: the leaders logged %d issues:\n%s", len(issued), strings.Join(issued, "\n"))
+		}
 		// The rotation to the new CA issues a new serving certificate: at
 		// least that change. (A renewal of the 45 s certificate within the
 		// 90 s was expected too and not seen on 2026-12-02: open in
