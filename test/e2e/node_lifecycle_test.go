@@ -137,12 +137,16 @@ func TestNodeLifecycle(t *testing.T) {
 		// from one this poll did not see.
 		if logs, err := n.try(ctx, framework.DefaultBinaries(n.root).Kubectl, "-n", ns, "logs", "-l", "app.kubernetes.io/name=clusterip-policy-webhook", "--tail=-1", "--prefix", "--max-log-requests=10"); err == nil {
 			var issued []string
-			for _, l := range strings.Split(logs, "\n") {
-				if (strings.Contains(l, "issued the serving certificate") || strings.Contains(l, "new CA;") || strings.Contains(l, "could not be kept")) && len(issued) < 20 {
+			lines := strings.Split(logs, "\n")
+			for _, l := range lines {
+				if (strings.Contains(l, "issued the serving certificate") || strings.Contains(l, "new CA") || strings.Contains(l, "could not be kept") ||
+					strings.Contains(l, "keeping the webhook") || strings.Contains(l, "serving certificate loaded")) && len(issued) < 40 {
 					issued = append(issued, l)
 				}
 			}
-			t.Logf("e2e: node lifecycle certificates: the leaders logged %d issues:\n%s", len(issued), strings.Join(issued, "\n"))
+			t.Logf("e2e: node lifecycle certificates: of %d log lines, the certificate lines:\n%s", len(lines), strings.Join(issued, "\n"))
+		} else {
+			t.Logf("e2e: node lifecycle certificates: the pods' logs: %v", err)
 		}
 		// The rotation to the new CA issues a new serving certificate: at
 		// least that change. (A renewal of the 45 s certificate within the
