@@ -38,7 +38,7 @@ func TestCRDIsGeneratedFromTheGoTypes(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("hack/generate-crd.sh: %v\n%s", err, b)
 	}
-	for _, f := range []string{"manifests/base/crd.yaml", "charts/clusterip-policy/crds/clusterippolicies.yaml"} {
+	for _, f := range []string{"manifests/base/crd.yaml", "charts/clusterip-policy/crds/clusterippolicies.yaml", "internal/crdapply/clusterippolicies.yaml"} {
 		want, err := os.ReadFile(filepath.Join(out, f))
 		if err != nil {
 			t.Fatal(err)

@@ -364,6 +364,7 @@ func TestChartRefusesUnsafeValues(t *testing.T) {
 		{[]string{"--set", "webhook.failurePolicy=Ignore"}, `webhook.armFailurePolicy: the leader arms the Service webhooks to failurePolicy Fail once the apiserver reaches a ready replica, but webhook.failurePolicy is "Ignore"; set webhook.armFailurePolicy=false`},
 		{[]string{"--set", "webhook.auditInterval=0s"}, "webhook.armFailurePolicy needs webhook.auditInterval: while the Service webhooks are not armed"},
 		{[]string{"--set", "webhook.armFailurePolicy=maybe"}, "at '/webhook/armFailurePolicy': got string, want boolean"},
+		{[]string{"--set", "crdUpgrade=maybe"}, "at '/crdUpgrade': got string, want boolean"},
 		{[]string{"--set", "webhook.excludedNamespaces={Bad_NS}"}, "'Bad_NS' does not match pattern"},
 		{[]string{"--set", "webhook.excludedNamespaces={ci,default}"}, "webhook.excludedNamespaces: default must stay covered"},
 		{[]string{"--set", "webhook.auditInterval=5x"}, "at '/webhook/auditInterval': '5x' does not match pattern"},

@@ -17,7 +17,8 @@ const (
 	// BadData: a flag, an argument, an input or the policy cannot be used.
 	BadData = 2
 	// Unreadable: audit could not read the cluster (unreachable, timed
-	// out, or not allowed to list what it needs).
+	// out, or not allowed to list what it needs); apply-crd could not
+	// read or apply the CRD.
 	Unreadable = 3
 )
 

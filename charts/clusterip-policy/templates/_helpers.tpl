@@ -273,6 +273,48 @@ lookup finds nothing). Called with (dict "kind" ... "webhook" ...).
 {{- $policy -}}
 {{- end -}}
 
+{{- /*
+certificate.source=managed: the caBundle line of one live webhook (called
+with (dict "kind" ... "webhook" ...)), "" when lookup finds none (a first
+install; helm template). The leader writes the caBundle and the chart
+renders none of its own, but it must not drop one: when the release's last
+manifest held a caBundle (the previous chart's generated CA, an
+existingSecret), Helm's three-way merge deletes a field the new manifest
+omits, and every webhook call would then fail TLS until the new leader
+writes it again. Rendering the live value keeps it; it is the value in
+place, so the write changes nothing.
+*/ -}}
+{{- define "clusterip-policy.liveCABundle" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" .kind "" "clusterip-policy" -}}
+{{- range (($live | default dict).webhooks | default list) -}}
+{{- if and (eq .name $.webhook) (dig "clientConfig" "caBundle" "" .) -}}
+{{- printf "\n    caBundle: %s" .clientConfig.caBundle -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+certificate.source=managed: the serving Secret the previous chart rendered
+(a Helm-generated certificate, before the webhook managed its own), as it
+is in the cluster, when lookup finds one this release made and the leader
+has not taken over (its label app.kubernetes.io/managed-by is still Helm's).
+Rendered again, with helm.sh/resource-policy: keep, so that helm upgrade
+does not delete it: the new pods serve it until their leader has made a CA
+of its own and moved the certificate to it (and relabels the Secret), and
+the old pods keep serving it meanwhile. "" otherwise: the leader creates
+the Secret, outside the release.
+*/ -}}
+{{- define "clusterip-policy.inheritedServingSecret" -}}
+{{- $live := lookup "v1" "Secret" .Release.Namespace "clusterip-policy-webhook-tls" -}}
+{{- if $live -}}
+{{- $owner := dig "metadata" "annotations" "meta.helm.sh/release-name" "" $live -}}
+{{- $by := dig "metadata" "labels" "app.kubernetes.io/managed-by" "" $live -}}
+{{- if and (eq $owner .Release.Name) (ne $by "clusterip-policy") (index ($live.data | default dict) "tls.crt") (index ($live.data | default dict) "tls.key") -}}
+{{- toJson $live -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 The Service webhooks' namespaceSelector, as JSON: one NotIn on
 kubernetes.io/metadata.name of the release namespace and

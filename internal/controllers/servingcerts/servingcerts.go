@@ -24,6 +24,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -523,11 +524,8 @@ func (k *Keeper) writeSecret(ctx context.Context, old *corev1.Secret, name strin
 	opts := metav1.CreateOptions{FieldManager: FieldManager}
 	if old == nil {
 		_, err := api.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.o.Namespace, Labels: map[string]string{
-				"app.kubernetes.io/name":       "clusterip-policy-webhook",
-				"app.kubernetes.io/managed-by": "clusterip-policy",
-			}},
-			Type: typ, Data: data,
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.o.Namespace, Labels: maps.Clone(ownLabels)},
+			Type:       typ, Data: data,
 		}, opts)
 		if err != nil {
 			return fmt.Errorf("create the Secret %s/%s: %w", k.o.Namespace, name, err)
@@ -539,10 +537,26 @@ func (k *Keeper) writeSecret(ctx context.Context, old *corev1.Secret, name strin
 	}
 	sec := old.DeepCopy()
 	sec.Data = data
+	// A Secret someone else made (the serving Secret the previous chart
+	// rendered, which the chart keeps through the upgrade) is ours from
+	// the first write: the chart stops rendering it once the label says so.
+	if sec.Labels == nil {
+		sec.Labels = map[string]string{}
+	}
+	maps.Copy(sec.Labels, ownLabels)
 	if _, err := api.Update(ctx, sec, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("update the Secret %s/%s: %w", k.o.Namespace, name, err)
 	}
 	return nil
+}
+
+// ownLabels mark the Secrets the leader writes. The chart reads
+// app.kubernetes.io/managed-by: a serving Secret it rendered itself
+// (managed-by Helm) it keeps rendering, one of ours it leaves alone
+// (charts/clusterip-policy, "clusterip-policy.inheritedServingSecret").
+var ownLabels = map[string]string{
+	"app.kubernetes.io/name":       "clusterip-policy-webhook",
+	"app.kubernetes.io/managed-by": "clusterip-policy",
 }
 
 // issue signs a serving certificate with ca, valid for --cert-validity but

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -447,5 +448,62 @@ func TestOptionsValidate(t *testing.T) {
 				t.Errorf("err = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// An upgrade from the chart that rendered its own certificate (a CA Helm
+// generated, in the serving Secret and every caBundle; no CA Secret): the
+// chart keeps that Secret and caBundle through the upgrade, and the leader
+// takes them over without a moment where what is served is not trusted.
+func TestTakesOverTheCertificateThePreviousChartRendered(t *testing.T) {
+	o := testOptions()
+	helmCA, err := certs.NewCA("clusterip-policy-ca", 10*365*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := helmCA.Sign(certs.Options{CommonName: "clusterip-policy-webhook.clusterip-policy.svc",
+		DNSNames: certs.ServiceDNSNames(o.Service, o.Namespace), IPs: []net.IP{net.ParseIP("127.0.0.1")}, Validity: 10 * 365 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, v := configurations()
+	m.Webhooks[0].ClientConfig.CABundle = helmCA.CertPEM
+	for i := range v.Webhooks {
+		v.Webhooks[i].ClientConfig.CABundle = helmCA.CertPEM
+	}
+	chartSecret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Secret, Namespace: o.Namespace,
+			Labels:      map[string]string{"app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": "clusterip-policy-0.0.9"},
+			Annotations: map[string]string{"helm.sh/resource-policy": "keep", "meta.helm.sh/release-name": "clusterip-policy"}},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{KeyCACert: helmCA.CertPEM, KeyTLSCert: kp.CertPEM, KeyTLSKey: kp.KeyPEM},
+	}
+	w := &world{t: t, client: fake.NewClientset(m, v, chartSecret), clock: time.Now()}
+	w.k = New(w.client, o, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+	w.k.now = func() time.Time { return w.clock }
+	w.requireTrusted("before the leader's first pass")
+
+	next := w.pass()
+	trusted := w.trusted()
+	if len(trusted) != 2 || !trusted[1].Equal(helmCA.Cert) {
+		t.Fatalf("after the first pass the caBundle holds %s, want a new CA and the chart's", subjects(trusted))
+	}
+	if _, ca := w.served(); !ca.Equal(helmCA.Cert) {
+		t.Fatal("the replicas were given a certificate of the new CA before the bundle settled")
+	}
+	w.requireTrusted("the bundle with both CAs just written")
+	w.clock = next
+	w.pass()
+	_, ca := w.served()
+	if !ca.Equal(trusted[0]) {
+		t.Fatal("the serving certificate did not move to the leader's CA once the bundle settled")
+	}
+	w.requireTrusted("after the switch to the leader's CA")
+	sec := w.secret(o.Secret)
+	if sec.Labels["app.kubernetes.io/managed-by"] != "clusterip-policy" {
+		t.Errorf("the taken-over Secret's managed-by is %q, want clusterip-policy (the chart stops rendering it on that label)", sec.Labels["app.kubernetes.io/managed-by"])
+	}
+	if sec.Annotations["helm.sh/resource-policy"] != "keep" {
+		t.Error("the leader dropped helm.sh/resource-policy: keep, so the next helm upgrade would delete the Secret")
 	}
 }
