@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"clusterip-policy/internal/testutil"
+	"clusterip-policy/pkg/policy"
 )
 
 // The tests run in docs/; paths below are from the repository's root.
@@ -730,5 +731,20 @@ func TestInstallPageNamesEveryGrant(t *testing.T) {
 	}
 	if seen < 10 {
 		t.Fatalf("read %d resources from manifests/base/rbac.yaml; the pattern no longer matches it", seen)
+	}
+}
+
+// TestEveryRuleIsOnEachOfItsPages: each public rule ID is on the three pages
+// that each say one thing of every rule (what each stage catches, the words
+// of a refusal, the audit's fix for the rules it reports: policy.AuditRules),
+// so a new rule cannot be left off one.
+func TestEveryRuleIsOnEachOfItsPages(t *testing.T) {
+	for page, rules := range map[string][]policy.RuleID{"rules.md": policy.Rules, "why-refused.md": policy.Rules, "operations.md": policy.AuditRules} {
+		text := read(t, filepath.Join(root, "docs", page))
+		for _, r := range rules {
+			if !strings.Contains(text, "| `"+string(r)+"` |") {
+				t.Errorf("docs/%s has no table row for the rule %s", page, r)
+			}
+		}
 	}
 }
