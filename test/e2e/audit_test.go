@@ -178,7 +178,7 @@ func TestAuditReportsExistingServicesThatBreakThePolicy(t *testing.T) {
 		if err := dec.Decode(&got); err != nil {
 			t.Fatalf("decode: %v\n%s", err, out)
 		}
-		wantCounts := map[string]int{"invalid-ip": 0, "outside-service-cidrs": 3, "reserved-for-other": 1, "already-allocated": 0, "reservation-not-held": 1}
+		wantCounts := map[string]int{"invalid-ip": 0, "outside-service-cidrs": 3, "reserved-for-other": 1, "reserved-range-for-other": 0, "already-allocated": 0, "reservation-not-held": 1}
 		if len(got.Counts) != len(wantCounts) {
 			t.Errorf("counts %v, want %v", got.Counts, wantCounts)
 		}

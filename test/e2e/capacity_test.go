@@ -27,11 +27,17 @@ import (
 type bandCounts struct{ free, allocated, held, reservedRange float64 }
 
 // scrapeBand reads the webhook's clusterip_policy_band_addresses of one
-// band of the ServiceCIDR "kubernetes".
+// band of the ServiceCIDR "kubernetes", the four states from one scrape (one
+// snapshot of the view: separate scrapes may straddle a change and add up
+// to more than the band).
 func scrapeBand(ctx context.Context, c *framework.Cluster, band string) (bandCounts, error) {
 	var b bandCounts
+	text, err := c.Webhooks[0].Metrics()
+	if err != nil {
+		return b, err
+	}
 	for state, dst := range map[string]*float64{"free": &b.free, "allocated": &b.allocated, "held": &b.held, "reserved-range": &b.reservedRange} {
-		v, err := c.WebhookMetric(ctx, 0, "clusterip_policy_band_addresses", `service_cidr="kubernetes"`, `band="`+band+`"`, `state="`+state+`"`)
+		v, err := framework.SumMetric(strings.NewReader(text), "clusterip_policy_band_addresses", `service_cidr="kubernetes"`, `band="`+band+`"`, `state="`+state+`"`)
 		if err != nil {
 			return b, err
 		}
