@@ -381,19 +381,6 @@ func (n *realNode) cleanUp(t *testing.T, ctx context.Context, ns string) {
 // retry, as kubectl, Helm and Argo CD do not, would have seen it fail).
 func (n *realNode) lifecycleLoad(t *testing.T, ctx context.Context, scenario string, d time.Duration, step func() error) {
 	t.Helper()
-	n.lifecycleLoadWith(t, ctx, scenario, d, false, step)
-}
-
-// lifecycleLoadRetriesAllowed is lifecycleLoad that reports attempts that
-// failed and were retried instead of failing on them; a request that
-// failed for good still fails the test.
-func (n *realNode) lifecycleLoadRetriesAllowed(t *testing.T, ctx context.Context, scenario string, d time.Duration, step func() error) {
-	t.Helper()
-	n.lifecycleLoadWith(t, ctx, scenario, d, true, step)
-}
-
-func (n *realNode) lifecycleLoadWith(t *testing.T, ctx context.Context, scenario string, d time.Duration, retriesAllowed bool, step func() error) {
-	t.Helper()
 	ns := fmt.Sprintf("life-%s-%d", scenario, time.Now().Unix()%100000)
 	if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -419,9 +406,7 @@ func (n *realNode) lifecycleLoadWith(t *testing.T, ctx context.Context, scenario
 	if tl.RealErrors > 0 {
 		t.Errorf("%d requests the policy allows failed: %s", tl.RealErrors, strings.Join(res.realErrors(5), "; "))
 	}
-	if tl.RetriedAttempts > 0 && retriesAllowed {
-		t.Logf("e2e: node lifecycle %s: %d attempts failed and were retried; the first: %s", scenario, tl.RetriedAttempts, strings.Join(res.FailedAttemptErrs, "; "))
-	} else if tl.RetriedAttempts > 0 {
+	if tl.RetriedAttempts > 0 {
 		t.Errorf("%d attempts failed and were retried (a client that does not retry sees each fail); the first: %s", tl.RetriedAttempts, strings.Join(res.FailedAttemptErrs, "; "))
 	}
 	if stepStart.Add(stepTook).After(start.Add(d)) {
