@@ -108,6 +108,12 @@ func TestHelmChart(t *testing.T) {
 		if !strings.Contains(out, "Its Service webhooks start with failurePolicy Ignore") || strings.Contains(out, `may fail with "failed calling webhook"`) {
 			t.Errorf("helm install's notes do not say the Service webhooks start not armed:\n%s", out)
 		}
+		// helm install (lookup reads the cluster) stores the pre-delete
+		// hook that unregisters the configurations; helm template never
+		// renders it (manifests/helm_uninstallhook_test.go).
+		if hooks, err := runHelm("get", "hooks", "clusterip-policy", "--namespace", "clusterip-policy"); err != nil || !strings.Contains(hooks, "helm.sh/hook: pre-delete") || !strings.Contains(hooks, `args: ["unregister"`) {
+			t.Errorf("helm install stored no pre-delete hook running unregister (%v):\n%s", err, hooks)
+		}
 		manifest, err := runHelm("get", "manifest", "clusterip-policy", "--namespace", "clusterip-policy")
 		if err != nil {
 			t.Fatal(err)
@@ -222,7 +228,9 @@ func TestHelmChart(t *testing.T) {
 	})
 
 	t.Run("helm uninstall removes the webhook configurations", func(t *testing.T) {
-		if out, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
+		// --no-hooks: no kubelet here runs the pre-delete Job
+		// (unregister); the node tests run it.
+		if out, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--no-hooks"); err != nil {
 			t.Fatal(err)
 		} else {
 			t.Logf("helm uninstall: %s", strings.TrimSpace(out))
@@ -271,7 +279,9 @@ func TestHelmChart(t *testing.T) {
 		if mode, _, _ := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.spec.enforcement.default}"); mode != "warn" {
 			t.Errorf("a first install's enforcement is %q, want warn", mode)
 		}
-		t.Cleanup(func() { _, _ = runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy") })
+		t.Cleanup(func() {
+			_, _ = runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--no-hooks")
+		})
 		if _, _, err := c.Kubectl(ctx, "", "get", "secret", "clusterip-policy-webhook-tls", "-n", "clusterip-policy"); err == nil {
 			t.Error("the chart rendered the Secret clusterip-policy-webhook-tls; with managed certificates the leader makes it")
 		}
@@ -387,7 +397,7 @@ func TestHelmChart(t *testing.T) {
 		}
 
 		// Uninstall, as docs/install.md "Uninstalling the chart" says.
-		if _, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait"); err != nil {
+		if _, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait", "--no-hooks"); err != nil {
 			t.Fatal(err)
 		}
 		for _, args := range [][]string{

@@ -173,7 +173,8 @@ func TestInstallFromRegistry(t *testing.T) {
 			t.Errorf("helm list: %s; want chart clusterip-policy-%s, app_version %s", status, chartVersion, tag)
 		}
 
-		run(t, helm, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--kubeconfig", c.AdminKubeconfig, "--wait", "--timeout", "60s")
+		// --no-hooks: no kubelet here runs the pre-delete Job (unregister).
+		run(t, helm, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--kubeconfig", c.AdminKubeconfig, "--wait", "--timeout", "60s", "--no-hooks")
 		adm := c.Client(0).AdmissionregistrationV1()
 		if _, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
 			t.Error("the MutatingWebhookConfiguration is still there after helm uninstall")

@@ -1,0 +1,26 @@
+package manifests
+
+import (
+	"strings"
+	"testing"
+)
+
+// unregisterOnUninstall: the pre-delete Job deletes the webhook
+// configurations. helm template (GitOps) must never render it: `kubectl
+// apply` of a rendered Job would run it at once and take the webhook out of
+// the path. It is rendered only where lookup reads the cluster (helm
+// install, helm upgrade; the real node's lifecycle test runs it).
+func TestChartUninstallHookIsNeverRenderedByTemplate(t *testing.T) {
+	for _, args := range [][]string{nil, {"--is-upgrade"}, {"--set", "unregisterOnUninstall=true"}} {
+		out, err := helmTemplate(t, args...)
+		if err != nil {
+			t.Fatalf("helm template %s: %v", strings.Join(args, " "), err)
+		}
+		if strings.Contains(string(out), "clusterip-policy-unregister") || strings.Contains(string(out), `"unregister"`) {
+			t.Errorf("helm template %s renders the uninstall hook:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	if _, err := helmTemplate(t, "--set", "unregisterOnUninstall=yes"); err == nil || !strings.Contains(err.Error(), "unregisterOnUninstall") {
+		t.Errorf("unregisterOnUninstall=yes (a string) was not refused by the schema: %v", err)
+	}
+}
