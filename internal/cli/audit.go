@@ -119,13 +119,7 @@ func (o *auditOptions) run(args []string, stdout, stderr io.Writer) int {
 		return fail(exitcode.BadData, "%v", err)
 	}
 	pol := env.Policy
-	cfg, err := auditRESTConfig(o.kube)
-	if err != nil {
-		return fail(exitcode.BadData, "%v", err)
-	}
-	cfg.UserAgent = "clusterip-policy-audit/" + version.Version()
-	cfg.Timeout = o.timeout
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := toolClient(o.kube, "audit", o.timeout)
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}
@@ -170,6 +164,19 @@ func (o *auditOptions) run(args []string, stdout, stderr io.Writer) int {
 		return exitcode.Denied
 	}
 	return exitcode.OK
+}
+
+// toolClient is the clientset a command that reads the cluster uses: the
+// kubeconfig kubectl would load, the command named in the user agent, every
+// request bounded by timeout (0: none).
+func toolClient(kube kubeFlags, command string, timeout time.Duration) (kubernetes.Interface, error) {
+	cfg, err := auditRESTConfig(kube)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "clusterip-policy-" + command + "/" + version.Version()
+	cfg.Timeout = timeout
+	return kubernetes.NewForConfig(cfg)
 }
 
 // auditRESTConfig loads a kubeconfig the way kubectl does ($KUBECONFIG,

@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/internal/clusterread"
 	"clusterip-policy/internal/exitcode"
-	"clusterip-policy/internal/version"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
 )
@@ -127,13 +125,7 @@ func (o *bandsOptions) runUsage(args []string, stdout, stderr io.Writer) int {
 	for _, r := range env.Policy.ReservedRanges {
 		reserved = append(reserved, r.Band)
 	}
-	cfg, err := auditRESTConfig(o.kube)
-	if err != nil {
-		return fail(exitcode.BadData, "%v", err)
-	}
-	cfg.UserAgent = "clusterip-policy-bands/" + version.Version()
-	cfg.Timeout = o.timeout
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := toolClient(o.kube, "bands", o.timeout)
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/internal/exitcode"
 )
@@ -74,11 +73,7 @@ func runUnregister(ctx context.Context, kube kubeFlags, o unregisterOptions, arg
 	case kube.namespace != "":
 		return fail(exitcode.BadData, "--namespace %q: webhook configurations are cluster-scoped; drop -n", kube.namespace)
 	}
-	cfg, err := auditRESTConfig(kube)
-	if err != nil {
-		return fail(exitcode.BadData, "%v", err)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := toolClient(kube, "unregister", 0)
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}

@@ -57,6 +57,25 @@ func (b Band) Contains(ip netip.Addr) bool {
 // IsZero reports whether the band is empty.
 func (b Band) IsZero() bool { return !b.First.IsValid() }
 
+// Intersect is the part of b inside o, and whether there is one (bands of
+// two families never meet).
+func (b Band) Intersect(o Band) (Band, bool) {
+	if b.First.Is4() != o.First.Is4() {
+		return Band{}, false
+	}
+	first, last := b.First, b.Last
+	if o.First.Compare(first) > 0 {
+		first = o.First
+	}
+	if o.Last.Compare(last) < 0 {
+		last = o.Last
+	}
+	if first.Compare(last) > 0 {
+		return Band{}, false
+	}
+	return Band{first, last}, true
+}
+
 // String renders "10.96.0.1-10.96.1.0", or "none" for an empty band.
 func (b Band) String() string {
 	if b.IsZero() {

@@ -147,27 +147,9 @@ func mergeBands(bands []Band) []Band {
 func overlapSize(b Band, merged []Band) uint64 {
 	var n uint64
 	for _, m := range merged {
-		if m.First.Is4() != b.First.Is4() {
-			continue
-		}
-		first, last := maxAddr(b.First, m.First), minAddr(b.Last, m.Last)
-		if first.Compare(last) <= 0 {
-			n += Band{first, last}.Size()
+		if o, ok := b.Intersect(m); ok {
+			n += o.Size()
 		}
 	}
 	return n
-}
-
-func maxAddr(a, b netip.Addr) netip.Addr {
-	if a.Compare(b) >= 0 {
-		return a
-	}
-	return b
-}
-
-func minAddr(a, b netip.Addr) netip.Addr {
-	if a.Compare(b) <= 0 {
-		return a
-	}
-	return b
 }

@@ -149,26 +149,12 @@ func (v cidrViolation) reportDynamicOverStatic(p netip.Prefix, rs allocview.Rang
 		if st.IsZero() || other.Family() != r.Family() {
 			continue
 		}
-		if dyn.First.Compare(st.Last) > 0 || st.First.Compare(dyn.Last) > 0 {
+		cover, ok := dyn.Intersect(st)
+		if !ok {
 			continue
 		}
-		cover := allocview.Band{First: maxAddr(dyn.First, st.First), Last: minAddr(dyn.Last, st.Last)}
 		v.report(RuleStaticIPInDynamicBand, "its dynamic band %s covers %s of the static band %s of %s: the apiserver would hand out those addresses at random, so they would no longer be free for Services that name them (or for reservations); choose a range that does not overlap %s, or one with the same network address that is at least as large",
 			dyn, cover, st, other.Name(), other.Prefix)
 		return // one range named is enough to act on
 	}
-}
-
-func maxAddr(a, b netip.Addr) netip.Addr {
-	if a.Compare(b) >= 0 {
-		return a
-	}
-	return b
-}
-
-func minAddr(a, b netip.Addr) netip.Addr {
-	if a.Compare(b) <= 0 {
-		return a
-	}
-	return b
 }
