@@ -1,0 +1,161 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/docs"
+	"clusterip-policy/test/e2e/framework"
+)
+
+// TestNodeKustomizeBase runs docs/install.md's kustomize block for the base
+// alone (managed certificates: the elected pod makes the CA, the serving
+// certificate and the caBundle) onto the real node, as printed but for one
+// word: `-k manifests/base` names a kustomization that adds to the base what
+// the node needs and a user's cluster does not (the image in the node's
+// registry, and the apiserver's address for the pods, since the node runs no
+// kube-proxy). Then it checks what the page promises: three pods ready on
+// the certificate they made, the caBundle written, a create that breaks the
+// base policy warned (the base warns), and the documented uninstall leaving
+// nothing.
+func TestNodeKustomizeBase(t *testing.T) {
+	n := nodeUnderTest(t)
+	ctx := testContext(t, 10*time.Minute)
+	kubectl := framework.DefaultBinaries(n.root).Kubectl
+	const ns = "clusterip-policy"
+
+	wrap := filepath.Join(n.dir, "base-on-node")
+	if err := os.MkdirAll(wrap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base, err := filepath.Rel(wrap, filepath.Join(n.root, "manifests", "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, digest, _ := strings.Cut(n.env["NODE_IMAGE"], "@")
+	repo := named[:strings.LastIndex(named, ":")]
+	kz := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: clusterip-policy
+  newName: %s
+  digest: %s
+patches:
+- patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: clusterip-policy-webhook
+      namespace: %s
+    spec:
+      template:
+        spec:
+          containers:
+          - name: webhook
+            env:
+            - name: KUBERNETES_SERVICE_HOST
+              value: %q
+            - name: KUBERNETES_SERVICE_PORT
+              value: %q
+`, base, repo, digest, ns, n.env["NODE_APISERVER_HOST"], n.env["NODE_APISERVER_PORT"])
+	if err := os.WriteFile(filepath.Join(wrap, "kustomization.yaml"), []byte(kz), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	block := installKustomizeBaseBlock(t, n.root)
+	var script []string
+	for _, c := range block {
+		script = append(script, strings.ReplaceAll(c, "-k manifests/base", "-k "+wrap))
+	}
+	t.Logf("docs/install.md's kustomize block, as run:\n%s", strings.Join(script, "\n"))
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", strings.Join(script, "\n"))
+	cmd.Dir = n.root
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(kubectl)+":"+os.Getenv("PATH"), "KUBECONFIG="+n.kubeconfig)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("output:\n%s", out)
+	if err != nil {
+		n.dumpPods(t, ctx, ns)
+		t.Fatalf("the kustomize block failed after %s: %v", time.Since(start).Round(time.Second), err)
+	}
+	t.Logf("e2e: node: docs/install.md's kustomize block for the base (managed certificates) ran in %s", time.Since(start).Round(time.Second))
+	n.checkPods(t, ctx, ns, 3)
+
+	// The leader made the serving Secret and wrote its CA into every webhook.
+	secret, err := n.cs.CoreV1().Secrets(ns).Get(ctx, "clusterip-policy-webhook-tls", metav1.GetOptions{})
+	if err != nil || len(secret.Data["tls.crt"]) == 0 {
+		t.Fatalf("the managed serving Secret: %v (tls.crt %d bytes)", err, len(secret.Data["tls.crt"]))
+	}
+	vwc, err := n.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range vwc.Webhooks {
+		if len(w.ClientConfig.CABundle) == 0 {
+			t.Errorf("webhook %s has no caBundle after the install", w.Name)
+		}
+	}
+	// The base's policy warns: a static address in the dynamic band is
+	// admitted with the rule's warning, from a pod serving the managed
+	// certificate (a TLS failure would be a denial or, unarmed, silence).
+	eventually(t, ctx, time.Minute, func() error {
+		_, stderr, err := n.kubectlOut(ctx, kubectl, "create", "service", "clusterip", "kustomize-base-probe", "--tcp=80", "--clusterip=10.96.200.7", "--dry-run=server")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(stderr, "Warning:") || !strings.Contains(stderr, "10.96.200.7") {
+			return fmt.Errorf("no warning naming 10.96.200.7 on the create; stderr %q", stderr)
+		}
+		return nil
+	})
+
+	// docs/install.md, "Uninstall": the configurations first, then what
+	// kustomize applied (namespace, Lease and CRD with it), then the holds.
+	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "clusterip-policy")
+	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--ignore-not-found", "--wait", "--timeout=3m")
+	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
+	n.nothingLeft(t, ctx, ns)
+}
+
+// installKustomizeBaseBlock is docs/install.md's sh block that applies
+// manifests/base alone, its commands as the docs tests read them.
+func installKustomizeBaseBlock(t *testing.T, root string) []string {
+	t.Helper()
+	for _, b := range docs.Blocks(readText(t, filepath.Join(root, "docs", "install.md"))) {
+		cmds := docs.Commands(b)
+		for _, c := range cmds {
+			if c == "kubectl apply --server-side -k manifests/base" {
+				return cmds
+			}
+		}
+	}
+	t.Fatal("docs/install.md has no sh block running kubectl apply --server-side -k manifests/base")
+	return nil
+}
+
+// kubectlOut runs kubectl against the node and returns stdout and stderr
+// apart (warnings go to stderr).
+func (n *realNode) kubectlOut(ctx context.Context, kubectl string, args ...string) (string, string, error) {
+	cmd := exec.CommandContext(ctx, kubectl, args...)
+	cmd.Dir = n.root
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+n.kubeconfig)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String(), errOut.String(), err
+}
