@@ -201,11 +201,11 @@ var documented = map[string]how{
 	"make certs": {test: "TestDeploymentManifests", evidence: "gencerts"},
 	"kubectl apply --server-side -f manifests/base/crd.yaml":                                                                                                                          {test: "TestDeploymentManifests", evidence: `"crd.yaml"`},
 	"kubectl wait --for=condition=Established crd/clusterippolicies.clusterip-policy.io --timeout=1m":                                                                                 {test: "TestDeploymentManifests", evidence: `"--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io"`},
-	"kubectl apply --server-side -k manifests/base -l 'app.kubernetes.io/component!=webhook-configuration'":                                                                           {test: "TestNodeKustomizeBase", evidence: "installKustomizeBaseBlock(t, n.root)"},
-	"kubectl apply --server-side -k manifests/base":                                                                                                                                   {test: "TestNodeKustomizeBase", evidence: "installKustomizeBaseBlock(t, n.root)"},
+	"kubectl apply --server-side -k manifests/base -l 'app.kubernetes.io/component!=webhook-configuration'":                                                                           {test: "TestNodeKustomizeBase", evidence: `installBlockWith(t, n.root, "kubectl apply --server-side -k manifests/base")`},
+	"kubectl apply --server-side -k manifests/base":                                                                                                                                   {test: "TestNodeKustomizeBase", evidence: `installBlockWith(t, n.root, "kubectl apply --server-side -k manifests/base")`},
 	"kubectl -n clusterip-policy get secret clusterip-policy-webhook-tls -o jsonpath='{.data.tls\\.crt}' | base64 -d | openssl x509 -noout -serial -enddate":                          {notRun: realCluster + "TestManagedCertificatesBootstrapAndRestart reads the same Secret and the certificate served"},
-	"kubectl apply --server-side -k manifests/overlays/self-signed -l 'app.kubernetes.io/component!=webhook-configuration'":                                                           {notRun: noKubelet + "; TestDeploymentManifests applies the overlay whole"},
-	"kubectl apply --server-side -k manifests/overlays/self-signed":                                                                                                                   {test: "TestDeploymentManifests", evidence: `"apply", "--server-side", "-k", overlay`},
+	"kubectl apply --server-side -k manifests/overlays/self-signed -l 'app.kubernetes.io/component!=webhook-configuration'":                                                           {test: "TestNodeKustomizeSelfSigned", evidence: `installBlockWith(t, n.root, "kubectl apply --server-side -k manifests/overlays/self-signed")`},
+	"kubectl apply --server-side -k manifests/overlays/self-signed":                                                                                                                   {test: "TestNodeKustomizeSelfSigned", evidence: `installBlockWith(t, n.root, "kubectl apply --server-side -k manifests/overlays/self-signed")`},
 	"kubectl -n clusterip-policy wait certificate/clusterip-policy-webhook --for=condition=Ready --timeout=2m":                                                                        {notRun: certManager},
 	"kubectl apply --server-side -k manifests/overlays/cert-manager -l 'app.kubernetes.io/component!=webhook-configuration'":                                                          {notRun: certManager},
 	"kubectl apply --server-side -k manifests/overlays/cert-manager":                                                                                                                  {notRun: certManager},
@@ -219,7 +219,7 @@ var documented = map[string]how{
 	"kubectl apply --server-side --force-conflicts -f charts/clusterip-policy/crds/clusterippolicies.yaml":                                                                            {test: "TestHelmChart", evidence: `"apply", "--server-side", "--force-conflicts", "-f", "-"`},
 
 	// docs/node.md
-	"apt-get install -y containerd runc containernetworking-plugins iproute2 iptables docker-registry": {file: ".ci/run", evidence: "need+=(containernetworking-plugins)"},
+	"apt-get install -y containerd runc containernetworking-plugins iproute2 iptables docker-registry jq": {file: ".ci/run", evidence: "need+=(containernetworking-plugins)"},
 	"make node-up":              {file: "hack/node-e2e.sh", evidence: "hack/node-up.sh"},
 	"make node-down":            {file: "hack/node-e2e.sh", evidence: "hack/node-down.sh"},
 	". .local/node/env":         {test: "TestNodeChartFromRegistry", evidence: "NODE_ENV"},
@@ -252,7 +252,7 @@ var documented = map[string]how{
 	"kubectl -n clusterip-policy create secret generic clusterip-policy-client-ca --from-file=ca.crt=client-ca.crt":                                                                                                                                                                         {notRun: realCluster + "the component's mount is checked by manifests/components_test.go"},
 
 	// docs/why-refused.md
-	"kubectl -n clusterip-policy logs -l app.kubernetes.io/name=clusterip-policy-webhook --tail=-1 --max-log-requests=10 | jq -c 'select(.logger==\"audit\" and .decision==\"denied\") | {ts, stage, namespace, name, user, rules, message}'":                                                                                         {notRun: noKubelet + "; the label is the pods' (manifests/base/deployment.yaml) and the keys are pinned by internal/admission's audit schema test"},
+	"kubectl -n clusterip-policy logs -l app.kubernetes.io/name=clusterip-policy-webhook --tail=-1 --max-log-requests=10 | jq -c 'select(.logger==\"audit\" and .decision==\"denied\") | {ts, stage, namespace, name, user, rules, message}'":                                                                                         {test: "TestNodeKustomizeSelfSigned", evidence: "whyRefusedLogsCommand(t, n.root)"},
 	"jq -c 'select(.annotations[\"mutate-services.clusterip-policy.io/decision\"]==\"denied\" or .annotations[\"validate-services.clusterip-policy.io/decision\"]==\"denied\" or .annotations[\"validate-servicecidrs.clusterip-policy.io/decision\"]==\"denied\") | {verb, objectRef, user: .user.username, annotations}' audit.log": {notRun: "reads the apiserver's audit log; TestAuditAnnotationsInAPIServerAuditLog finds these annotations in one"},
 
 	// docs/development.md

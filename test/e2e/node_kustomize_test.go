@@ -74,22 +74,12 @@ patches:
 		t.Fatal(err)
 	}
 
-	block := installKustomizeBaseBlock(t, n.root)
 	var script []string
-	for _, c := range block {
+	for _, c := range installBlockWith(t, n.root, "kubectl apply --server-side -k manifests/base") {
 		script = append(script, strings.ReplaceAll(c, "-k manifests/base", "-k "+wrap))
 	}
-	t.Logf("docs/install.md's kustomize block, as run:\n%s", strings.Join(script, "\n"))
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", strings.Join(script, "\n"))
-	cmd.Dir = n.root
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(kubectl)+":"+os.Getenv("PATH"), "KUBECONFIG="+n.kubeconfig)
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	t.Logf("output:\n%s", out)
-	if err != nil {
-		n.dumpPods(t, ctx, ns)
-		t.Fatalf("the kustomize block failed after %s: %v", time.Since(start).Round(time.Second), err)
-	}
+	n.script(t, ctx, script)
 	t.Logf("e2e: node: docs/install.md's kustomize block for the base (managed certificates) ran in %s", time.Since(start).Round(time.Second))
 	n.checkPods(t, ctx, ns, 3)
 
@@ -129,20 +119,54 @@ patches:
 	n.nothingLeft(t, ctx, ns)
 }
 
-// installKustomizeBaseBlock is docs/install.md's sh block that applies
-// manifests/base alone, its commands as the docs tests read them.
-func installKustomizeBaseBlock(t *testing.T, root string) []string {
+// installBlockWith is the sh block of docs/install.md that runs the command
+// with, its commands as the docs tests read them.
+func installBlockWith(t *testing.T, root, with string) []string {
 	t.Helper()
 	for _, b := range docs.Blocks(readText(t, filepath.Join(root, "docs", "install.md"))) {
 		cmds := docs.Commands(b)
 		for _, c := range cmds {
-			if c == "kubectl apply --server-side -k manifests/base" {
+			if c == with {
 				return cmds
 			}
 		}
 	}
-	t.Fatal("docs/install.md has no sh block running kubectl apply --server-side -k manifests/base")
+	t.Fatalf("docs/install.md has no sh block running %s", with)
 	return nil
+}
+
+// whyRefusedLogsCommand is docs/why-refused.md's command that reads every
+// pod's denials from their logs.
+func whyRefusedLogsCommand(t *testing.T, root string) string {
+	t.Helper()
+	for _, b := range docs.Blocks(readText(t, filepath.Join(root, "docs", "why-refused.md"))) {
+		for _, c := range docs.Commands(b) {
+			if strings.HasPrefix(c, "kubectl -n clusterip-policy logs -l ") && strings.Contains(c, "| jq ") {
+				return c
+			}
+		}
+	}
+	t.Fatal("docs/why-refused.md has no kubectl logs ... | jq command")
+	return ""
+}
+
+// script runs documented commands in bash (-euo pipefail) from the
+// repository's root, with the node's kubeconfig and the tools of .local/bin
+// first on the PATH; it logs them and their output and returns the output.
+func (n *realNode) script(t *testing.T, ctx context.Context, lines []string) string {
+	t.Helper()
+	t.Logf("as run:\n%s", strings.Join(lines, "\n"))
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", strings.Join(lines, "\n"))
+	cmd.Dir = n.root
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(framework.DefaultBinaries(n.root).Kubectl)+":"+os.Getenv("PATH"), "KUBECONFIG="+n.kubeconfig)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("output:\n%s", out)
+	if err != nil {
+		n.dumpPods(t, ctx, "clusterip-policy")
+		t.Fatalf("failed after %s: %v", time.Since(start).Round(time.Second), err)
+	}
+	return string(out)
 }
 
 // kubectlOut runs kubectl against the node and returns stdout and stderr
