@@ -75,7 +75,7 @@ patches:
 	}
 
 	var script []string
-	for _, c := range installBlockWith(t, n.root, "kubectl apply --server-side -k manifests/base") {
+	for _, c := range installBlockWith(t, n.root, "kubectl apply --server-side --force-conflicts -k manifests/base") {
 		script = append(script, strings.ReplaceAll(c, "-k manifests/base", "-k "+wrap))
 	}
 	start := time.Now()
@@ -153,7 +153,19 @@ func whyRefusedLogsCommand(t *testing.T, root string) string {
 // script runs documented commands in bash (-euo pipefail) from the
 // repository's root, with the node's kubeconfig and the tools of .local/bin
 // first on the PATH; it logs them and their output and returns the output.
+// A failure ends the test.
 func (n *realNode) script(t *testing.T, ctx context.Context, lines []string) string {
+	t.Helper()
+	out, err := n.tryScript(t, ctx, lines)
+	if err != nil {
+		n.dumpPods(t, ctx, "clusterip-policy")
+		t.Fatal(err)
+	}
+	return out
+}
+
+// tryScript is script returning the failure instead.
+func (n *realNode) tryScript(t *testing.T, ctx context.Context, lines []string) (string, error) {
 	t.Helper()
 	t.Logf("as run:\n%s", strings.Join(lines, "\n"))
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", strings.Join(lines, "\n"))
@@ -163,10 +175,157 @@ func (n *realNode) script(t *testing.T, ctx context.Context, lines []string) str
 	out, err := cmd.CombinedOutput()
 	t.Logf("output:\n%s", out)
 	if err != nil {
-		n.dumpPods(t, ctx, "clusterip-policy")
-		t.Fatalf("failed after %s: %v", time.Since(start).Round(time.Second), err)
+		return string(out), fmt.Errorf("failed after %s: %v", time.Since(start).Round(time.Second), err)
 	}
-	return string(out)
+	return string(out), nil
+}
+
+// operationsBlockWith is the sh block of docs/operations.md whose commands
+// include one that starts with prefix.
+func operationsBlockWith(t *testing.T, root, prefix string) []string {
+	t.Helper()
+	for _, b := range docs.Blocks(readText(t, filepath.Join(root, "docs", "operations.md"))) {
+		cmds := docs.Commands(b)
+		for _, c := range cmds {
+			if strings.HasPrefix(c, prefix) {
+				return cmds
+			}
+		}
+	}
+	t.Fatalf("docs/operations.md has no sh block with a command starting %q", prefix)
+	return nil
+}
+
+// failurePolicies lists the failurePolicy of every webhook of ours, by name.
+func (n *realNode) failurePolicies(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	adm := n.cs.AdmissionregistrationV1()
+	m, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range m.Webhooks {
+		out[w.Name] = string(*w.FailurePolicy)
+	}
+	v, err := adm.ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range v.Webhooks {
+		out[w.Name] = string(*w.FailurePolicy)
+	}
+	return out, nil
+}
+
+// breakGlassAsDocumented runs docs/operations.md's break-glass (the three
+// failurePolicy patches) as printed and checks what the page says: the
+// leader sets Fail again on the two Service webhooks while the webhook
+// answers, the ServiceCIDR webhook stays Ignore, and the page's restore
+// (apply the overlay with --force-conflicts; -k names the wrapper) sets it
+// back to Fail.
+func (n *realNode) breakGlassAsDocumented(t *testing.T, ctx context.Context, wrap string) {
+	t.Helper()
+	patches := append(operationsBlockWith(t, n.root, "kubectl patch mutatingwebhookconfiguration clusterip-policy "),
+		operationsBlockWith(t, n.root, `kubectl patch validatingwebhookconfiguration clusterip-policy --type=json -p='[{"op":"replace","path":"/webhooks/1/`)...)
+	if len(patches) != 3 {
+		t.Fatalf("docs/operations.md's break-glass is %d commands, want the three patches: %q", len(patches), patches)
+	}
+	services := []string{framework.MutatingWebhookName, "validate-services.clusterip-policy.io"}
+	const cidrs = "validate-servicecidrs.clusterip-policy.io"
+	// want waits until every webhook named has the failurePolicy given.
+	want := func(what, policy string, names ...string) {
+		t.Helper()
+		eventually(t, ctx, time.Minute, func() error {
+			now, err := n.failurePolicies(ctx)
+			if err != nil {
+				return err
+			}
+			for _, w := range names {
+				if now[w] != policy {
+					return fmt.Errorf("%s: %s is %s, want %s", what, w, now[w], policy)
+				}
+			}
+			return nil
+		})
+	}
+	want("before the break-glass (the leader arms the Service webhooks)", "Fail", append(services, cidrs)...)
+	start := time.Now()
+	for i, c := range patches {
+		out := n.script(t, ctx, []string{c})
+		if !strings.Contains(out, "patched") {
+			t.Errorf("patch %d printed %q, want ... patched", i, out)
+		}
+	}
+	took := time.Since(start)
+	// The ServiceCIDR webhook is not armed by the leader: it stays Ignore
+	// until the restore below. The Service webhooks are armed again by the
+	// leader while the webhook answers, as the page says.
+	if now, err := n.failurePolicies(ctx); err != nil || now[cidrs] != "Ignore" {
+		t.Fatalf("after the break-glass %s is %q (%v), want Ignore", cidrs, now[cidrs], err)
+	}
+	want("the leader arms the Service webhooks again", "Fail", services...)
+	rearmed := time.Since(start)
+	t.Logf("e2e: node: break-glass patched 3 webhooks in %s; the leader set Fail again %s after the first patch (the webhook answers)", took.Round(time.Millisecond), rearmed.Round(time.Millisecond))
+	restore := operationsBlockWith(t, n.root, "kubectl apply --server-side --force-conflicts -k manifests/overlays/self-signed")
+	var script []string
+	for _, c := range restore {
+		script = append(script, strings.ReplaceAll(c, "-k manifests/overlays/self-signed", "-k "+wrap))
+	}
+	n.script(t, ctx, script)
+	want("after the restore", "Fail", append(services, cidrs)...)
+}
+
+// rotateCAAsDocumented runs, under 8 clients creating Services, two
+// documented re-applies of the overlay once the leader has armed the
+// webhooks: docs/install.md's upgrade (the overlay unchanged, so it only
+// re-applies) and docs/operations.md's CA rotation for the self-signed
+// overlay, as printed but for two things: -k names the wrapper (the
+// upgrade's my-cluster too), and gencerts writes into the test's copy of the
+// overlay (--out-dir, --cabundle-patch). kubectl diff exits 1 when it finds
+// differences (the leader's armed failurePolicy is one), which is its
+// contract, not a failure. Not one request may fail or need a retry, and at
+// the end every webhook trusts the new CA alone.
+func (n *realNode) rotateCAAsDocumented(t *testing.T, ctx context.Context, wrap, overlay string) {
+	t.Helper()
+	var script []string
+	for _, c := range installBlockWith(t, n.root, "kubectl apply --server-side --force-conflicts -k my-cluster") {
+		c = strings.ReplaceAll(c, "-k my-cluster", "-k "+wrap)
+		if strings.HasPrefix(c, "kubectl diff ") {
+			c = "{ " + c + " || [ $? -eq 1 ]; }"
+		}
+		script = append(script, c)
+	}
+	for _, c := range operationsBlockWith(t, n.root, "go run ./certs/cmd/gencerts --new-ca") {
+		if strings.HasPrefix(c, "go run ./certs/cmd/gencerts ") {
+			c += " --out-dir " + filepath.Join(overlay, "tls") + " --cabundle-patch " + filepath.Join(overlay, "cabundle-patch.yaml")
+		}
+		script = append(script, strings.ReplaceAll(c, "-k manifests/overlays/self-signed", "-k "+wrap))
+	}
+	bundles := func() map[string]string {
+		out := map[string]string{}
+		v, err := n.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range v.Webhooks {
+			out[w.Name] = string(w.ClientConfig.CABundle)
+		}
+		return out
+	}
+	before := bundles()
+	n.lifecycleLoad(t, ctx, "ca-rotation", 150*time.Second, func() error {
+		_, err := n.tryScript(t, ctx, script)
+		return err
+	})
+	caFile, err := os.ReadFile(filepath.Join(overlay, "tls", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range bundles() {
+		if b == before[name] || strings.TrimSpace(b) != strings.TrimSpace(string(caFile)) {
+			t.Errorf("after the CA rotation %s's caBundle is %d bytes (%d before), want the new CA alone (tls/ca.crt, %d bytes)", name, len(b), len(before[name]), len(caFile))
+		}
+	}
 }
 
 // kubectlOut runs kubectl against the node and returns stdout and stderr

@@ -316,7 +316,7 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 // logs | jq command; and uninstalls it as documented.
 func TestNodeKustomizeSelfSigned(t *testing.T) {
 	n := nodeUnderTest(t)
-	ctx := testContext(t, 10*time.Minute)
+	ctx := testContext(t, 15*time.Minute)
 	kubectl := framework.DefaultBinaries(n.root).Kubectl
 	const ns = "clusterip-policy"
 	// A copy of the overlay, so the certificates go into the test's directory.
@@ -392,7 +392,7 @@ patches:
 	// docs/install.md's seven commands as printed, but for two words:
 	// `make certs` writes into the copy above, and -k names the wrapper.
 	var script []string
-	for _, c := range installBlockWith(t, n.root, "kubectl apply --server-side -k manifests/overlays/self-signed") {
+	for _, c := range installBlockWith(t, n.root, "kubectl apply --server-side --force-conflicts -k manifests/overlays/self-signed") {
 		if c == "make certs" {
 			continue // done above, into the copy (gencerts is what make certs runs)
 		}
@@ -416,6 +416,8 @@ patches:
 	if !strings.Contains(denials, `"name":"`+svc+`"`) || !strings.Contains(denials, `"stage":"mutate"`) {
 		t.Errorf("docs/why-refused.md's logs | jq command does not show the denial of default/%s:\n%s", svc, denials)
 	}
+	n.breakGlassAsDocumented(t, ctx, wrap)
+	n.rotateCAAsDocumented(t, ctx, wrap, overlay)
 	// docs/install.md, "Uninstall": the configurations first, then the
 	// overlay (namespace, Lease and CRD with it), then the holds.
 	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "clusterip-policy")
