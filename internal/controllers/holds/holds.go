@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"clusterip-policy/internal/judged"
@@ -79,19 +80,31 @@ const (
 type Options struct {
 	Enabled bool
 	Grace   time.Duration
+	// WriteRate bounds the leader's creates and deletes of holds, per
+	// second (--hold-write-rate).
+	WriteRate float64
 }
+
+// DefaultWriteRate is --hold-write-rate's default: a /22 reserved range
+// (1,024 addresses) is held in about 20 s, and the apiserver sees no more
+// than a small controller's writes.
+const DefaultWriteRate = 50
 
 // Validate checks the flags, naming the flag, the value and the fix.
 func (o *Options) Validate() error {
 	if o.Enabled && (o.Grace < 100*time.Millisecond || o.Grace > time.Minute) {
 		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.Grace)
 	}
+	if o.Enabled && (o.WriteRate < 1 || o.WriteRate > 1000) {
+		return fmt.Errorf("--hold-write-rate %g is outside 1-1000 writes a second; the default %d holds a /22 reserved range in about 20 s", o.WriteRate, DefaultWriteRate)
+	}
 	return nil
 }
 
 // Metrics are the holds' own, shared by the keeper and the releaser.
 type Metrics struct {
-	states   *prometheus.GaugeVec
+	states      *prometheus.GaugeVec
+	rangeStates *prometheus.GaugeVec
 	leader   prometheus.Gauge
 	changes  *prometheus.CounterVec
 	releases *prometheus.CounterVec
@@ -103,6 +116,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "clusterip_policy_holds",
 			Help: "Reservations by hold state, as the leader last saw them: held (an IPAddress of ours), owner (the owner Service holds it), other (someone else's IPAddress), waiting (free, within the grace), candidate (free past the grace), not-applied (not held by design). Zero on replicas that are not the leader.",
+		}, []string{"state"}),
+		rangeStates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "clusterip_policy_range_holds",
+			Help: "Addresses of the reserved ranges by hold state, as the leader last saw them: held (an IPAddress of ours), used (any other IPAddress: a Service's allocation), waiting (free, within the grace), candidate (free past the grace, to be held). Zero on replicas that are not the leader.",
 		}, []string{"state"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "clusterip_policy_holds_leader",
@@ -117,9 +134,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed), and releases refused: owner-exists (a create of an owner that already exists, whose own IPAddress holds the address or whose GET found it, or an update of one that does not: a forged or duplicate review), rate-limited (the address was released too often without its owner appearing; see docs/operations.md \"Who can release a hold\").",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.states, m.leader, m.changes, m.releases)
+	reg.MustRegister(m.states, m.rangeStates, m.leader, m.changes, m.releases)
 	for _, s := range holds.States {
 		m.states.WithLabelValues(s)
+	}
+	for _, s := range holds.RangeStates {
+		m.rangeStates.WithLabelValues(s)
 	}
 	for _, r := range []string{releaseReleased, releaseAbsent, releaseFailed, releaseOwnerExists, releaseRateLimited} {
 		m.releases.WithLabelValues(r)
@@ -141,13 +161,22 @@ type Keeper struct {
 	holds   func() ([]*networkingv1.IPAddress, error)
 	log     logr.Logger
 	metrics *Metrics
+	// writes paces the creates and deletes (--hold-write-rate): a reserved
+	// range brings up to policy.MaxReservedRangeAddresses creates at once
+	// (a new range, a new leader after a wipe), spread out rather than
+	// sent as fast as the client allows.
+	writes flowcontrol.RateLimiter
 }
 
 // NewKeeper keeps the holds the gate's policy and view call for, in every
 // namespace skip says is judged, reading them from watch and writing
-// through client (ClientQPS).
-func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, skip judged.Source, grace time.Duration, log logr.Logger, m *Metrics) *Keeper {
-	return &Keeper{client: client, watch: watch, gate: gate, skip: skip, grace: grace, log: log, metrics: m}
+// through client, at most writeRate creates and deletes a second. The
+// client should be the keeper's own: the releases of the mutating stage
+// must not queue behind a range's creates on a shared client limit.
+func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, skip judged.Source, grace time.Duration, writeRate float64, log logr.Logger, m *Metrics) *Keeper {
+	// Burst 1: a pass's creates leave at an even pace.
+	return &Keeper{client: client, watch: watch, gate: gate, skip: skip, grace: grace, log: log, metrics: m,
+		writes: flowcontrol.NewTokenBucketRateLimiter(float32(writeRate), 1)}
 }
 
 // Work keeps the holds while this replica leads; at the term's end the
@@ -160,6 +189,9 @@ func (k *Keeper) Work() leader.Work {
 		k.metrics.leader.Set(0)
 		for _, s := range holds.States {
 			k.metrics.states.WithLabelValues(s).Set(0)
+		}
+		for _, s := range holds.RangeStates {
+			k.metrics.rangeStates.WithLabelValues(s).Set(0)
 		}
 	})
 }
@@ -213,6 +245,8 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 		return time.Time{}, nil // not known yet (the scope logs why): hold nothing on a guess
 	}
 	wants, notApplied := holds.Wants(st.Env.Policy, st.Env.Ranges(), scope.Skipped)
+	rangeWants, _ := holds.RangeWants(st.Env.Policy, st.Env.Ranges(), scope.Skipped)
+	wants = append(wants, rangeWants...)
 	objs, err := k.holds()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
@@ -232,15 +266,21 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 	for s, n := range plan.States {
 		k.metrics.states.WithLabelValues(s).Set(float64(n))
 	}
+	for s, n := range plan.RangeStates {
+		k.metrics.rangeStates.WithLabelValues(s).Set(float64(n))
+	}
 	for _, h := range plan.Delete {
 		o := uids[h.IP]
+		if err := k.writes.Wait(ctx); err != nil {
+			return plan.Next, nil // leadership ended
+		}
 		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 		err := k.client.NetworkingV1().IPAddresses().Delete(cctx, o.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &o.UID}})
 		cancel()
 		switch {
 		case err == nil:
 			k.metrics.changes.WithLabelValues("deleted").Inc()
-			k.log.Info("hold deleted: its reservation left the policy or names another owner", "ip", h.IP.String(), "owner", h.Owner.String())
+			k.log.Info("hold deleted: its reservation or range left the policy, or it names another owner or range", "ip", h.IP.String(), "owner", h.Owner.String())
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		default:
 			failures.Add(fmt.Errorf("delete the hold on %s: %w", h.IP, err))
@@ -261,30 +301,49 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 // another one, which `clusterip-policy audit` reports as reservation-not-held; and
 // while an owner exists it may be updated to dual-stack, when the mutating
 // stage would release a hold of its added family.
+//
+// An address of a reserved range has no owner to look up: it is held once
+// it has stayed free for the grace, whoever may use the range.
 func (k *Keeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) error {
+	if !w.IsRange() {
+		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+		_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
+		cancel()
+		if err == nil {
+			delete(free, w.IP)
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get the owner %s of the reservation %s (not held this pass): %w", w.Owner, w.IP, err)
+		}
+	}
+	if err := k.writes.Wait(ctx); err != nil {
+		return nil // leadership ended
+	}
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
-	_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
-	if err == nil {
-		delete(free, w.IP)
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get the owner %s of the reservation %s (not held this pass): %w", w.Owner, w.IP, err)
-	}
-	_, err = k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
+	_, err := k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
 	switch {
 	case err == nil:
 		delete(free, w.IP) // until the informer and the view show it, it counts as newly free
 		k.metrics.changes.WithLabelValues("created").Inc()
-		k.log.Info("hold created", "ip", w.IP.String(), "owner", w.Owner.String())
+		k.log.V(holdCreatedLogLevel(w)).Info("hold created", "ip", w.IP.String(), "for", w.Holder().String())
 	case apierrors.IsAlreadyExists(err):
 		// Someone allocated it since the view was read: it is not free.
 		delete(free, w.IP)
 	default:
-		return fmt.Errorf("create the hold on %s for %s: %w", w.IP, w.Owner, err)
+		return fmt.Errorf("create the hold on %s for %s: %w", w.IP, w.Holder(), err)
 	}
 	return nil
+}
+
+// holdCreatedLogLevel logs a reservation's hold at the default level and a
+// range's at 1: a range brings up to thousands at once.
+func holdCreatedLogLevel(w holds.Want) int {
+	if w.IsRange() {
+		return 1
+	}
+	return 0
 }
 
 func holdObject(w holds.Want) *networkingv1.IPAddress {
@@ -300,10 +359,12 @@ func holdObject(w holds.Want) *networkingv1.IPAddress {
 				networkingv1.LabelIPAddressFamily: family,
 			},
 		},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
-			Group: "", Resource: "services", Namespace: w.Owner.Namespace, Name: w.Owner.Name,
-		}},
+		Spec: networkingv1.IPAddressSpec{ParentRef: parentRef(w.Holder())},
 	}
+}
+
+func parentRef(h allocview.Holder) *networkingv1.ParentReference {
+	return &networkingv1.ParentReference{Group: h.Group, Resource: h.Resource, Namespace: h.Namespace, Name: h.Name}
 }
 
 // The results of clusterip_policy_hold_releases_total.
