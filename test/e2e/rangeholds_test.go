@@ -39,7 +39,7 @@ func TestReservedRangeHolds(t *testing.T) {
 		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/27"}},
 		Policy:      rangeHoldsPolicy,
 		Webhooks:    1,
-		WebhookArgs: []string{"--hold-reservations"},
+		WebhookArgs: []string{"--hold-reservations", "--manage-match-conditions"},
 	})
 	cs := c.Client(0)
 	ctx := testContext(t, 4*time.Minute)
@@ -63,13 +63,14 @@ func TestReservedRangeHolds(t *testing.T) {
 			t.Fatal("the broadcast address 10.96.0.31 is held; the apiserver never allocates it")
 		}
 		eventuallyMetric(t, ctx, c, "clusterip_policy_range_holds", `state="held"`, 7)
+		waitManaged(t, ctx, c, policyDigest(t, rangeHoldsPolicy), 30*time.Second)
 	})
 
 	t.Run("dynamic creates exhaust the allocator without one address of the range", func(t *testing.T) {
 		// 30 usable addresses: .1 default/kubernetes, .10 held for kube-dns,
 		// .24-.30 held for the range.
 		const free = 30 - 1 - 1 - 7
-		created, inRange, denied, full := 0, 0, 0, 0
+		created, inRange, denied, full, calls := 0, 0, 0, 0, 0
 		for i := 0; i < free+5 && full == 0; i++ {
 			got, err := create(ctx, cs, service(dyn, fmt.Sprintf("dynamic-%03d", i+1)))
 			switch {
@@ -79,6 +80,9 @@ func TestReservedRangeHolds(t *testing.T) {
 					t.Errorf("%s got %s, in the held range", got.Name, got.Spec.ClusterIP)
 				}
 				created++
+				if reached(c, dyn, got.Name, "") {
+					calls++
+				}
 			case deniedBy(err, validating) || deniedBy(err, mutating):
 				t.Errorf("create %d denied: %v", i+1, err)
 				denied++
@@ -88,7 +92,10 @@ func TestReservedRangeHolds(t *testing.T) {
 				t.Fatalf("create %d: %v", i+1, err)
 			}
 		}
-		t.Logf("e2e: range holds: /27 with a /29 range held: %d dynamic Services created, %d of them in the range, %d denied, then range is full", created, inRange, denied)
+		t.Logf("e2e: range holds: /27 with a /29 range held: %d dynamic Services created, %d of them in the range, %d denied, then range is full; %.2f webhook calls per dynamic create", created, inRange, denied, float64(calls)/float64(max(created, 1)))
+		if calls != 0 {
+			t.Errorf("%d of %d dynamic creates reached the webhook; with the range held the managed matchConditions send none", calls, created)
+		}
 		if created != free || inRange != 0 || denied != 0 || full != 1 {
 			t.Fatalf("created %d, in the range %d, denied %d, range-is-full %d; want %d, 0, 0, 1", created, inRange, denied, full, free)
 		}
