@@ -51,9 +51,15 @@ func (w Want) Holder() allocview.Holder {
 }
 
 // names reports whether a listed hold's parentRef is the one w's hold has.
-func (w Want) names(h allocview.Holder) bool {
+// rangeNames caches each range's name: a pass checks up to 4,096 holds.
+func (w Want) names(h allocview.Holder, rangeNames map[allocview.Band]string) bool {
 	if w.IsRange() {
-		return h.Group == allocview.HoldManager && h.Resource == allocview.RangeHoldResource && h.Namespace == "" && h.Name == allocview.RangeHoldName(w.Range)
+		name, ok := rangeNames[w.Range]
+		if !ok {
+			name = allocview.RangeHoldName(w.Range)
+			rangeNames[w.Range] = name
+		}
+		return h.Group == allocview.HoldManager && h.Resource == allocview.RangeHoldResource && h.Namespace == "" && h.Name == name
 	}
 	return h.IsService(w.Owner.Namespace, w.Owner.Name)
 }
@@ -124,6 +130,18 @@ func Wants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace strin
 // policy.MaxReservedRangeAddresses addresses in all, so the wants, the
 // IPAddress objects and this work are bounded too.
 func RangeWants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace string) bool) (wants []Want, notApplied int) {
+	if len(p.ReservedRanges) == 0 {
+		return nil, 0
+	}
+	// The implicit reservation of default/kubernetes, looked up once: the
+	// lookup names the range, and this runs for up to 4,096 addresses a
+	// pass. Explicit reservations are a map lookup each (no RangeSet).
+	kubernetesIP := netip.Addr{}
+	if p.ReserveKubernetesService {
+		if ip, _, ok := rs.KubernetesServiceIP(); ok {
+			kubernetesIP = ip
+		}
+	}
 	for _, r := range p.ReservedRanges {
 		if r.NamespaceSelector == nil && skipped != nil && !slices.ContainsFunc(r.Namespaces, func(ns string) bool { return !skipped(ns) }) {
 			notApplied += r.Size
@@ -135,7 +153,7 @@ func RangeWants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace 
 				notApplied++
 				continue
 			}
-			if _, reserved := p.ReservedOwner(ip, rs); reserved {
+			if _, reserved := p.ReservedOwner(ip, allocview.RangeSet{}); reserved || ip == kubernetesIP {
 				continue // the reservation decides; counted there
 			}
 			wants = append(wants, Want{IP: ip, Range: r.Band})
@@ -185,9 +203,10 @@ func Decide(wants []Want, notApplied int, holds []Hold, allocated func(netip.Add
 		wanted[w.IP] = w
 	}
 	ours := make(map[netip.Addr]bool, len(holds))
+	rangeNames := map[allocview.Band]string{}
 	for _, h := range holds {
 		w, ok := wanted[h.IP]
-		if !ok || !w.names(h.Owner) {
+		if !ok || !w.names(h.Owner, rangeNames) {
 			plan.Delete = append(plan.Delete, h)
 			continue
 		}

@@ -1,8 +1,10 @@
 package holds
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,5 +284,38 @@ func TestRangeReleasableOnlyOurHoldOfThatRange(t *testing.T) {
 				t.Fatalf("RangeReleasable = %v, want ok %v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// BenchmarkRangePass is the leader's pure work each pass (up to four a
+// second) at the policy's bound: 4,096 range addresses, all held.
+func BenchmarkRangePass(b *testing.B) {
+	var spec strings.Builder
+	spec.WriteString("reservedRanges:\n")
+	for i := range 4 {
+		fmt.Fprintf(&spec, "- {cidr: 10.96.%d.0/22, namespaces: [team-%d]}\n", 64+4*i, i)
+	}
+	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + spec.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
+	wants, _ := RangeWants(p, rs, nil)
+	if len(wants) != 4096 {
+		b.Fatalf("%d wants", len(wants))
+	}
+	held := make([]Hold, len(wants))
+	for i, w := range wants {
+		held[i] = Hold{IP: w.IP, Owner: w.Holder()}
+	}
+	none := func(netip.Addr) (allocview.Holder, bool) { return allocview.Holder{}, false }
+	free := FreeSince{}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		w, _ := RangeWants(p, rs, nil)
+		if plan := Decide(w, 0, held, none, free, now, time.Second); plan.RangeStates[StateHeld] != 4096 {
+			b.Fatalf("%v", plan.RangeStates)
+		}
 	}
 }

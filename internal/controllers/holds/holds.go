@@ -55,6 +55,10 @@ const (
 	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
 	// the rest follow on the next passes.
 	maxHoldCreatesPerPass = 100
+	// maxHoldDeletesPerPass bounds the deletes of one pass the same way, so
+	// a pass lasts about two seconds at the default write rate whatever
+	// changed.
+	maxHoldDeletesPerPass = 100
 	// ReleaseBurst and ReleaseRefill are each address's budget of releases
 	// (holds.ReleaseBudget): a failed owner create and two retries at once,
 	// then one a minute, so forged reviews free an address for about
@@ -277,7 +281,10 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 	for s, n := range plan.RangeStates {
 		k.metrics.rangeStates.WithLabelValues(s).Set(float64(n))
 	}
-	for _, h := range plan.Delete {
+	for i, h := range plan.Delete {
+		if i == maxHoldDeletesPerPass {
+			break // a changed range may bring thousands: the rest on the next passes
+		}
 		o := uids[h.IP]
 		if err := k.writes.Wait(ctx); err != nil {
 			return plan.Next, nil // leadership ended
@@ -288,7 +295,11 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 		switch {
 		case err == nil:
 			k.metrics.changes.WithLabelValues("deleted").Inc()
-			k.log.Info("hold deleted: its reservation or range left the policy, or it names another owner or range", "ip", h.IP.String(), "owner", h.Owner.String())
+			level := 0
+			if h.Owner.Resource == allocview.RangeHoldResource {
+				level = 1 // a range that left brings up to thousands at once
+			}
+			k.log.V(level).Info("hold deleted: its reservation or range left the policy, or it names another owner or range", "ip", h.IP.String(), "owner", h.Owner.String())
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		default:
 			failures.Add(fmt.Errorf("delete the hold on %s: %w", h.IP, err))

@@ -276,3 +276,38 @@ func TestWriteRateFlag(t *testing.T) {
 		}
 	}
 }
+
+// A range that changed leaves up to thousands of holds naming the old
+// band: one pass deletes at most maxHoldDeletesPerPass of them, so it
+// stays about two seconds long at the default write rate.
+func TestAPassDeletesABoundedNumberOfStaleHolds(t *testing.T) {
+	r := readinesstest.New(t, readinesstest.Policy, true, logr.Discard())
+	var objs []runtime.Object
+	for i := range 150 {
+		a := ipAddress(netip.AddrFrom4([4]byte{10, 96, 2, byte(i)}).String(), holds.ManagedBy, "", "")
+		a.Spec.ParentRef = &networkingv1.ParentReference{Group: "clusterip-policy.io", Resource: "reservedranges", Name: "10.96.2.0-10.96.2.255"}
+		objs = append(objs, a)
+	}
+	client := fake.NewClientset(objs...)
+	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, 1000, logging.New(&strings.Builder{}), NewMetrics(prometheus.NewRegistry()))
+	k.holds = func() ([]*networkingv1.IPAddress, error) {
+		l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var out []*networkingv1.IPAddress
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+		return out, nil
+	}
+	for pass, left := range []int{50, 0} {
+		if _, err := k.pass(context.Background(), holds.FreeSince{}); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
+		if len(l.Items) != left {
+			t.Fatalf("after pass %d: %d stale holds left, want %d", pass+1, len(l.Items), left)
+		}
+	}
+}
