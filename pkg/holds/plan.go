@@ -122,7 +122,8 @@ func Wants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace strin
 
 // RangeWants returns every address of the reserved ranges to hold, in
 // address order: all of each range but the addresses the apiserver never
-// allocates (outside the active ranges, network and broadcast) and those
+// allocates (outside the active ranges, network and broadcast), the first
+// address of each active range (default/kubernetes's) and those
 // reserved for a single Service (held for that owner, if at all, by
 // Wants). A range whose namespaces are all ones the webhook is never
 // called for (skipped), with no namespaceSelector, is not held: no review
@@ -133,15 +134,6 @@ func RangeWants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace 
 	if len(p.ReservedRanges) == 0 {
 		return nil, 0
 	}
-	// The implicit reservation of default/kubernetes, looked up once: the
-	// lookup names the range, and this runs for up to 4,096 addresses a
-	// pass. Explicit reservations are a map lookup each (no RangeSet).
-	kubernetesIP := netip.Addr{}
-	if p.ReserveKubernetesService {
-		if ip, _, ok := rs.KubernetesServiceIP(); ok {
-			kubernetesIP = ip
-		}
-	}
 	for _, r := range p.ReservedRanges {
 		if r.NamespaceSelector == nil && skipped != nil && !slices.ContainsFunc(r.Namespaces, func(ns string) bool { return !skipped(ns) }) {
 			notApplied += r.Size
@@ -149,11 +141,19 @@ func RangeWants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace 
 		}
 		// r.Size bounds the walk: Next never wraps before Last.
 		for ip, n := r.Band.First, 0; n < r.Size; ip, n = ip.Next(), n+1 {
-			if k := rs.Place(ip).Kind; k == allocview.Outside || k == allocview.Unusable {
+			pl := rs.Place(ip)
+			if k := pl.Kind; k == allocview.Outside || k == allocview.Unusable || ip == pl.Range.Prefix.Addr().Next() {
+				// The first address of every active range is where an
+				// apiserver started with that range puts default/kubernetes,
+				// whether the policy reserves it or not: a hold there
+				// would keep the apiserver from recreating that Service
+				// (see Wants).
 				notApplied++
 				continue
 			}
-			if _, reserved := p.ReservedOwner(ip, allocview.RangeSet{}); reserved || ip == kubernetesIP {
+			// Explicit reservations are a map lookup each (no RangeSet:
+			// the implicit one is the first address, skipped above).
+			if _, reserved := p.ReservedOwner(ip, allocview.RangeSet{}); reserved {
 				continue // the reservation decides; counted there
 			}
 			wants = append(wants, Want{IP: ip, Range: r.Band})

@@ -219,6 +219,20 @@ reservedRanges:
 	}
 }
 
+// The apiserver recreates default/kubernetes on the first address of its
+// range through no review that could release a hold: a range covering it
+// must never hold it, whether the policy reserves it or not.
+func TestRangeWantsNeverHoldTheAddressOfDefaultKubernetes(t *testing.T) {
+	for _, reserve := range []string{"true", "false"} {
+		p := mustPolicy(t, "reserveKubernetesService: "+reserve+"\nreservedRanges:\n- {cidr: 10.96.0.0/30, namespaces: [team-a]}\n")
+		rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
+		wants, notApplied := RangeWants(p, rs, nil)
+		if len(wants) != 2 || wants[0].IP != netip.MustParseAddr("10.96.0.2") || wants[1].IP != netip.MustParseAddr("10.96.0.3") || notApplied != 2 {
+			t.Fatalf("reserveKubernetesService %s: wants %v, notApplied %d; want .2 and .3 (not the network address nor .1)", reserve, wants, notApplied)
+		}
+	}
+}
+
 func TestDecideRangeHolds(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	band := allocview.Band{First: netip.MustParseAddr("10.96.0.16"), Last: netip.MustParseAddr("10.96.0.19")}
