@@ -3,13 +3,22 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
+	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -179,4 +188,69 @@ func TestReservedRangeWithoutHoldsDeniesADynamicAllocationInIt(t *testing.T) {
 		return
 	}
 	t.Fatal("14 dynamic creates in a 14-address dynamic band half covered by the range, and none was denied")
+}
+
+// TestForgedCreatesCannotFreeAWholeRange plays a client that reaches the
+// webhook port without being an apiserver (no client certificates): it
+// POSTs forged creates of Services of the range's namespace, one for each
+// address of a held /26, as fast as the webhook answers. Each address has
+// a budget of its own, so only the range's budget (20 at once, then 2 a
+// second) keeps the forger from freeing all 64; the leader holds each
+// freed address again after the grace.
+func TestForgedCreatesCannotFreeAWholeRange(t *testing.T) {
+	const pol = sharedPolicy + `reservedRanges:
+- cidr: 10.96.128.0/26
+  namespaces: [rrf-team]
+`
+	c := own(t, framework.Options{Policy: pol, Webhooks: 1, WebhookArgs: []string{"--hold-reservations"}})
+	ctx := testContext(t, 3*time.Minute)
+	waitFor(t, ctx, "the /26 never fully held", func() bool {
+		return metricSum(t, ctx, c, "clusterip_policy_range_holds", `state="held"`) == 64
+	})
+	released0 := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="released"`)
+	start := time.Now()
+	allowed, refused := 0, 0
+	for i := range 64 {
+		ip := netip.AddrFrom4([4]byte{10, 96, 128, byte(i)}).String()
+		raw, err := json.Marshal(service("rrf-team", fmt.Sprintf("forged-%02d", i), clusterIP(ip)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		review := &admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{
+				UID:         types.UID(fmt.Sprintf("forged-range-%03d", i)),
+				Kind:        metav1.GroupVersionKind{Version: "v1", Kind: "Service"},
+				Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "services"},
+				RequestKind: &metav1.GroupVersionKind{Version: "v1", Kind: "Service"},
+				Namespace:   "rrf-team", Name: fmt.Sprintf("forged-%02d", i), Operation: admissionv1.Create,
+				UserInfo: authnv1.UserInfo{Username: "forger"},
+				Object:   runtime.RawExtension{Raw: raw},
+			},
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := c.Webhooks[0].Review(rctx, manifests.MutatePath, review)
+		cancel()
+		switch {
+		case err != nil:
+			t.Fatalf("forged review %d: %v", i+1, err)
+		case resp.Allowed:
+			allowed++
+		case resp.Result != nil && resp.Result.Code == http.StatusServiceUnavailable && strings.Contains(resp.Result.Message, "too often"):
+			refused++
+		default:
+			t.Fatalf("forged review %d: %+v", i+1, resp.Result)
+		}
+	}
+	span := time.Since(start)
+	released := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="released"`) - released0
+	// 20 at once, then one every 500 ms of the run.
+	bound := 20 + int(span/(500*time.Millisecond)) + 1
+	t.Logf("e2e: range holds: 64 forged creates over a held /26 in %s: %d released, %d refused with 503 (bound %d)", span.Round(time.Millisecond), int(released), refused, bound)
+	if int(released) > bound || allowed != int(released) || refused != 64-allowed {
+		t.Fatalf("released %v, allowed %d, refused %d in %s; want at most %d released", released, allowed, refused, span, bound)
+	}
+	waitFor(t, ctx, "the forged releases were never held again", func() bool {
+		return metricSum(t, ctx, c, "clusterip_policy_range_holds", `state="held"`) == 64
+	})
 }
