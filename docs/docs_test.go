@@ -260,9 +260,11 @@ var documented = map[string]how{
 	"kubectl create service clusterip web --tcp=80 --clusterip=10.96.0.30":  {notRun: "an allowed static-band create on the local cluster; the demo creates 10.96.0.20 the same way"},
 	"go test -tags e2e -count=1 -v -run 'TestPolicyObject' ./test/e2e/":     {file: "Makefile", evidence: "-tags e2e -count=1"},
 	"make bench-e2e": {file: "Makefile", evidence: "bench-smoke"},
-	"make bench-e2e BENCH_ROUNDS=5 BENCH_CREATES=1000":                                  {notRun: "a longer run of the harness `make bench-smoke` runs in make test"},
-	"make bench-e2e BENCH_ARGS='--hold-reservations'":                                   {notRun: "the harness of `make bench-smoke` with another flag"},
-	"make bench-e2e BENCH_EXISTING=0 BENCH_CONFIGS=none,ours BENCH_WORKLOADS=dynamic:8": {notRun: "the harness of `make bench-smoke` with fewer configurations"},
+	// BENCHMARKS.md, "Holding a reserved range": the test is one of make e2e's
+	"make build && go test -tags e2e -count=1 -v -run '^TestHoldingASlash22ReservedRange$' ./test/e2e/": {test: "TestHoldingASlash22ReservedRange", evidence: "slash22Policy"},
+	"make bench-e2e BENCH_ROUNDS=5 BENCH_CREATES=1000":                                                  {notRun: "a longer run of the harness `make bench-smoke` runs in make test"},
+	"make bench-e2e BENCH_ARGS='--hold-reservations'":                                                   {notRun: "the harness of `make bench-smoke` with another flag"},
+	"make bench-e2e BENCH_EXISTING=0 BENCH_CONFIGS=none,ours BENCH_WORKLOADS=dynamic:8":                 {notRun: "the harness of `make bench-smoke` with fewer configurations"},
 
 	// docs/matchconditions.md (the loop is one command per line)
 	"for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do":                                      {notRun: realCluster + "removes the managed condition by hand; the leader's own removal is TestUnmanagedConditionsStayStatic"},

@@ -107,6 +107,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
 	fs.BoolVar(&o.holds.Enabled, "hold-reservations", false, "Keep an IPAddress (label "+holdplan.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
+	fs.Float64Var(&o.holds.WriteRate, "hold-write-rate", holds.DefaultWriteRate, "With --hold-reservations: at most this many creates and deletes of holds a second by the leader (1-1000). Every free address of a reserved range is held, up to 4,096 in all: at the default a /22 range is held in about 20 s after it is added. The releases of the mutating stage have a client of their own and never wait for these.")
 	fs.DurationVar(&o.holds.Grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
 	fs.DurationVar(&o.audit.Interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+names.AuditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
 	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there. Nor are those of any namespace the Service webhooks' namespaceSelector leaves out: the leader reads it from the live configurations (--mutating-webhook-configuration, --validating-webhook-configuration) and the namespaces' labels.")
@@ -343,7 +344,15 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		hm := holds.NewMetrics(defaultRegistry)
 		holdWatch = holds.NewWatch(hclient)
 		hook = holds.NewReleaser(hclient, holdWatch, log.WithName("holds"), hm, time.Now)
-		leaderWorks = append(leaderWorks, holds.NewKeeper(hclient, holdWatch, gate, skip, o.holds.Grace, log.WithName("holds"), hm).Work())
+		// The keeper writes through a client of its own, so a reserved
+		// range's creates never make a release wait on the client's limit.
+		kcfg := rest.CopyConfig(hcfg)
+		kcfg.QPS, kcfg.Burst = float32(2*o.holds.WriteRate), int(2*o.holds.WriteRate)
+		kclient, err := kubernetes.NewForConfig(kcfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		leaderWorks = append(leaderWorks, holds.NewKeeper(kclient, holdWatch, gate, skip, o.holds.Grace, o.holds.WriteRate, log.WithName("holds"), hm).Work())
 	}
 	var audit *periodicaudit.Audit
 	if o.audit.Interval > 0 {
