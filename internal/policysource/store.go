@@ -24,7 +24,7 @@ const (
 )
 
 // Loaded is a policy with the generation it was published under (the
-// audit line's policyGeneration).
+// decision log line's policyGeneration).
 type Loaded struct {
 	Policy     *policy.Policy
 	Generation uint64

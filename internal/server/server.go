@@ -358,7 +358,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		return err
 	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOpts})
-	for path, h := range admission.Endpoints(admission.Config{Gate: gate, Audit: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
+	for path, h := range admission.Endpoints(admission.Config{Gate: gate, DecisionLog: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
 		server.Register(path, h)
 	}
 
