@@ -15,7 +15,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // Fixed bounds the fuzz target holds every answer to, whatever the input.
@@ -142,7 +141,7 @@ func FuzzAdmissionFields(f *testing.F) {
 func checkEndpoint(t *testing.T, r testReviewer, body []byte, mutate bool) {
 	t.Helper()
 	r.decisionLogBuf.Reset()
-	var h admission.Handler = r.recorded(validatingHandler{r.reviewer})
+	h := r.recorded(validatingHandler{r.reviewer})
 	if mutate {
 		h = r.recorded(mutatingHandler{r.reviewer})
 	}

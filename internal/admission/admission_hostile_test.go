@@ -239,7 +239,7 @@ func TestHostileAndMalformedReviews(t *testing.T) {
 				pol = testPolicy
 			}
 			r := newTestReviewer(t, pol, true)
-			var h admission.Handler = r.recorded(mutatingHandler{r.reviewer})
+			h := r.recorded(mutatingHandler{r.reviewer})
 			if tt.validate {
 				h = r.recorded(validatingHandler{r.reviewer})
 			}

@@ -113,7 +113,7 @@ func TestHandlersWithRecordedRequests(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newTestReviewer(t, testPolicy, true)
-			var h webhook.AdmissionHandler = r.recorded(validatingHandler{r.reviewer})
+			h := r.recorded(validatingHandler{r.reviewer})
 			if tt.mutate {
 				h = r.recorded(mutatingHandler{r.reviewer})
 			}

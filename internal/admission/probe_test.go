@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-
 	"clusterip-policy/internal/names"
 )
 
@@ -49,7 +47,7 @@ func TestTheProbeGetsItsWarningAndNothingElseChanges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newTestReviewer(t, testPolicy, true)
-			var h webhook.AdmissionHandler = r.recorded(validatingHandler{r.reviewer})
+			h := r.recorded(validatingHandler{r.reviewer})
 			stage := "validate"
 			if tt.mutate {
 				h, stage = r.recorded(mutatingHandler{r.reviewer}), "mutate"
