@@ -36,8 +36,9 @@ import (
 // the others write theirs back, forever. The leader also runs the periodic
 // audit and writes the managed matchConditions, the two other things the
 // status reports, so its view is the one worth showing. In CRD mode the
-// webhook therefore always takes part in the election (internal/server), even
-// when no other leader work is on.
+// webhook therefore always takes part in the election (the role
+// policy-status, internal/server/roles.go), even when no other leader work
+// is on.
 
 const (
 	// statusRetryInterval bounds how soon a failed status write is tried
