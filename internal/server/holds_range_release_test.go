@@ -57,8 +57,8 @@ func newWiredPolicy(t *testing.T, hook admission.AllocationHook, pol string) wir
 	f := readinesstest.New(t, pol, true, log)
 	buf.Reset()
 	reg := prometheus.NewRegistry()
-	eps := admission.Endpoints(admission.Config{Gate: f.Gate, Audit: log.WithName("audit"), Registry: reg, Hook: hook})
-	return wired{mutate: eps[names.MutatePath], auditBuf: &buf, reg: reg, view: f.View}
+	eps := admission.Endpoints(admission.Config{Gate: f.Gate, DecisionLog: log.WithName("audit"), Registry: reg, Hook: hook})
+	return wired{mutate: eps[names.MutatePath], decisionLogBuf: &buf, reg: reg, view: f.View}
 }
 
 func staticCreate(t *testing.T, ns, name, ip string) []byte {

@@ -38,8 +38,8 @@ func olderApiserverRefusal(t *testing.T, expr string) error {
 }
 
 // An older apiserver's refusal quotes the whole expression; what the
-// leader logs and hands the ClusterIPPolicy status (Keeper.WriteFailed;
-// internal/policysource shows it there) keeps the reason at its end and
+// leader logs and hands the ClusterIPPolicy status (Reporter.ConditionsWriteFailed;
+// internal/controllers/policystatus shows it there) keeps the reason at its end and
 // says what to do, within a fixed size.
 func TestARefusedConditionsWriteKeepsTheReasonAndTheFix(t *testing.T) {
 	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n"))
