@@ -3,6 +3,7 @@ package policysource
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"clusterip-policy/internal/logging"
+	"clusterip-policy/test/fixtures"
 )
 
 const testPolicy = `apiVersion: clusterip-policy/v1alpha1
@@ -75,22 +77,24 @@ func TestWatchReportsABadFileOnceAndLoadsTheNextGoodOne(t *testing.T) {
 	if err := os.WriteFile(s.path, []byte(testPolicy+"bogus: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	opens := fixtures.Opens(t, s.path)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Watch(ctx, 5*time.Millisecond) }()
 	defer func() { cancel(); <-done }()
-	time.Sleep(100 * time.Millisecond) // about 20 re-reads of the bad file
-	if got := testutil.ToFloat64(s.metrics.reloads.WithLabelValues("failure")); got != 1 {
-		t.Fatalf("failed reloads after 20 re-reads of one bad file = %v, want 1", got)
+	failures := func() float64 { return testutil.ToFloat64(s.metrics.reloads.WithLabelValues("failure")) }
+	fixtures.Eventually(t, "the bad file refused", 30*time.Second, func() bool { return failures() > 0 })
+	fixtures.Eventually(t, "20 re-reads of the bad file", 30*time.Second, func() bool { return opens() >= 20 })
+	if got := failures(); got != 1 {
+		t.Fatalf("failed reloads after %d re-reads of one bad file = %v, want 1", opens(), got)
 	}
 	if err := os.WriteFile(s.path, []byte(testPolicy+"enforcement: {default: warn}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Current().Generation != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the good file was not loaded within 5s; log:\n%s", log)
+	fixtures.EventuallyNil(t, "the good file loaded", 30*time.Second, func() error {
+		if s.Current().Generation != 2 {
+			return fmt.Errorf("generation %d; log:\n%s", s.Current().Generation, log)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
