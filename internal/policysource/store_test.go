@@ -17,18 +17,10 @@ import (
 	"clusterip-policy/test/fixtures"
 )
 
-const testPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-`
-
 func newTestStore(t *testing.T) (*Store, *bytes.Buffer) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(path, []byte(testPolicy), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(fixtures.KubeDNSPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
@@ -41,10 +33,10 @@ func newTestStore(t *testing.T) (*Store, *bytes.Buffer) {
 
 func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 	s, log := newTestStore(t)
-	if err := os.WriteFile(s.path, []byte(testPolicy+"bogus: 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(fixtures.Policy(fixtures.KubeDNSSpec+"bogus: 1\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), `line 7: unknown field "bogus"`) {
+	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), `unknown field "bogus"`) {
 		t.Fatalf("reload err = %v", err)
 	}
 	if cur := s.Current(); cur.Generation != 1 || len(cur.Policy.Reservations) != 1 {
@@ -56,7 +48,7 @@ func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 	if !strings.Contains(log.String(), "refused the changed policy") {
 		t.Fatalf("refusal not logged: %s", log)
 	}
-	if err := os.WriteFile(s.path, []byte(testPolicy+"enforcement: {default: warn}\n"), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(fixtures.Policy(fixtures.KubeDNSSpec+"enforcement: {default: warn}\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Reload(); err != nil {
@@ -74,7 +66,7 @@ func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 // stays bad, and a good one after it takes effect.
 func TestWatchReportsABadFileOnceAndLoadsTheNextGoodOne(t *testing.T) {
 	s, log := newTestStore(t)
-	if err := os.WriteFile(s.path, []byte(testPolicy+"bogus: 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(fixtures.Policy(fixtures.KubeDNSSpec+"bogus: 1\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	opens := fixtures.Opens(t, s.path)
@@ -88,7 +80,7 @@ func TestWatchReportsABadFileOnceAndLoadsTheNextGoodOne(t *testing.T) {
 	if got := failures(); got != 1 {
 		t.Fatalf("failed reloads after %d re-reads of one bad file = %v, want 1", opens(), got)
 	}
-	if err := os.WriteFile(s.path, []byte(testPolicy+"enforcement: {default: warn}\n"), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(fixtures.Policy(fixtures.KubeDNSSpec+"enforcement: {default: warn}\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	fixtures.EventuallyNil(t, "the good file loaded", 30*time.Second, func() error {

@@ -8,6 +8,7 @@ import (
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 var (
@@ -17,17 +18,8 @@ var (
 	ingIP = netip.MustParseAddr("10.96.0.20")
 )
 
-func mustPolicy(t *testing.T, text string) *policy.Policy {
-	t.Helper()
-	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestWantsLeavesOutWhatNothingWouldRelease(t *testing.T) {
-	p := mustPolicy(t, `reservations:
+	p := fixtures.MustPolicy(t, policy.ParseDocument, `reservations:
 - {ip: 10.96.0.10, service: kube-system/kube-dns}
 - {ip: 10.96.0.20, service: default/ingress-vip}
 - {ip: 10.96.0.30, service: clusterip-policy/own}
@@ -55,7 +47,7 @@ exemptions:
 // keep the apiserver from recreating it ("provided IP is already allocated"
 // every 10 s) and cut in-cluster clients off from the apiserver.
 func TestWantsNeverHoldsTheAddressOfDefaultKubernetes(t *testing.T) {
-	p := mustPolicy(t, `reservations:
+	p := fixtures.MustPolicy(t, policy.ParseDocument, `reservations:
 - {ip: 10.96.0.1, service: default/kubernetes, note: written out}
 - {ip: 10.96.0.10, service: kube-system/kube-dns}
 `)
