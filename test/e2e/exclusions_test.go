@@ -12,21 +12,14 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // exclusionsPolicy starts without the test's reservations: they are added
 // once the leader has read the selector, so the first hold pass that sees
 // them sees the exclusion too. warn, so that a Service on an address
 // reserved for another is admitted and left to the audit.
-const exclusionsPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-allowedCIDRs: [10.96.0.0/16]
-enforcement:
-  default: warn
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-`
+const exclusionsSpec = "allowedCIDRs: [10.96.0.0/16]\nenforcement:\n  default: warn\n" + fixtures.KubeDNSSpec
 
 const excludedLabel = "clusterip-policy.io/excluded"
 
@@ -36,7 +29,7 @@ const excludedLabel = "clusterip-policy.io/excluded"
 // a namespace still selected is held for and audited. The label removed,
 // the same owner is audited: the label is what decided.
 func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
-	c := own(t, framework.Options{Policy: exclusionsPolicy, Webhooks: 1, WebhookArgs: []string{"--hold-reservations", "--audit-interval=1s"}})
+	c := own(t, framework.Options{Policy: fixtures.Policy(exclusionsSpec), Webhooks: 1, WebhookArgs: []string{"--hold-reservations", "--audit-interval=1s"}})
 	cs := c.Client(0)
 	ctx := testContext(t, 4*time.Minute)
 	const out, in = "exclusions-out", "exclusions-in"
@@ -84,11 +77,11 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 		return strings.Contains(log, "namespaces judged here") && strings.Contains(log, excludedLabel)
 	})
 
-	policy := exclusionsPolicy + `- ip: 10.96.0.61
+	policy := fixtures.Policy(exclusionsSpec + `- ip: 10.96.0.61
   service: exclusions-out/owner
 - ip: 10.96.0.62
   service: exclusions-in/owner
-`
+`)
 	if err := certs.WriteFileAtomic(c.PolicyFile, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
