@@ -11,12 +11,7 @@ import (
 	"clusterip-policy/test/fixtures"
 )
 
-const auditPolicy = `allowedCIDRs: [10.96.0.0/16]
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-- ip: 10.96.0.20
+const auditPolicy = "allowedCIDRs: [10.96.0.0/16]\n" + fixtures.KubeDNSSpec + `- ip: 10.96.0.20
   service: web/ingress
 exemptions:
   namespaces: [legacy]

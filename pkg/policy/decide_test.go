@@ -12,12 +12,7 @@ import (
 	"clusterip-policy/test/fixtures"
 )
 
-const dnsPolicy = `
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-- ip: fd00:10:96::a
+const dnsPolicy = fixtures.KubeDNSSpec + `- ip: fd00:10:96::a
   service: kube-system/kube-dns
 - ip: 10.96.200.1
   service: team-a/frontend
