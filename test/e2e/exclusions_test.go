@@ -73,7 +73,7 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 	// The leader logs the selector it reads (every 5 s), under the lock
 	// that the holds and the audit read it through: from that line on,
 	// every pass skips the labelled namespace.
-	waitLog(t, ctx, c, "the leader never read the changed namespaceSelector", func(log string) bool {
+	waitLog(t, ctx, c, "the leader reading the changed namespaceSelector", func(log string) bool {
 		return strings.Contains(log, "namespaces judged here") && strings.Contains(log, excludedLabel)
 	})
 
@@ -87,7 +87,7 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 	}
 
 	t.Run("the owner in the selected namespace is held for, the one in the excluded namespace is not", func(t *testing.T) {
-		waitFor(t, ctx, "no hold on 10.96.0.62 for exclusions-in/owner", func() bool { return ipAddressExists(t, ctx, cs, "10.96.0.62") })
+		fixtures.Eventually(t, "a hold on 10.96.0.62 for exclusions-in/owner", time.Minute, func() bool { return ipAddressExists(t, ctx, cs, "10.96.0.62") })
 		// The pass that held 10.96.0.62 decided 10.96.0.61 too, with the
 		// exclusion known (read before the policy named either).
 		if ipAddressExists(t, ctx, cs, "10.96.0.61") {
@@ -113,7 +113,7 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 			t.Fatalf("%s/owner got its reserved address although the webhook is not called there", out)
 		}
 		mustCreate(t, ctx, cs, service(in, "squatter", clusterIP("10.96.0.61")))
-		waitFor(t, ctx, "no audit Event on exclusions-in/squatter", func() bool { return policyEvents(t, ctx, cs)[in+"/squatter"] > 0 })
+		fixtures.Eventually(t, "an audit Event on exclusions-in/squatter", time.Minute, func() bool { return policyEvents(t, ctx, cs)[in+"/squatter"] > 0 })
 		if ev := policyEvents(t, ctx, cs); ev[out+"/owner"] != 0 {
 			t.Errorf("audit Events %v: the excluded namespace's owner was audited", ev)
 		}
@@ -124,7 +124,7 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 
 	t.Run("the label removed, the same owner is audited", func(t *testing.T) {
 		labelNamespace(t, ctx, c, out, false)
-		waitFor(t, ctx, "no audit Event on exclusions-out/owner once its namespace is selected", func() bool { return policyEvents(t, ctx, cs)[out+"/owner"] > 0 })
+		fixtures.Eventually(t, "an audit Event on exclusions-out/owner once its namespace is selected", time.Minute, func() bool { return policyEvents(t, ctx, cs)[out+"/owner"] > 0 })
 		t.Logf("e2e: exclusions: label removed, %s/owner audited (reservation-not-held)", out)
 	})
 }
@@ -140,21 +140,10 @@ func labelNamespace(t *testing.T, ctx context.Context, c *framework.Cluster, ns 
 	}
 }
 
-// waitFor polls cond every 200 ms for at most a minute: a bound for a
-// loaded machine, never a measurement.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("after a minute: %s", what)
-		}
-	}
-}
-
 // waitLog waits until the webhooks' logs satisfy cond.
 func waitLog(t *testing.T, ctx context.Context, c *framework.Cluster, what string, cond func(string) bool) {
 	t.Helper()
-	waitFor(t, ctx, what, func() bool {
+	fixtures.Eventually(t, what, time.Minute, func() bool {
 		var all strings.Builder
 		for _, w := range c.Webhooks {
 			l, _ := w.Log()
