@@ -37,7 +37,7 @@ func benchReviews(b *testing.B) []struct {
 
 // BenchmarkEndpoint is one review through the endpoint the server registers
 // (admissionEndpoint: body budget, controller-runtime's decoding, our
-// handler, the audit line, the metrics, the bounded response), beside the
+// handler, the decision log line, the metrics, the bounded response), beside the
 // do-nothing handler of test/nopwebhook behind the same webhook.Admission.
 // TLS and the HTTP server cost both the same and are left out, so the
 // ratio ours/nop here is an upper bound of the ratio over the wire.
@@ -45,14 +45,14 @@ func benchReviews(b *testing.B) []struct {
 //	go test ./internal/admission -run '^$' -bench Endpoint -benchmem
 func BenchmarkEndpoint(b *testing.B) {
 	tr := newTestReviewer(b, testPolicy, true)
-	tr.audit = logging.New(io.Discard).WithName("audit")
+	tr.decisionLog = logging.New(io.Discard).WithName("audit")
 	nop := &webhook.Admission{Handler: admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
 		return admission.Allowed("")
 	})}
 	for _, rv := range benchReviews(b) {
-		ours := admissionEndpoint(validatingHandler{tr.reviewer})
+		ours := admissionEndpoint(tr.recorded(validatingHandler{tr.reviewer}))
 		if rv.stage == "mutate" {
-			ours = admissionEndpoint(mutatingHandler{tr.reviewer})
+			ours = admissionEndpoint(tr.recorded(mutatingHandler{tr.reviewer}))
 		}
 		for _, h := range []struct {
 			name string

@@ -15,7 +15,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // Fixed bounds the fuzz target holds every answer to, whatever the input.
@@ -24,7 +23,7 @@ const (
 	// controller-runtime copies into it (and that the endpoint's own
 	// maxResponseBytes cap bounds in turn).
 	fuzzMaxResponse = 8 << 10
-	// fuzzMaxAuditLine bounds one audit line: every field is clipped
+	// fuzzMaxAuditLine bounds one decision log line: every field is clipped
 	// (policy.MaxEchoBytes, policy.MaxListed, policy.MaxMessageBytes), and
 	// JSON escaping may grow a clipped value up to six times.
 	fuzzMaxAuditLine = 64 << 10
@@ -33,7 +32,7 @@ const (
 // FuzzAdmissionEndpoint sends arbitrary bytes as an AdmissionReview
 // through the endpoint serve registers, at either stage, and checks:
 //   - the answer is an AdmissionReview of bounded size, and at most one
-//     audit line of bounded size is written;
+//     decision log line of bounded size is written;
 //   - an allowed Service, with the returned JSON patch applied the way the
 //     apiserver applies it, holds no new address outside 10.96.0.0/16's
 //     usable addresses, and none reserved for another Service (10.96.0.10
@@ -141,10 +140,10 @@ func FuzzAdmissionFields(f *testing.F) {
 // and, for an allowed Service, the addresses it ends with.
 func checkEndpoint(t *testing.T, r testReviewer, body []byte, mutate bool) {
 	t.Helper()
-	r.auditBuf.Reset()
-	var h admission.Handler = validatingHandler{r.reviewer}
+	r.decisionLogBuf.Reset()
+	h := r.recorded(validatingHandler{r.reviewer})
 	if mutate {
-		h = mutatingHandler{r.reviewer}
+		h = r.recorded(mutatingHandler{r.reviewer})
 	}
 	// Through the registered endpoint: the hard cap holds.
 	raw := admissiontest.Serve(t, admissionEndpoint(h), body)
@@ -153,7 +152,7 @@ func checkEndpoint(t *testing.T, r testReviewer, body []byte, mutate bool) {
 	}
 	// Through controller-runtime alone: the handler's own answer is
 	// bounded, apart from the UID controller-runtime copies into it.
-	r.auditBuf.Reset()
+	r.decisionLogBuf.Reset()
 	raw = admissiontest.Serve(t, &webhook.Admission{Handler: h}, body)
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(raw, &review); err != nil || review.Response == nil {
@@ -163,7 +162,7 @@ func checkEndpoint(t *testing.T, r testReviewer, body []byte, mutate bool) {
 	if n := len(raw) - len(resp.UID); n > fuzzMaxResponse {
 		t.Fatalf("response is %d bytes besides its uid: %.300s", n, raw)
 	}
-	if audit := r.auditBuf.Bytes(); bytes.Count(audit, []byte("\n")) > 1 || len(audit) > fuzzMaxAuditLine {
+	if audit := r.decisionLogBuf.Bytes(); bytes.Count(audit, []byte("\n")) > 1 || len(audit) > fuzzMaxAuditLine {
 		t.Fatalf("audit output is %d bytes in %d lines: %.300s", len(audit), bytes.Count(audit, []byte("\n")), audit)
 	}
 	if resp.Allowed {

@@ -61,7 +61,7 @@ func setRequest(t testing.TB, body []byte, edit func(req map[string]any)) []byte
 }
 
 // Each malformed or hostile review gets one exact, short answer; none is
-// allowed, none panics, and every answer and audit line stays small.
+// allowed, none panics, and every answer and decision log line stays small.
 func TestHostileAndMalformedReviews(t *testing.T) {
 	static := "mutate-003-create-wh-static.json" // clusterIP 10.96.0.20, no clusterIPs
 	tooMany := `spec.clusterIPs: Too many: 50000: must have at most 2 items (one per IP family); ask for at most one IPv4 and one IPv6 address, or leave clusterIPs empty to get them allocated`
@@ -73,7 +73,7 @@ func TestHostileAndMalformedReviews(t *testing.T) {
 		policy      string // default testPolicy
 		code        int32  // result code of the denial
 		message     string // exact message; prefix when it ends in "*"
-		rule        string // rule in the audit line; "" when the request never reached a decision
+		rule        string // rule in the decision log line; "" when the request never reached a decision
 		noAudit     bool   // refused by controller-runtime before the handler
 	}{
 		{
@@ -239,9 +239,9 @@ func TestHostileAndMalformedReviews(t *testing.T) {
 				pol = testPolicy
 			}
 			r := newTestReviewer(t, pol, true)
-			var h admission.Handler = mutatingHandler{r.reviewer}
+			h := r.recorded(mutatingHandler{r.reviewer})
 			if tt.validate {
-				h = validatingHandler{r.reviewer}
+				h = r.recorded(validatingHandler{r.reviewer})
 			}
 			ct := tt.contentType
 			if ct == "" {
@@ -265,15 +265,15 @@ func TestHostileAndMalformedReviews(t *testing.T) {
 				t.Fatalf("response is %d bytes, want under 1 KiB: %.300s", len(raw), raw)
 			}
 			if tt.noAudit {
-				if r.auditBuf.Len() != 0 {
-					t.Fatalf("audit written for a request refused before the handler: %s", r.auditBuf)
+				if r.decisionLogBuf.Len() != 0 {
+					t.Fatalf("audit written for a request refused before the handler: %s", r.decisionLogBuf)
 				}
 				return
 			}
-			if n := r.auditBuf.Len(); n > 4096 {
-				t.Fatalf("audit line is %d bytes, want at most 4 KiB: %.300s", n, r.auditBuf)
+			if n := r.decisionLogBuf.Len(); n > 4096 {
+				t.Fatalf("decision log line is %d bytes, want at most 4 KiB: %.300s", n, r.decisionLogBuf)
 			}
-			line := auditOf(t, r.auditBuf)
+			line := decisionLineOf(t, r.decisionLogBuf)
 			if line["decision"] != "denied" {
 				t.Fatalf("audit decision %v", line["decision"])
 			}
@@ -286,17 +286,17 @@ func TestHostileAndMalformedReviews(t *testing.T) {
 	}
 }
 
-// The 50,000-entry request's audit line lists two IPs and how many more.
+// The 50,000-entry request's decision log line lists two IPs and how many more.
 func TestAuditLineListsAFewRequestedIPsAndHowManyMore(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, true)
-	serveRaw(t, mutatingHandler{r.reviewer}, loadReview(t, "mutate-003-create-wh-static.json", withSpec("clusterIPs", repeated("10.96.200.5", 50000))), "application/json")
-	got, _ := json.Marshal(auditOf(t, r.auditBuf)["requestedIPs"])
+	serveRaw(t, r.recorded(mutatingHandler{r.reviewer}), loadReview(t, "mutate-003-create-wh-static.json", withSpec("clusterIPs", repeated("10.96.200.5", 50000))), "application/json")
+	got, _ := json.Marshal(decisionLineOf(t, r.decisionLogBuf)["requestedIPs"])
 	if want := `["10.96.200.5","10.96.200.5","... (49998 more)"]`; string(got) != want {
 		t.Fatalf("requestedIPs %s, want %s", got, want)
 	}
 }
 
-// A megabyte-long name, user and namespace are clipped in the audit line
+// A megabyte-long name, user and namespace are clipped in the decision log line
 // and in the message that names the Service.
 func TestLongNamesAreClippedInMessagesAndTheAuditLine(t *testing.T) {
 	r := newTestReviewer(t, testPolicy+"- ip: 10.96.0.30\n  service: default/owner\n", true)
@@ -304,14 +304,14 @@ func TestLongNamesAreClippedInMessagesAndTheAuditLine(t *testing.T) {
 	body := setRequest(t, loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", long)), func(req map[string]any) {
 		req["userInfo"] = map[string]any{"username": long, "groups": repeated("g", 100000)}
 	})
-	raw, resp := serveRaw(t, mutatingHandler{r.reviewer}, body, "application/json")
+	raw, resp := serveRaw(t, r.recorded(mutatingHandler{r.reviewer}), body, "application/json")
 	if !resp.Allowed || len(raw) > 1024 {
 		t.Fatalf("allowed=%v, %d bytes: %.300s", resp.Allowed, len(raw), raw)
 	}
-	if n := r.auditBuf.Len(); n > 2048 {
-		t.Fatalf("audit line is %d bytes: %.300s", n, r.auditBuf)
+	if n := r.decisionLogBuf.Len(); n > 2048 {
+		t.Fatalf("decision log line is %d bytes: %.300s", n, r.decisionLogBuf)
 	}
-	line := auditOf(t, r.auditBuf)
+	line := decisionLineOf(t, r.decisionLogBuf)
 	for _, k := range []string{"name", "user"} {
 		if want := strings.Repeat("n", 128) + "... (1048448 more bytes)"; line[k] != want {
 			t.Fatalf("audit %s = %.200v, want %.200s", k, line[k], want)

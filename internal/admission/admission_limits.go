@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"reflect"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -173,83 +172,4 @@ func oversizedReview() []byte {
 	}
 	out, _ := json.Marshal(review) // a fixed, valid value
 	return out
-}
-
-// listHead is a JSON array of strings decoded as its length and its first
-// policy.MaxClusterIPs entries.
-type listHead struct {
-	n    int
-	head []string
-}
-
-func (l *listHead) UnmarshalJSON(data []byte) error {
-	*l = listHead{} // a later duplicate key replaces an earlier one, as for a slice
-	if string(data) == "null" {
-		return nil
-	}
-	if len(data) > 0 && data[0] != '[' {
-		// The error a []string field gets; the decoder adds the field path.
-		return &json.UnmarshalTypeError{Value: jsonKind(data[0]), Type: reflect.TypeFor[[]string]()}
-	}
-	n, cut, err := countElements(data, policy.MaxClusterIPs)
-	if err != nil {
-		return err
-	}
-	l.n = n
-	// data[:cut] is "[" and the first entries; close it and decode those.
-	return json.Unmarshal(append(data[:cut:cut], ']'), &l.head)
-}
-
-// jsonKind names the kind of the JSON value starting with c, as
-// encoding/json's type errors do.
-func jsonKind(c byte) string {
-	switch c {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case 't', 'f':
-		return "bool"
-	}
-	return "number"
-}
-
-// countElements counts the entries of the JSON array data (already checked
-// to be valid JSON by the decoder) and returns the offset just past the
-// first keep entries.
-func countElements(data []byte, keep int) (n, cut int, err error) {
-	if len(data) < 2 || data[0] != '[' {
-		return 0, 0, fmt.Errorf("expected a list, got %s", policy.Echo(string(data)))
-	}
-	depth, inString, escaped, empty := 0, false, false, true
-	cut = len(data) - 1 // before the closing bracket
-	for i := 1; i < len(data)-1; i++ {
-		c := data[i]
-		switch {
-		case inString && escaped:
-			escaped = false
-		case inString && c == '\\':
-			escaped = true
-		case inString && c == '"':
-			inString = false
-		case inString:
-		case c == '"':
-			inString, empty = true, false
-		case c == '[' || c == '{':
-			depth, empty = depth+1, false
-		case c == ']' || c == '}':
-			depth--
-		case c == ',' && depth == 0:
-			n++
-			if n == keep {
-				cut = i
-			}
-		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
-			empty = false
-		}
-	}
-	if empty {
-		return 0, 1, nil
-	}
-	return n + 1, cut, nil
 }

@@ -27,8 +27,8 @@ const testPolicy = readinesstest.Policy
 type testReviewer struct {
 	*reviewer
 	readinesstest.Fixture
-	auditBuf *bytes.Buffer
-	reg      *prometheus.Registry
+	decisionLogBuf *bytes.Buffer
+	reg            *prometheus.Registry
 }
 
 func newTestReviewer(t testing.TB, policyYAML string, synced bool) testReviewer {
@@ -38,16 +38,16 @@ func newTestReviewer(t testing.TB, policyYAML string, synced bool) testReviewer 
 	f := readinesstest.New(t, policyYAML, synced, log)
 	buf.Reset()
 	reg := prometheus.NewRegistry()
-	return testReviewer{&reviewer{gate: f.Gate, audit: log.WithName("audit"), metrics: newMetrics(reg)}, f, &buf, reg}
+	return testReviewer{&reviewer{gate: f.Gate, decisionLog: log.WithName("audit"), metrics: newMetrics(reg)}, f, &buf, reg}
 }
 
 // The recorded reviews and what reads the answers, shared with the
 // server's tests (admissiontest).
 var (
-	loadReview    = admissiontest.LoadReview
-	named         = admissiontest.Named
-	withClusterIP = admissiontest.WithClusterIP
-	auditOf       = admissiontest.AuditOf
+	loadReview     = admissiontest.LoadReview
+	named          = admissiontest.Named
+	withClusterIP  = admissiontest.WithClusterIP
+	decisionLineOf = admissiontest.DecisionLineOf
 )
 
 // post sends an AdmissionReview body through controller-runtime's webhook
@@ -113,9 +113,9 @@ func TestHandlersWithRecordedRequests(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newTestReviewer(t, testPolicy, true)
-			var h webhook.AdmissionHandler = validatingHandler{r.reviewer}
+			h := r.recorded(validatingHandler{r.reviewer})
 			if tt.mutate {
-				h = mutatingHandler{r.reviewer}
+				h = r.recorded(mutatingHandler{r.reviewer})
 			}
 			body := loadReview(t, tt.fixture, tt.tweaks...)
 			resp := post(t, h, body)
@@ -133,7 +133,7 @@ func TestHandlersWithRecordedRequests(t *testing.T) {
 				t.Fatalf("unexpected patch %s", resp.Patch)
 			}
 
-			line := auditOf(t, r.auditBuf)
+			line := decisionLineOf(t, r.decisionLogBuf)
 			var review admissionv1.AdmissionReview
 			_ = json.Unmarshal(body, &review)
 			want := map[string]any{
@@ -176,13 +176,13 @@ func TestHandlersWithRecordedRequests(t *testing.T) {
 
 func TestHandlersDenyUntilTheViewHasSynced(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, false)
-	for _, h := range []webhook.AdmissionHandler{mutatingHandler{r.reviewer}, validatingHandler{r.reviewer}} {
-		r.auditBuf.Reset()
+	for _, h := range []webhook.AdmissionHandler{r.recorded(mutatingHandler{r.reviewer}), r.recorded(validatingHandler{r.reviewer})} {
+		r.decisionLogBuf.Reset()
 		resp := post(t, h, loadReview(t, "mutate-001-create-wh-auto.json"))
 		if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != readiness.NotReadyMessage {
 			t.Fatalf("want a not-ready denial, got %+v", resp.Result)
 		}
-		if line := auditOf(t, r.auditBuf); line["decision"] != "denied" || line["message"] != readiness.NotReadyMessage {
+		if line := decisionLineOf(t, r.decisionLogBuf); line["decision"] != "denied" || line["message"] != readiness.NotReadyMessage {
 			t.Fatalf("audit = %v", line)
 		}
 	}
@@ -192,7 +192,7 @@ func TestHandlersRefuseWhatIsNotAService(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, true)
 	body := loadReview(t, "mutate-001-create-wh-auto.json")
 	body = bytes.Replace(body, []byte(`"kind":{"group":"","kind":"Service","version":"v1"}`), []byte(`"kind":{"group":"","kind":"ConfigMap","version":"v1"}`), 1)
-	resp := post(t, mutatingHandler{r.reviewer}, body)
+	resp := post(t, r.recorded(mutatingHandler{r.reviewer}), body)
 	if resp.Allowed || resp.Result.Code != http.StatusBadRequest || !strings.Contains(resp.Result.Message, "only reviews Services") {
 		t.Fatalf("got %+v", resp.Result)
 	}
@@ -200,11 +200,11 @@ func TestHandlersRefuseWhatIsNotAService(t *testing.T) {
 
 func TestWarnModeAllowsWithAnAdmissionWarning(t *testing.T) {
 	r := newTestReviewer(t, testPolicy+"enforcement:\n  default: warn\n", true)
-	resp := post(t, mutatingHandler{r.reviewer}, loadReview(t, "mutate-003-create-wh-static.json", withClusterIP("10.96.200.5")))
+	resp := post(t, r.recorded(mutatingHandler{r.reviewer}), loadReview(t, "mutate-003-create-wh-static.json", withClusterIP("10.96.200.5")))
 	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "lies in the dynamic band") {
 		t.Fatalf("got allowed=%v warnings=%q", resp.Allowed, resp.Warnings)
 	}
-	if line := auditOf(t, r.auditBuf); line["decision"] != "warned" {
+	if line := decisionLineOf(t, r.decisionLogBuf); line["decision"] != "warned" {
 		t.Fatalf("audit decision = %v", line["decision"])
 	}
 }
@@ -214,11 +214,11 @@ func TestHandlersAllowOperationsThatAllocateNothing(t *testing.T) {
 	body := loadReview(t, "mutate-001-create-wh-auto.json")
 	body = bytes.Replace(body, []byte(`"operation":"CREATE"`), []byte(`"operation":"DELETE"`), 1)
 	body = bytes.Replace(body, []byte(`"object":{`), []byte(`"oldObject":{`), 1)
-	resp := post(t, validatingHandler{r.reviewer}, body)
+	resp := post(t, r.recorded(validatingHandler{r.reviewer}), body)
 	if !resp.Allowed {
 		t.Fatalf("DELETE denied: %+v", resp.Result)
 	}
-	if line := auditOf(t, r.auditBuf); line["decision"] != "allowed" || line["skipped"] != "operation DELETE allocates no IP" {
+	if line := decisionLineOf(t, r.decisionLogBuf); line["decision"] != "allowed" || line["skipped"] != "operation DELETE allocates no IP" {
 		t.Fatalf("audit = %v", line)
 	}
 }
@@ -228,21 +228,21 @@ func TestHandlersDenyOnAViewStaleForTooLong(t *testing.T) {
 	r.Gate.MaxStaleness = 30 * time.Second
 	stale := 10 * time.Second
 	r.Gate.StaleFor = func(time.Time) (time.Duration, string) { return stale, "ipaddresses" }
-	resp := post(t, validatingHandler{r.reviewer}, loadReview(t, "validate-002-create-wh-auto.json"))
+	resp := post(t, r.recorded(validatingHandler{r.reviewer}), loadReview(t, "validate-002-create-wh-auto.json"))
 	if !resp.Allowed {
 		t.Fatalf("denied within the tolerated staleness: %+v", resp.Result)
 	}
-	if line := auditOf(t, r.auditBuf); line["viewStaleSeconds"] != 10.0 {
+	if line := decisionLineOf(t, r.decisionLogBuf); line["viewStaleSeconds"] != 10.0 {
 		t.Fatalf("audit viewStaleSeconds = %v", line["viewStaleSeconds"])
 	}
-	r.auditBuf.Reset()
+	r.decisionLogBuf.Reset()
 	stale = 45 * time.Second
-	resp = post(t, validatingHandler{r.reviewer}, loadReview(t, "validate-002-create-wh-auto.json"))
+	resp = post(t, r.recorded(validatingHandler{r.reviewer}), loadReview(t, "validate-002-create-wh-auto.json"))
 	want := "clusterip-policy is not ready: its watch of ipaddresses has failed for 45s, so its view of allocated addresses may be out of date; retry once it recovers"
 	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || resp.Result.Message != want {
 		t.Fatalf("got %+v", resp.Result)
 	}
-	if line := auditOf(t, r.auditBuf); line["decision"] != "denied" || line["message"] != want {
+	if line := decisionLineOf(t, r.decisionLogBuf); line["decision"] != "denied" || line["message"] != want {
 		t.Fatalf("audit = %v", line)
 	}
 }

@@ -24,7 +24,7 @@ const (
 // the rules that matched (comma-separated, at most policy.MaxListed, each
 // a short ID) and the digest of the policy it was made against. Bounded
 // whatever the request: a one-word outcome, a few rule IDs and 12 hex
-// digits; the audit line (audit.go) keeps everything else.
+// digits; the decision log line (audit.go) keeps everything else.
 func auditAnnotations(a answered) map[string]string {
 	out := map[string]string{annotationDecision: string(a.outcome)}
 	if d := a.decision; d != nil {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-
 	"clusterip-policy/internal/names"
 )
 
@@ -49,10 +47,10 @@ func TestTheProbeGetsItsWarningAndNothingElseChanges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newTestReviewer(t, testPolicy, true)
-			var h webhook.AdmissionHandler = validatingHandler{r.reviewer}
+			h := r.recorded(validatingHandler{r.reviewer})
 			stage := "validate"
 			if tt.mutate {
-				h, stage = mutatingHandler{r.reviewer}, "mutate"
+				h, stage = r.recorded(mutatingHandler{r.reviewer}), "mutate"
 			}
 			body := loadReview(t, tt.fixture, tt.tweaks...)
 			if tt.realRun {
@@ -84,7 +82,7 @@ func TestTheProbeGetsItsWarningAndNothingElseChanges(t *testing.T) {
 
 func TestAnUnreadyReplicaDoesNotAnswerTheProbe(t *testing.T) {
 	r := newTestReviewer(t, testPolicy, false)
-	resp := post(t, mutatingHandler{r.reviewer}, loadReview(t, "mutate-005-create-wh-dryrun.json", withClusterIP("None"), withProbe("abc")))
+	resp := post(t, r.recorded(mutatingHandler{r.reviewer}), loadReview(t, "mutate-005-create-wh-dryrun.json", withClusterIP("None"), withProbe("abc")))
 	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable || len(resp.Warnings) != 0 {
 		t.Fatalf("want the not-ready denial and no warning, got %+v, warnings %q", resp.Result, resp.Warnings)
 	}

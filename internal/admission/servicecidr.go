@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -19,13 +17,7 @@ import (
 // one allocation at a time once the apiserver hands out its addresses.
 type serviceCIDRHandler struct{ *reviewer }
 
-var _ admission.Handler = serviceCIDRHandler{}
-
 var _ handler = serviceCIDRHandler{}
-
-func (h serviceCIDRHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return h.recorded(ctx, h, req)
-}
 
 func (serviceCIDRHandler) stage() policy.Stage { return policy.StageServiceCIDR }
 
@@ -37,16 +29,8 @@ func (h serviceCIDRHandler) answerReview(_ context.Context, req admission.Reques
 // readiness (the overlap rule needs the view's ServiceCIDRs), decide,
 // respond.
 func (r *reviewer) answerServiceCIDR(req admission.Request) (admission.Response, answered) {
-	if err := malformed(req); err != nil {
-		return admission.Errored(http.StatusBadRequest, err), refused(err.Error())
-	}
-	if skip := policy.OperationSkip(policy.Operation(req.Operation)); skip != "" {
-		return admission.Allowed(skip), answered{outcome: policy.Allowed, skipped: skip}
-	}
-	if req.Kind.Kind != "ServiceCIDR" || req.Kind.Group != networkingv1.GroupName {
-		kind := policy.Echo(req.Kind.String())
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("this endpoint only reviews networking.k8s.io ServiceCIDRs, got %s; check the webhook configuration's rules", kind)),
-			refused(fmt.Sprintf("expected a networking.k8s.io ServiceCIDR, got %s", kind))
+	if resp, a, done := prologue(req, serviceCIDRKind); done {
+		return resp, a
 	}
 	cidr, err := decodeServiceCIDR(req.Object.Raw)
 	if err != nil {
@@ -55,17 +39,13 @@ func (r *reviewer) answerServiceCIDR(req admission.Request) (admission.Response,
 	if cidr.Name == "" {
 		cidr.Name = req.Name
 	}
-	var old *networkingv1.ServiceCIDR
-	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		if old, err = decodeServiceCIDR(req.OldObject.Raw); err != nil {
-			a := refused(err.Error())
-			a.name = cidr.Name
-			return admission.Errored(http.StatusBadRequest, err), a
-		}
-	}
-	state, err := r.gate.Check(time.Now())
+	old, resp, a, err := oldObject(req, cidr.Name, decodeServiceCIDR)
 	if err != nil {
-		return notReady(err.Error()), answered{outcome: policy.Denied, message: err.Error(), name: cidr.Name, state: state}
+		return resp, a
+	}
+	state, resp, a, err := r.ready(cidr.Name)
+	if err != nil {
+		return resp, a
 	}
 	creq := policy.ServiceCIDRRequest{
 		Operation: policy.Operation(req.Operation), Name: cidr.Name, CIDRs: cidr.Spec.CIDRs,

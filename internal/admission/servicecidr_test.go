@@ -90,7 +90,7 @@ func TestServiceCIDRHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newTestReviewer(t, testPolicy+"allowedCIDRs: [10.96.0.0/12]\n", true)
-			resp := post(t, serviceCIDRHandler{r.reviewer}, tt.body(t))
+			resp := post(t, r.recorded(serviceCIDRHandler{r.reviewer}), tt.body(t))
 			if resp.Allowed != tt.allowed || resp.Result.Code != tt.code {
 				t.Fatalf("allowed %v code %d, want %v %d: %s", resp.Allowed, resp.Result.Code, tt.allowed, tt.code, resp.Result.Message)
 			}
@@ -104,22 +104,22 @@ func TestServiceCIDRHandler(t *testing.T) {
 			if fmt.Sprint(resp.AuditAnnotations) != fmt.Sprint(want) {
 				t.Errorf("auditAnnotations %v, want %v", resp.AuditAnnotations, want)
 			}
-			line := auditOf(t, r.auditBuf)
+			line := decisionLineOf(t, r.decisionLogBuf)
 			if line["stage"] != "servicecidr" || line["decision"] != want["decision"] {
-				t.Errorf("audit line stage %v decision %v", line["stage"], line["decision"])
+				t.Errorf("decision log line stage %v decision %v", line["stage"], line["decision"])
 			}
 		})
 	}
 	t.Run("counts decisions under the stage servicecidr", func(t *testing.T) {
 		r := newTestReviewer(t, testPolicy+"allowedCIDRs: [10.96.0.0/12]\n", true)
-		post(t, serviceCIDRHandler{r.reviewer}, serviceCIDRReview(t, "rogue", "kubernetes-admin", admin, []string{"10.200.0.0/24"}))
+		post(t, r.recorded(serviceCIDRHandler{r.reviewer}), serviceCIDRReview(t, "rogue", "kubernetes-admin", admin, []string{"10.200.0.0/24"}))
 		if n := testutil.ToFloat64(r.metrics.decisions.WithLabelValues("servicecidr", "denied", "outside-service-cidrs")); n != 1 {
 			t.Errorf("decisions{stage=servicecidr,decision=denied,rule=outside-service-cidrs} = %v, want 1", n)
 		}
 	})
 	t.Run("answers 503 before the view is synced", func(t *testing.T) {
 		r := newTestReviewer(t, testPolicy, false)
-		resp := post(t, serviceCIDRHandler{r.reviewer}, serviceCIDRReview(t, "extra", "kubernetes-admin", admin, []string{"10.97.0.0/16"}))
+		resp := post(t, r.recorded(serviceCIDRHandler{r.reviewer}), serviceCIDRReview(t, "extra", "kubernetes-admin", admin, []string{"10.97.0.0/16"}))
 		if resp.Allowed || resp.Result.Code != 503 || resp.AuditAnnotations["decision"] != "denied" {
 			t.Errorf("allowed %v code %d annotations %v, want a 503 denial", resp.Allowed, resp.Result.Code, resp.AuditAnnotations)
 		}
@@ -137,16 +137,16 @@ func TestAuditAnnotations(t *testing.T) {
 		want map[string]string
 	}{
 		{"an allowed create", func() map[string]string {
-			return post(t, validatingHandler{r.reviewer}, loadReview(t, "validate-002-create-wh-auto.json")).AuditAnnotations
+			return post(t, r.recorded(validatingHandler{r.reviewer}), loadReview(t, "validate-002-create-wh-auto.json")).AuditAnnotations
 		}, map[string]string{"decision": "allowed", "policy-digest": digest}},
 		{"a patched create", func() map[string]string {
-			return post(t, mutatingHandler{r.reviewer}, loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns"))).AuditAnnotations
+			return post(t, r.recorded(mutatingHandler{r.reviewer}), loadReview(t, "mutate-001-create-wh-auto.json", named("kube-system", "kube-dns"))).AuditAnnotations
 		}, map[string]string{"decision": "patched", "policy-digest": digest}},
 		{"a denied create", func() map[string]string {
-			return post(t, mutatingHandler{r.reviewer}, loadReview(t, "mutate-003-create-wh-static.json", withClusterIP("10.96.0.10"))).AuditAnnotations
+			return post(t, r.recorded(mutatingHandler{r.reviewer}), loadReview(t, "mutate-003-create-wh-static.json", withClusterIP("10.96.0.10"))).AuditAnnotations
 		}, map[string]string{"decision": "denied", "rules": "reserved-for-other", "policy-digest": digest}},
 		{"a malformed review", func() map[string]string {
-			return post(t, validatingHandler{r.reviewer}, []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x"}}`)).AuditAnnotations
+			return post(t, r.recorded(validatingHandler{r.reviewer}), []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x"}}`)).AuditAnnotations
 		}, map[string]string{"decision": "denied"}},
 	}
 	for _, tt := range tests {
@@ -189,15 +189,15 @@ func TestServiceCIDRHandlerBoundsHostileRequests(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newTestReviewer(t, testPolicy+"allowedCIDRs: [10.96.0.0/12]\n", true)
-			raw, resp := serveRaw(t, serviceCIDRHandler{r.reviewer}, tt.body(t), "application/json")
+			raw, resp := serveRaw(t, r.recorded(serviceCIDRHandler{r.reviewer}), tt.body(t), "application/json")
 			if resp.Allowed || len(raw) > 1024 {
 				t.Fatalf("allowed=%v, %d bytes: %.300s", resp.Allowed, len(raw), raw)
 			}
 			if !strings.Contains(resp.Result.Message, tt.message) {
 				t.Errorf("message %.300q lacks %q", resp.Result.Message, tt.message)
 			}
-			if n := r.auditBuf.Len(); n > 4096 {
-				t.Fatalf("audit line is %d bytes: %.300s", n, r.auditBuf)
+			if n := r.decisionLogBuf.Len(); n > 4096 {
+				t.Fatalf("decision log line is %d bytes: %.300s", n, r.decisionLogBuf)
 			}
 			for k, v := range resp.AuditAnnotations {
 				if len(v) > 128 {

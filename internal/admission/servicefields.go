@@ -3,6 +3,7 @@ package admission
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -16,9 +17,9 @@ import (
 // keeps a review cheap; pkg/policy reads nothing else (Spec.Type,
 // ClusterIP, ClusterIPs, IPFamilies, IPFamilyPolicy, Name, Namespace).
 //
-// The lists are decoded as listHead (admission_limits.go): their length
-// and first policy.MaxClusterIPs entries, so a hostile list of 50,000
-// entries is counted, never built.
+// The lists are decoded as listHead (the Service list decoder, below):
+// their length and first policy.MaxClusterIPs entries, so a hostile list
+// of 50,000 entries is counted, never built.
 type serviceFields struct {
 	Metadata struct {
 		Name      string `json:"name"`
@@ -52,7 +53,7 @@ func decodeServiceFields(raw []byte) (serviceFields, error) {
 	var f serviceFields
 	if err := json.Unmarshal(raw, &f); err != nil {
 		// A decoding error quotes at most a type and a field path, but clip
-		// it anyway: it goes into the response and the audit line.
+		// it anyway: it goes into the response and the decision log line.
 		return serviceFields{}, fmt.Errorf("decode the Service in the admission request: %s", policy.Clip(err.Error(), policy.MaxMessageBytes))
 	}
 	return f, nil
@@ -80,4 +81,85 @@ func (f serviceFields) service() *corev1.Service {
 		}
 	}
 	return svc
+}
+
+// The Service list decoder: clusterIPs and ipFamilies, counted and cut.
+
+// listHead is a JSON array of strings decoded as its length and its first
+// policy.MaxClusterIPs entries.
+type listHead struct {
+	n    int
+	head []string
+}
+
+func (l *listHead) UnmarshalJSON(data []byte) error {
+	*l = listHead{} // a later duplicate key replaces an earlier one, as for a slice
+	if string(data) == "null" {
+		return nil
+	}
+	if len(data) > 0 && data[0] != '[' {
+		// The error a []string field gets; the decoder adds the field path.
+		return &json.UnmarshalTypeError{Value: jsonKind(data[0]), Type: reflect.TypeFor[[]string]()}
+	}
+	n, cut, err := countElements(data, policy.MaxClusterIPs)
+	if err != nil {
+		return err
+	}
+	l.n = n
+	// data[:cut] is "[" and the first entries; close it and decode those.
+	return json.Unmarshal(append(data[:cut:cut], ']'), &l.head)
+}
+
+// jsonKind names the kind of the JSON value starting with c, as
+// encoding/json's type errors do.
+func jsonKind(c byte) string {
+	switch c {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
+}
+
+// countElements counts the entries of the JSON array data (already checked
+// to be valid JSON by the decoder) and returns the offset just past the
+// first keep entries.
+func countElements(data []byte, keep int) (n, cut int, err error) {
+	if len(data) < 2 || data[0] != '[' {
+		return 0, 0, fmt.Errorf("expected a list, got %s", policy.Echo(string(data)))
+	}
+	depth, inString, escaped, empty := 0, false, false, true
+	cut = len(data) - 1 // before the closing bracket
+	for i := 1; i < len(data)-1; i++ {
+		c := data[i]
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString:
+		case c == '"':
+			inString, empty = true, false
+		case c == '[' || c == '{':
+			depth, empty = depth+1, false
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 0:
+			n++
+			if n == keep {
+				cut = i
+			}
+		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
+			empty = false
+		}
+	}
+	if empty {
+		return 0, 1, nil
+	}
+	return n + 1, cut, nil
 }

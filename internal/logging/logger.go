@@ -1,5 +1,5 @@
 // Package logging makes the process's loggers: JSON lines through zap
-// (the audit line writes its fields straight into zap's encoder), and the
+// (the decision log line writes its fields straight into zap's encoder), and the
 // standard library's log output (net/http's server errors) routed into them,
 // bounded.
 package logging

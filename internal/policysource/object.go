@@ -18,17 +18,26 @@ import (
 	"clusterip-policy/pkg/policy"
 )
 
-var policyGVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: v1alpha1.Resource}
+// GVR is the ClusterIPPolicy resource.
+var GVR = schema.GroupVersionResource{Group: v1alpha1.Group, Version: v1alpha1.Version, Resource: v1alpha1.Resource}
+
+// Observer is told what became of each generation of the object: u as last
+// seen, the loader's answer for its generation, and the generation and
+// digest of the policy in force here (inForce 0: none loaded). The
+// ClusterIPPolicy status writer (internal/controllers/policystatus) is one;
+// the leader writes the status.
+type Observer interface {
+	Observed(u *unstructured.Unstructured, loadErr error, inForce int64, digest string)
+}
 
 // ObjectSource feeds the policy store from the ClusterIPPolicy object named
-// default and tells the status (status.go) what became of each
-// generation; the leader writes it. It watches only that name (the CRD's
-// schema refuses any other).
+// default and tells its Observer what became of each generation. It
+// watches only that name (the CRD's schema refuses any other).
 type ObjectSource struct {
-	client dynamic.Interface
-	store  *Store
-	status *Status
-	log    logr.Logger
+	client   dynamic.Interface
+	store    *Store
+	observer Observer
+	log      logr.Logger
 	// inForce is the object generation of the policy in force; 0: none
 	// (no object yet, or every one so far refused). Used only from the
 	// informer's handler goroutine.
@@ -40,9 +49,9 @@ type ObjectSource struct {
 }
 
 // NewObjectSource watches the object through client, publishes into store
-// and reports to status.
-func NewObjectSource(client dynamic.Interface, store *Store, status *Status, log logr.Logger) *ObjectSource {
-	return &ObjectSource{client: client, store: store, status: status, log: log}
+// and reports to observer.
+func NewObjectSource(client dynamic.Interface, store *Store, observer Observer, log logr.Logger) *ObjectSource {
+	return &ObjectSource{client: client, store: store, observer: observer, log: log}
 }
 
 // Run watches the object until ctx ends. The informer relists and rewatches
@@ -51,10 +60,10 @@ func (c *ObjectSource) Run(ctx context.Context) error {
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.client, 0, "", func(o *metav1.ListOptions) {
 		o.FieldSelector = "metadata.name=" + policy.ObjectName
 	})
-	inf := f.ForResource(policyGVR).Informer()
+	inf := f.ForResource(GVR).Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.observe(obj) },
-		UpdateFunc: func(_, obj any) { c.observe(obj) },
+		AddFunc:    func(obj any) { c.Observe(obj) },
+		UpdateFunc: func(_, obj any) { c.Observe(obj) },
 		DeleteFunc: func(any) {
 			c.log.Error(errors.New("deleted"), "the ClusterIPPolicy "+policy.ObjectName+" was deleted; the last good policy stays in force until it is created again", "generationInForce", c.inForce)
 		},
@@ -67,10 +76,12 @@ func (c *ObjectSource) Run(ctx context.Context) error {
 	return nil
 }
 
-// observe loads the object's spec through the file loader (the same
+// Observe loads the object's spec through the file loader (the same
 // messages), publishes it when it loads, and hands the outcome to the
-// status writer.
-func (c *ObjectSource) observe(obj any) {
+// observer. Run's informer calls it for each added or updated object; the
+// status writer's tests call it to give a replica a generation in force.
+// Not safe for concurrent use.
+func (c *ObjectSource) Observe(obj any) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok || u.GetName() != policy.ObjectName {
 		return
@@ -97,5 +108,5 @@ func (c *ObjectSource) observe(obj any) {
 	if cur := c.store.Current(); cur != nil {
 		digest = cur.Policy.Digest
 	}
-	c.status.observed(u, err, c.inForce, digest)
+	c.observer.Observed(u, err, c.inForce, digest)
 }

@@ -1,7 +1,8 @@
 // Package policysource holds the policy in force and feeds it from one of
 // two sources: a file (--policy, re-read when it changes) or the
 // cluster-scoped ClusterIPPolicy object (--policy-source=crd), whose status
-// the leader writes. It imports no other part of the application but the
+// the leader writes (internal/controllers/policystatus, told what became of
+// each generation through Observer). It imports no other part of the application but the
 // small leaves; readiness, admission and the controllers read it.
 package policysource
 
@@ -24,7 +25,7 @@ const (
 )
 
 // Loaded is a policy with the generation it was published under (the
-// audit line's policyGeneration).
+// decision log line's policyGeneration).
 type Loaded struct {
 	Policy     *policy.Policy
 	Generation uint64

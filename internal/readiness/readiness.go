@@ -37,7 +37,7 @@ type Gate struct {
 
 // State is what a decision is made against, as far as the check got: Snap
 // is always set; Policy and Env only once the view has synced; Stale only
-// where something watches. The audit line reports each part it has.
+// where something watches. The decision log line reports each part it has.
 type State struct {
 	Policy *policysource.Loaded
 	Snap   *allocview.Snapshot

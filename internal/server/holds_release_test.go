@@ -46,10 +46,10 @@ func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
 // the release only through admission.AllocationHook, so their meeting is
 // tested here, where both are imported.
 type wired struct {
-	mutate   http.Handler
-	auditBuf *bytes.Buffer
-	reg      *prometheus.Registry
-	view     *allocview.View
+	mutate         http.Handler
+	decisionLogBuf *bytes.Buffer
+	reg            *prometheus.Registry
+	view           *allocview.View
 }
 
 // mirror puts the IPAddresses among objects into the view, as the view's
@@ -97,8 +97,8 @@ func newWired(t *testing.T, hook admission.AllocationHook) wired {
 	f := readinesstest.New(t, readinesstest.Policy, true, log)
 	buf.Reset()
 	reg := prometheus.NewRegistry()
-	eps := admission.Endpoints(admission.Config{Gate: f.Gate, Audit: log.WithName("audit"), Registry: reg, Hook: hook})
-	return wired{mutate: eps[names.MutatePath], auditBuf: &buf, reg: reg, view: f.View}
+	eps := admission.Endpoints(admission.Config{Gate: f.Gate, DecisionLog: log.WithName("audit"), Registry: reg, Hook: hook})
+	return wired{mutate: eps[names.MutatePath], decisionLogBuf: &buf, reg: reg, view: f.View}
 }
 
 func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
@@ -288,7 +288,7 @@ func TestAFailedReleaseIsRecordedAsTheDenialItIs(t *testing.T) {
 	if got := resp.AuditAnnotations["decision"]; got != "denied" {
 		t.Errorf("auditAnnotations decision = %q, want denied (%v)", got, resp.AuditAnnotations)
 	}
-	line := admissiontest.AuditOf(t, r.auditBuf)
+	line := admissiontest.DecisionLineOf(t, r.decisionLogBuf)
 	if line["decision"] != "denied" || line["message"] != want || len(line["patch"].([]any)) != 0 || len(line["mutations"].([]any)) != 0 {
 		t.Errorf("audit line: decision %v message %q patch %v mutations %v; want denied, %q, no patch", line["decision"], line["message"], line["patch"], line["mutations"], want)
 	}

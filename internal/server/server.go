@@ -39,6 +39,7 @@ import (
 	"clusterip-policy/internal/controllers/holds"
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
+	"clusterip-policy/internal/controllers/policystatus"
 	"clusterip-policy/internal/controllers/servingcerts"
 	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/internal/judged"
@@ -107,6 +108,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
 	fs.BoolVar(&o.holds.Enabled, "hold-reservations", false, "Keep an IPAddress (label "+holdplan.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
+	fs.Float64Var(&o.holds.WriteRate, "hold-write-rate", holds.DefaultWriteRate, "With --hold-reservations: at most this many creates and deletes of holds a second by the leader (1-1000). Every free address of a reserved range is held, up to 4,096 in all: at the default a /22 range is held in about 20 s after it is added. The releases of the mutating stage have a client of their own and never wait for these.")
 	fs.DurationVar(&o.holds.Grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
 	fs.DurationVar(&o.audit.Interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+names.AuditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
 	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there. Nor are those of any namespace the Service webhooks' namespaceSelector leaves out: the leader reads it from the live configurations (--mutating-webhook-configuration, --validating-webhook-configuration) and the namespaces' labels.")
@@ -210,31 +212,6 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	return cidrs, nil
 }
 
-// leaderWorks names the leader-only work the flags turn on, by the flag
-// that does: what the Lease elects a replica for.
-func (o *serveOptions) leaderWorks() []string {
-	var works []string
-	if o.holds.Enabled {
-		works = append(works, "--hold-reservations")
-	}
-	if o.audit.Interval > 0 {
-		works = append(works, "--audit-interval")
-	}
-	if o.conditions.Manage {
-		works = append(works, "--manage-match-conditions")
-	}
-	if o.certs.Managed() {
-		works = append(works, "--certificate-source=managed")
-	}
-	if o.arming.Arm {
-		works = append(works, "--arm-failure-policy")
-	}
-	if o.policySource == policysource.SourceCRD {
-		works = append(works, "the ClusterIPPolicy status (--policy-source=crd)")
-	}
-	return works
-}
-
 // serve runs the webhook with the flags fs parsed into o (Command); it
 // returns the exit code.
 func serve(o serveOptions, fs *pflag.FlagSet, args []string, stderr io.Writer) int {
@@ -296,16 +273,18 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 
 	view := allocview.NewView()
 	pm := policysource.NewMetrics(defaultRegistry)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	// The ClusterIPPolicy status writer (its role runs with
+	// --policy-source=crd) is the sink the other loops report to: built
+	// first, handed to their constructors.
+	status := policystatus.New(dyn, policystatus.Options{Audit: o.audit.Interval > 0, Conditions: o.conditions.Manage, Probe: o.arming.Arm}, log.WithName("policy-status"))
 	var object *policysource.ObjectSource
-	var status *policysource.Status // the ClusterIPPolicy status; nil with --policy-source=file
 	var policies *policysource.Store
 	if o.policySource == policysource.SourceCRD {
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("kubernetes client: %w", err)
-		}
 		policies = policysource.NewStore(policy.ObjectResource+"/"+policy.ObjectName, log.WithName("policy"), pm)
-		status = policysource.NewStatus(dyn, log.WithName("policy-status"))
 		object = policysource.NewObjectSource(dyn, policies, status, log.WithName("policy"))
 	} else {
 		policies = policysource.NewStore(o.policyPath, log.WithName("policy"), pm)
@@ -321,17 +300,14 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs, NamespaceLabels: nsLabels.Of}
 	readiness.RegisterBandUsage(defaultRegistry, view, readiness.ReservedBands(policies))
 	var hook admission.AllocationHook // the holds' release; nil with holds off
-	var leaderWorks []leader.Work
-	var holdWatch *holds.Watch // every replica's watch of the holds; nil with holds off
+	parts := &leaderParts{o: &o, cfg: cfg, client: client, log: log, gate: gate, status: status}
 	// Which namespaces the Service webhooks are called for, read by the
 	// leader from the live configurations (their namespaceSelector) and
 	// the namespaces' labels: the holds and the periodic audit skip the
 	// rest (docs/design.md, "Which namespaces are judged here"). The Lease
 	// namespace is the webhook's own, which the configurations exclude.
-	var skip *judged.Scope
 	if o.holds.Enabled || o.audit.Interval > 0 {
-		skip = judged.NewScope(client, o.conditions.Mutating, o.conditions.Validating, []string{o.lease.Namespace}, log.WithName("judged"))
-		leaderWorks = append(leaderWorks, leader.Term(log.WithName("judged"), "leading: reading which namespaces the Service webhooks are called for", nil, skip.Run))
+		parts.skip = judged.NewScope(client, o.conditions.Mutating, o.conditions.Validating, []string{o.lease.Namespace}, log.WithName("judged"))
 	}
 	if o.holds.Enabled {
 		hcfg := rest.CopyConfig(cfg)
@@ -340,55 +316,26 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		hm := holds.NewMetrics(defaultRegistry)
-		holdWatch = holds.NewWatch(hclient)
-		hook = holds.NewReleaser(hclient, holdWatch, log.WithName("holds"), hm, time.Now)
-		leaderWorks = append(leaderWorks, holds.NewKeeper(hclient, holdWatch, gate, skip, o.holds.Grace, log.WithName("holds"), hm).Work())
-	}
-	var audit *periodicaudit.Audit
-	if o.audit.Interval > 0 {
-		audit = periodicaudit.New(client, gate, skip, o.audit.Interval, o.lease.Identity, log.WithName("periodic-audit"), periodicaudit.NewMetrics(defaultRegistry))
-		leaderWorks = append(leaderWorks, audit.Work())
-	}
-	keeper := matchconditions.New(client, gate, o.conditions, log.WithName("match-conditions"), matchconditions.NewMetrics(defaultRegistry))
-	var armer *arming.Keeper
-	// Registered whatever the flag, as -1 (nothing known here): a
-	// dashboard or alert reads the same series on every replica.
-	am := arming.NewMetrics(defaultRegistry)
-	if o.arming.Arm {
-		// The probe reads its warnings from the response; client-go would
-		// log each of them (two every probe) with its default handler.
-		probeCfg := rest.CopyConfig(cfg)
-		probeCfg.WarningHandler, probeCfg.WarningHandlerWithContext = rest.NoWarnings{}, rest.NoWarnings{}
-		probeClient, err := kubernetes.NewForConfig(probeCfg)
-		if err != nil {
+		parts.holdClient, parts.holdMetrics = hclient, holds.NewMetrics(defaultRegistry)
+		parts.holdWatch = holds.NewWatch(hclient) // every replica's watch of the holds
+		hook = holds.NewReleaser(hclient, parts.holdWatch, log.WithName("holds"), parts.holdMetrics, time.Now)
+		// The keeper writes through a client of its own, so a reserved
+		// range's creates never make a release wait on the client's limit.
+		kcfg := rest.CopyConfig(hcfg)
+		kcfg.QPS, kcfg.Burst = float32(2*o.holds.WriteRate), int(2*o.holds.WriteRate)
+		if parts.keeperClient, err = kubernetes.NewForConfig(kcfg); err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		armer = arming.New(probeClient, o.arming, log.WithName("arming"), am)
-		// validate made sure the audit runs: after arming it names at
-		// once what was admitted unchecked before (after a second, so
-		// that a create admitted just before the apiservers loaded Fail
-		// is stored by then).
-		armer.Armed = func() { time.AfterFunc(time.Second, audit.Soon) }
-		leaderWorks = append(leaderWorks, armer.Work())
 	}
-	// The ClusterIPPolicy status has one writer, the leader
-	// (internal/policysource): in CRD mode this replica campaigns even
-	// when no other leader work is on.
-	if status != nil {
-		status.AuditOn, status.ConditionsOn, status.ProbeOn = o.audit.Interval > 0, o.conditions.Manage, o.arming.Arm
-		if armer != nil {
-			armer.Reported = status.WebhookProbed
-		}
-		keeper.InForce, keeper.WriteFailed = status.ConditionsInForce, status.ConditionsWriteFailed
-		if audit != nil {
-			audit.Report = status.AuditDone
-		}
-		leaderWorks = append(leaderWorks, status.Lead)
+	holdWatch := parts.holdWatch
+	if o.audit.Interval > 0 {
+		parts.audit = periodicaudit.New(client, gate, parts.skip, o.audit.Interval, o.lease.Identity, log.WithName("periodic-audit"), periodicaudit.NewMetrics(defaultRegistry), status)
 	}
-	if o.conditions.Manage {
-		leaderWorks = append(leaderWorks, keeper.Work())
-	}
+	keeper := matchconditions.New(client, gate, o.conditions, log.WithName("match-conditions"), matchconditions.NewMetrics(defaultRegistry), status)
+	parts.conditions = keeper
+	// Registered whatever the flag, as -1 (nothing known here): a
+	// dashboard or alert reads the same series on every replica.
+	parts.armingMetrics = arming.NewMetrics(defaultRegistry)
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
 	// only from inside --cert-dir (see internal/tlsauth).
@@ -403,17 +350,23 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	// or controller-runtime's watcher of --cert-dir (file).
 	tlsOpts := tlsauth.Options(cas)
 	cm := servingcerts.NewMetrics(defaultRegistry)
+	parts.certMetrics = cm
 	var certSource *servingcerts.Source
 	if o.certs.Managed() {
 		certSource = servingcerts.NewSource(client, o.certs.Namespace, o.certs.Secret, log.WithName("certificates"), cm)
 		tlsOpts = append(tlsOpts, certSource.TLSOption())
 		servingcerts.RegisterExpiry(defaultRegistry, certSource.Served)
-		leaderWorks = append(leaderWorks, servingcerts.New(client, o.certs, log.WithName("certificates"), cm).Work())
 	} else {
 		servingcerts.RegisterExpiry(defaultRegistry, servingcerts.FromDir(o.certDir))
 	}
+	// The leader-only loops: one Work for each role the flags turn on
+	// (roles.go).
+	leaderWorks, err := leaderWorkList(parts)
+	if err != nil {
+		return err
+	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOpts})
-	for path, h := range admission.Endpoints(admission.Config{Gate: gate, Audit: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
+	for path, h := range admission.Endpoints(admission.Config{Gate: gate, DecisionLog: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
 		server.Register(path, h)
 	}
 

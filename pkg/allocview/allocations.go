@@ -23,6 +23,31 @@ type Holder struct {
 // project's holds (pkg/holds).
 const HoldManager = "clusterip-policy.io"
 
+// A hold kept for a reserved range names the range, not a Service: its
+// spec.parentRef is group HoldManager, resource RangeHoldResource and the
+// name RangeHoldName gives. The apiserver accepts any parentRef (it checks
+// only that resource and name are path segments), and the name tells the
+// holds of a range from those of single reservations, whose parentRef is
+// their owner Service.
+const RangeHoldResource = "reservedranges"
+
+// RangeHoldName names the range first-last in a hold's parentRef: a path
+// segment, as the apiserver requires (a CIDR's "/" is not), and one name
+// per range, since ranges never overlap.
+func RangeHoldName(b Band) string { return b.First.String() + "-" + b.Last.String() }
+
+// RangeHolder is the holder of our hold on an address of the range b.
+func RangeHolder(b Band) Holder {
+	return Holder{Group: HoldManager, Resource: RangeHoldResource, Name: RangeHoldName(b), Ours: true}
+}
+
+// IsRangeHold reports whether h is our hold for the range b: labelled as
+// ours and naming b. A hold naming another band (the range changed since)
+// is not, and is no free address for anyone until the leader replaces it.
+func (h Holder) IsRangeHold(b Band) bool {
+	return h.Ours && h.Group == HoldManager && h.Resource == RangeHoldResource && h.Namespace == "" && h.Name == RangeHoldName(b)
+}
+
 // ServiceHolder is the holder a Service namespace/name would be.
 func ServiceHolder(namespace, name string) Holder {
 	return Holder{Resource: "services", Namespace: namespace, Name: name}

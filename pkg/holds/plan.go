@@ -29,10 +29,39 @@ const (
 	Selector = ManagedByLabel + "=" + ManagedBy
 )
 
-// Want is a reservation the leader should hold.
+// Want is an address the leader should hold: a reservation's, for its
+// Owner, or a free address of a reserved range (Range set, Owner zero).
 type Want struct {
 	IP    netip.Addr
 	Owner policy.Owner
+	// Range is the band of the reserved range the address belongs to; zero
+	// for a reservation.
+	Range allocview.Band
+}
+
+// IsRange reports whether w is an address of a reserved range.
+func (w Want) IsRange() bool { return !w.Range.IsZero() }
+
+// Holder is what the hold's parentRef names: the owner Service, or the range.
+func (w Want) Holder() allocview.Holder {
+	if w.IsRange() {
+		return allocview.RangeHolder(w.Range)
+	}
+	return allocview.ServiceHolder(w.Owner.Namespace, w.Owner.Name)
+}
+
+// names reports whether a listed hold's parentRef is the one w's hold has.
+// rangeNames caches each range's name: a pass checks up to 4,096 holds.
+func (w Want) names(h allocview.Holder, rangeNames map[allocview.Band]string) bool {
+	if w.IsRange() {
+		name, ok := rangeNames[w.Range]
+		if !ok {
+			name = allocview.RangeHoldName(w.Range)
+			rangeNames[w.Range] = name
+		}
+		return h.Group == allocview.HoldManager && h.Resource == allocview.RangeHoldResource && h.Namespace == "" && h.Name == name
+	}
+	return h.IsService(w.Owner.Namespace, w.Owner.Name)
 }
 
 // Hold is an IPAddress this project manages, as listed.
@@ -53,6 +82,15 @@ const (
 
 // States lists every state, for a gauge that shows zeros too.
 var States = []string{StateHeld, StateOwner, StateOther, StateWaiting, StateCandidate, StateNotApplied}
+
+// The states of a reserved range's addresses (the range holds gauge):
+// held, waiting and candidate as for reservations, and used: an IPAddress
+// that is not our hold, normally a Service of a namespace that may use the
+// range (audit reports any other).
+const StateUsed = "used"
+
+// RangeStates lists every state of a range's address.
+var RangeStates = []string{StateHeld, StateUsed, StateWaiting, StateCandidate}
 
 // Wants returns the reservations to hold, in policy order, and how many
 // are not held by design: the address of default/kubernetes, implicit or
@@ -82,6 +120,48 @@ func Wants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace strin
 	return wants, notApplied
 }
 
+// RangeWants returns every address of the reserved ranges to hold, in
+// address order: all of each range but the addresses the apiserver never
+// allocates (outside the active ranges, network and broadcast), the first
+// address of each active range (default/kubernetes's) and those
+// reserved for a single Service (held for that owner, if at all, by
+// Wants). A range whose namespaces are all ones the webhook is never
+// called for (skipped), with no namespaceSelector, is not held: no review
+// would release its addresses. The policy bounds the ranges to
+// policy.MaxReservedRangeAddresses addresses in all, so the wants, the
+// IPAddress objects and this work are bounded too.
+func RangeWants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace string) bool) (wants []Want, notApplied int) {
+	if len(p.ReservedRanges) == 0 {
+		return nil, 0
+	}
+	for _, r := range p.ReservedRanges {
+		if r.NamespaceSelector == nil && skipped != nil && !slices.ContainsFunc(r.Namespaces, func(ns string) bool { return !skipped(ns) }) {
+			notApplied += r.Size
+			continue
+		}
+		// r.Size bounds the walk: Next never wraps before Last.
+		for ip, n := r.Band.First, 0; n < r.Size; ip, n = ip.Next(), n+1 {
+			pl := rs.Place(ip)
+			if k := pl.Kind; k == allocview.Outside || k == allocview.Unusable || ip == pl.Range.Prefix.Addr().Next() {
+				// The first address of every active range is where an
+				// apiserver started with that range puts default/kubernetes,
+				// whether the policy reserves it or not: a hold there
+				// would keep the apiserver from recreating that Service
+				// (see Wants).
+				notApplied++
+				continue
+			}
+			// Explicit reservations are a map lookup each (no RangeSet:
+			// the implicit one is the first address, skipped above).
+			if _, reserved := p.ReservedOwner(ip, allocview.RangeSet{}); reserved {
+				continue // the reservation decides; counted there
+			}
+			wants = append(wants, Want{IP: ip, Range: r.Band})
+		}
+	}
+	return wants, notApplied
+}
+
 // Plan is one pass of the leader.
 type Plan struct {
 	// Create are reservations free past the grace; the leader creates a
@@ -91,8 +171,10 @@ type Plan struct {
 	// names another owner now (parentRef is immutable, so a changed owner
 	// is a delete now and a create on a later pass).
 	Delete []Hold
-	// States counts the wants (and not-applied reservations) by state.
-	States map[string]int
+	// States counts the reservations' wants (and not-applied
+	// reservations) by state; RangeStates the ranges' addresses.
+	States      map[string]int
+	RangeStates map[string]int
 	// Next is when the first waiting address ends its grace (zero when
 	// none waits): the leader's next pass is due then at the latest.
 	Next time.Time
@@ -108,19 +190,23 @@ type FreeSince map[netip.Addr]time.Time
 // manager); holds are ours as listed by label. It updates free and drops
 // entries of addresses that are no longer wanted or no longer free.
 func Decide(wants []Want, notApplied int, holds []Hold, allocated func(netip.Addr) (allocview.Holder, bool), free FreeSince, now time.Time, grace time.Duration) Plan {
-	plan := Plan{States: map[string]int{}}
+	plan := Plan{States: map[string]int{}, RangeStates: map[string]int{}}
 	for _, s := range States {
 		plan.States[s] = 0
 	}
+	for _, s := range RangeStates {
+		plan.RangeStates[s] = 0
+	}
 	plan.States[StateNotApplied] = notApplied
-	wanted := make(map[netip.Addr]policy.Owner, len(wants))
+	wanted := make(map[netip.Addr]Want, len(wants))
 	for _, w := range wants {
-		wanted[w.IP] = w.Owner
+		wanted[w.IP] = w
 	}
 	ours := make(map[netip.Addr]bool, len(holds))
+	rangeNames := map[allocview.Band]string{}
 	for _, h := range holds {
-		owner, ok := wanted[h.IP]
-		if !ok || !h.Owner.IsService(owner.Namespace, owner.Name) {
+		w, ok := wanted[h.IP]
+		if !ok || !w.names(h.Owner, rangeNames) {
 			plan.Delete = append(plan.Delete, h)
 			continue
 		}
@@ -132,18 +218,25 @@ func Decide(wants []Want, notApplied int, holds []Hold, allocated func(netip.Add
 		}
 	}
 	for _, w := range wants {
+		states := plan.States
+		if w.IsRange() {
+			states = plan.RangeStates
+		}
 		if ours[w.IP] {
-			plan.States[StateHeld]++
+			states[StateHeld]++
 			delete(free, w.IP)
 			continue
 		}
 		if h, ok := allocated(w.IP); ok {
 			// The view may lag our own list by a moment; either way the
 			// address is not free. Whose it is decides the state only.
-			if h.IsService(w.Owner.Namespace, w.Owner.Name) {
-				plan.States[StateOwner]++
-			} else {
-				plan.States[StateOther]++
+			switch {
+			case w.IsRange():
+				states[StateUsed]++
+			case h.IsService(w.Owner.Namespace, w.Owner.Name):
+				states[StateOwner]++
+			default:
+				states[StateOther]++
 			}
 			delete(free, w.IP)
 			continue
@@ -154,13 +247,13 @@ func Decide(wants []Want, notApplied int, holds []Hold, allocated func(netip.Add
 			since = now
 		}
 		if now.Sub(since) < grace {
-			plan.States[StateWaiting]++
+			states[StateWaiting]++
 			if end := since.Add(grace); plan.Next.IsZero() || end.Before(plan.Next) {
 				plan.Next = end
 			}
 			continue
 		}
-		plan.States[StateCandidate]++
+		states[StateCandidate]++
 		plan.Create = append(plan.Create, w)
 	}
 	return plan
@@ -174,6 +267,20 @@ func Releasable(labels map[string]string, holder allocview.Holder, owner policy.
 	}
 	if !holder.IsService(owner.Namespace, owner.Name) {
 		return fmt.Errorf("the hold names %s, not %s", holder, owner)
+	}
+	return nil
+}
+
+// RangeReleasable reports whether the IPAddress (its labels and parentRef)
+// is a hold of ours for the reserved range band: the only kind a release
+// for a Service that may use the range may delete.
+func RangeReleasable(labels map[string]string, holder allocview.Holder, band allocview.Band) error {
+	if labels[ManagedByLabel] != ManagedBy {
+		return fmt.Errorf("the IPAddress is managed by %q, not %s", labels[ManagedByLabel], ManagedBy)
+	}
+	holder.Ours = true // the label, checked above, is what makes it ours
+	if !holder.IsRangeHold(band) {
+		return fmt.Errorf("the hold names %s, not the reserved range %s", holder, allocview.RangeHoldName(band))
 	}
 	return nil
 }

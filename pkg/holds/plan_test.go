@@ -1,8 +1,10 @@
 package holds
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +32,7 @@ exemptions:
 `)
 	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
 	wants, notApplied := Wants(p, rs, func(ns string) bool { return ns == "clusterip-policy" })
-	want := []Want{{dnsIP, dns}, {ingIP, ing}}
+	want := []Want{{IP: dnsIP, Owner: dns}, {IP: ingIP, Owner: ing}}
 	if !slices.Equal(wants, want) {
 		t.Errorf("wants = %v, want %v", wants, want)
 	}
@@ -53,7 +55,7 @@ func TestWantsNeverHoldsTheAddressOfDefaultKubernetes(t *testing.T) {
 `)
 	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
 	wants, notApplied := Wants(p, rs, nil)
-	if want := []Want{{dnsIP, dns}}; !slices.Equal(wants, want) {
+	if want := []Want{{IP: dnsIP, Owner: dns}}; !slices.Equal(wants, want) {
 		t.Errorf("wants = %v, want %v: default/kubernetes is never held", wants, want)
 	}
 	if notApplied != 1 {
@@ -64,7 +66,7 @@ func TestWantsNeverHoldsTheAddressOfDefaultKubernetes(t *testing.T) {
 func TestDecide(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	grace := time.Second
-	wants := []Want{{dnsIP, dns}, {ingIP, ing}}
+	wants := []Want{{IP: dnsIP, Owner: dns}, {IP: ingIP, Owner: ing}}
 	none := func(netip.Addr) (allocview.Holder, bool) { return allocview.Holder{}, false }
 	cases := []struct {
 		name      string
@@ -82,7 +84,7 @@ func TestDecide(t *testing.T) {
 			states: map[string]int{StateWaiting: 2}, next: t0.Add(grace)},
 		{name: "free past the grace: a candidate, created once the owner is found absent",
 			now: t0.Add(grace), free: FreeSince{dnsIP: t0, ingIP: t0.Add(500 * time.Millisecond)},
-			create: []Want{{dnsIP, dns}}, states: map[string]int{StateCandidate: 1, StateWaiting: 1}, next: t0.Add(1500 * time.Millisecond)},
+			create: []Want{{IP: dnsIP, Owner: dns}}, states: map[string]int{StateCandidate: 1, StateWaiting: 1}, next: t0.Add(1500 * time.Millisecond)},
 		{name: "held by us: nothing to do",
 			now: t0, free: FreeSince{},
 			holds:  []Hold{{dnsIP, allocview.ServiceHolder("kube-system", "kube-dns")}, {ingIP, allocview.ServiceHolder("default", "ingress-vip")}},
@@ -128,7 +130,7 @@ func TestDecide(t *testing.T) {
 func TestDecideForgetsAnAddressOnceItIsTaken(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	free := FreeSince{}
-	wants := []Want{{dnsIP, dns}}
+	wants := []Want{{IP: dnsIP, Owner: dns}}
 	none := func(netip.Addr) (allocview.Holder, bool) { return allocview.Holder{}, false }
 	Decide(wants, 0, nil, none, free, t0, time.Second)
 	// The owner took it (its create succeeded)...
@@ -170,5 +172,156 @@ func TestReleasableOnlyOurHoldOfThatOwner(t *testing.T) {
 				t.Fatalf("Releasable = %v, want ok %v", err, tc.ok)
 			}
 		})
+	}
+}
+
+func TestRangeWantsHoldsEveryAllocatableAddressButReservations(t *testing.T) {
+	p := fixtures.MustPolicy(t, policy.ParseDocument, `reservations:
+- {ip: 10.96.0.10, service: kube-system/kube-dns}
+reservedRanges:
+- {cidr: 10.96.0.8/29, namespaces: [kube-system]}
+- {first: 10.96.255.252, last: 10.96.255.255, namespaces: [team-a]}
+- {cidr: 10.96.1.0/30, namespaces: [clusterip-policy]}
+- {cidr: 10.96.2.0/30, namespaces: [clusterip-policy], namespaceSelector: {matchLabels: {team: b}}}
+`)
+	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
+	wants, notApplied := RangeWants(p, rs, func(ns string) bool { return ns == "clusterip-policy" })
+	var got []string
+	for _, w := range wants {
+		if !w.IsRange() || w.Owner != (policy.Owner{}) {
+			t.Fatalf("%v is not a range want", w)
+		}
+		got = append(got, w.IP.String()+" "+allocview.RangeHoldName(w.Range))
+	}
+	want := []string{
+		// 10.96.0.10 is kube-dns's reservation: held for it, not the range.
+		"10.96.0.8 10.96.0.8-10.96.0.15", "10.96.0.9 10.96.0.8-10.96.0.15", "10.96.0.11 10.96.0.8-10.96.0.15",
+		"10.96.0.12 10.96.0.8-10.96.0.15", "10.96.0.13 10.96.0.8-10.96.0.15", "10.96.0.14 10.96.0.8-10.96.0.15", "10.96.0.15 10.96.0.8-10.96.0.15",
+		// the range of the webhook's own namespace alone is never released;
+		// one with a selector may be.
+		"10.96.2.0 10.96.2.0-10.96.2.3", "10.96.2.1 10.96.2.0-10.96.2.3", "10.96.2.2 10.96.2.0-10.96.2.3", "10.96.2.3 10.96.2.0-10.96.2.3",
+		// the broadcast address is never allocated
+		"10.96.255.252 10.96.255.252-10.96.255.255", "10.96.255.253 10.96.255.252-10.96.255.255", "10.96.255.254 10.96.255.252-10.96.255.255",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("wants\n%q\nwant\n%q", got, want)
+	}
+	if notApplied != 4+1 {
+		t.Fatalf("notApplied = %d, want 5 (the skipped range's 4, the broadcast address)", notApplied)
+	}
+}
+
+// The apiserver recreates default/kubernetes on the first address of its
+// range through no review that could release a hold: a range covering it
+// must never hold it, whether the policy reserves it or not.
+func TestRangeWantsNeverHoldTheAddressOfDefaultKubernetes(t *testing.T) {
+	for _, reserve := range []string{"true", "false"} {
+		p := fixtures.MustPolicy(t, policy.ParseDocument, "reserveKubernetesService: "+reserve+"\nreservedRanges:\n- {cidr: 10.96.0.0/30, namespaces: [team-a]}\n")
+		rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
+		wants, notApplied := RangeWants(p, rs, nil)
+		if len(wants) != 2 || wants[0].IP != netip.MustParseAddr("10.96.0.2") || wants[1].IP != netip.MustParseAddr("10.96.0.3") || notApplied != 2 {
+			t.Fatalf("reserveKubernetesService %s: wants %v, notApplied %d; want .2 and .3 (not the network address nor .1)", reserve, wants, notApplied)
+		}
+	}
+}
+
+func TestDecideRangeHolds(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	band := allocview.Band{First: netip.MustParseAddr("10.96.0.16"), Last: netip.MustParseAddr("10.96.0.19")}
+	old := allocview.Band{First: netip.MustParseAddr("10.96.0.16"), Last: netip.MustParseAddr("10.96.0.31")}
+	at := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 96, 0, byte(16 + i)}) }
+	var wants []Want
+	for i := range 4 {
+		wants = append(wants, Want{IP: at(i), Range: band})
+	}
+	holdsNow := []Hold{
+		{at(0), allocview.RangeHolder(band)},
+		{at(1), allocview.RangeHolder(old)},                             // the range changed: replaced
+		{at(2), allocview.ServiceHolder("payments", "api")},             // a reservation's hold left over: replaced
+		{netip.MustParseAddr("10.96.0.20"), allocview.RangeHolder(old)}, // outside the range now
+	}
+	used := func(a netip.Addr) (allocview.Holder, bool) {
+		if a == at(3) {
+			return allocview.ServiceHolder("payments", "api"), true
+		}
+		return allocview.Holder{}, false
+	}
+	free := FreeSince{at(1): t0, at(2): t0}
+	p := Decide(wants, 0, holdsNow, used, free, t0.Add(time.Second), time.Second)
+	if !slices.Equal(p.Delete, holdsNow[1:]) {
+		t.Fatalf("delete = %v, want %v", p.Delete, holdsNow[1:])
+	}
+	if want := wants[1:3]; !slices.Equal(p.Create, want) {
+		t.Fatalf("create = %v, want %v", p.Create, want)
+	}
+	if p.RangeStates[StateHeld] != 1 || p.RangeStates[StateUsed] != 1 || p.RangeStates[StateCandidate] != 2 {
+		t.Fatalf("range states %v", p.RangeStates)
+	}
+	for _, s := range States {
+		if p.States[s] != 0 {
+			t.Fatalf("reservation states %v: a range address is no reservation", p.States)
+		}
+	}
+	if h := wants[0].Holder(); !h.IsRangeHold(band) {
+		t.Fatalf("holder %v", h)
+	}
+}
+
+func TestRangeReleasableOnlyOurHoldOfThatRange(t *testing.T) {
+	ours := map[string]string{ManagedByLabel: ManagedBy}
+	band := allocview.Band{First: netip.MustParseAddr("10.96.0.16"), Last: netip.MustParseAddr("10.96.0.31")}
+	other := allocview.Band{First: netip.MustParseAddr("10.96.0.16"), Last: netip.MustParseAddr("10.96.0.23")}
+	namespaced := allocview.RangeHolder(band)
+	namespaced.Namespace = "payments"
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		holder allocview.Holder
+		ok     bool
+	}{
+		{"our hold for the range", ours, allocview.RangeHolder(band), true},
+		{"the same parentRef without our label", map[string]string{ManagedByLabel: "ipallocator.k8s.io"}, allocview.RangeHolder(band), false},
+		{"our hold for another band", ours, allocview.RangeHolder(other), false},
+		{"our hold for a reservation's owner", ours, allocview.ServiceHolder("payments", "api"), false},
+		{"a parentRef with a namespace", ours, namespaced, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := RangeReleasable(tc.labels, tc.holder, band); (err == nil) != tc.ok {
+				t.Fatalf("RangeReleasable = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
+
+// BenchmarkRangePass is the leader's pure work each pass (up to four a
+// second) at the policy's bound: 4,096 range addresses, all held.
+func BenchmarkRangePass(b *testing.B) {
+	var spec strings.Builder
+	spec.WriteString("reservedRanges:\n")
+	for i := range 4 {
+		fmt.Fprintf(&spec, "- {cidr: 10.96.%d.0/22, namespaces: [team-%d]}\n", 64+4*i, i)
+	}
+	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + spec.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
+	wants, _ := RangeWants(p, rs, nil)
+	if len(wants) != 4096 {
+		b.Fatalf("%d wants", len(wants))
+	}
+	held := make([]Hold, len(wants))
+	for i, w := range wants {
+		held[i] = Hold{IP: w.IP, Owner: w.Holder()}
+	}
+	none := func(netip.Addr) (allocview.Holder, bool) { return allocview.Holder{}, false }
+	free := FreeSince{}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		w, _ := RangeWants(p, rs, nil)
+		if plan := Decide(w, 0, held, none, free, now, time.Second); plan.RangeStates[StateHeld] != 4096 {
+			b.Fatalf("%v", plan.RangeStates)
+		}
 	}
 }

@@ -387,7 +387,7 @@ func (c *checker) reportAllocated(field, raw string, ip netip.Addr) bool {
 		return false
 	}
 	h, ok := c.env.Snapshot.Holder(ip)
-	if !ok || h.IsService(c.svc.Namespace, c.svc.Name) {
+	if !ok || h.IsService(c.svc.Namespace, c.svc.Name) || c.rangeHoldReleasable(ip, h) {
 		return false
 	}
 	// The IPAddress object is what blocks the address, and it may outlive
@@ -405,6 +405,22 @@ func (c *checker) reportAllocated(field, raw string, ip netip.Addr) bool {
 		c.violate(RuleAlreadyAllocated, field, raw, "%s for %s; %s", what, h, c.chooseStatic(ip))
 	}
 	return true
+}
+
+// rangeHoldReleasable reports whether h is our hold on ip for the reserved
+// range holding it and this Service may use that range: the mutating
+// stage releases such a hold before the allocation (Releaser in
+// internal/controllers/holds), so the address is free for this Service. A
+// reservation of ip itself is held for its owner, never for the range.
+func (c *checker) rangeHoldReleasable(ip netip.Addr, h allocview.Holder) bool {
+	if !h.Ours || h.Resource != allocview.RangeHoldResource {
+		return false
+	}
+	if _, reserved := c.env.Policy.ReservedOwner(ip, c.rs); reserved {
+		return false
+	}
+	rng, ok := c.env.Policy.ReservedRangeOf(ip)
+	return ok && h.IsRangeHold(rng.Band) && c.mayUse(rng)
 }
 
 // reportOutside records a violation for an IP no active range can hand

@@ -1,12 +1,14 @@
 package policy
 
 import (
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/test/fixtures"
 )
 
@@ -196,4 +198,40 @@ func TestReservedRangeLookupIsBoundedForAnyAddress(t *testing.T) {
 	}
 	assertRule(t, Mutate(env, Request{Operation: Create, Service: makeService("team-1/x", clusterIP("10.96.63.1"))}), RuleReservedRangeForOther, "")
 	assertRule(t, Mutate(env, Request{Operation: Create, Service: makeService("team-63/x", clusterIP("10.96.63.1"))}), "", "")
+}
+
+// TestOurRangeHoldIsFreeForThoseWhoMayUseTheRange: with holds on, every
+// free address of a range has an IPAddress of ours naming the range; the
+// mutating stage releases it for a Service that may use the range, so the
+// decision must not call it allocated. For anyone else it stays taken, and
+// a hold naming another band (the range changed since; the leader replaces
+// it) is no free address either: the release would not delete it.
+func TestOurRangeHoldIsFreeForThoseWhoMayUseTheRange(t *testing.T) {
+	p := fixtures.MustPolicy(t, ParseDocument, rangesPolicy)
+	team := allocview.Band{First: netip.MustParseAddr("10.96.100.0"), Last: netip.MustParseAddr("10.96.100.255")}
+	stale := allocview.Band{First: netip.MustParseAddr("10.96.100.0"), Last: netip.MustParseAddr("10.96.100.127")}
+	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
+		for _, c := range dualStack {
+			tx.SetServiceCIDR(c)
+		}
+		tx.SetAllocation(netip.MustParseAddr("10.96.100.7"), allocview.RangeHolder(team))
+		tx.SetAllocation(netip.MustParseAddr("10.96.100.8"), allocview.RangeHolder(stale))
+		// Labelled like a range hold but not ours: anyone may write a parentRef.
+		forged := allocview.RangeHolder(team)
+		forged.Ours = false
+		tx.SetAllocation(netip.MustParseAddr("10.96.100.9"), forged)
+		tx.MarkSynced(true)
+	})
+	env := Env{Policy: p, Snapshot: snap, NamespaceLabels: teamLabels}
+	for _, tt := range []struct {
+		svc  *corev1.Service
+		rule RuleID
+	}{
+		{makeService("payments/api", clusterIP("10.96.100.7")), ""},
+		{makeService("web/frontend", clusterIP("10.96.100.7")), RuleReservedRangeForOther},
+		{makeService("payments/api", clusterIP("10.96.100.8")), RuleAlreadyAllocated},
+		{makeService("payments/api", clusterIP("10.96.100.9")), RuleAlreadyAllocated},
+	} {
+		assertRule(t, Mutate(env, Request{Operation: Create, Service: tt.svc}), tt.rule, "")
+	}
 }

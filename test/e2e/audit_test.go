@@ -205,6 +205,51 @@ func TestAuditReportsExistingServicesThatBreakThePolicy(t *testing.T) {
 		}
 	})
 
+	t.Run("as the kubectl plugin the release ships, `kubectl clusterip-policy audit` prints the same report and exit", func(t *testing.T) {
+		// The release's kubectl-clusterip_policy archive holds this binary
+		// under that name (TestReleaseArtefacts); kubectl finds it on the PATH.
+		pluginDir := t.TempDir()
+		plugin := filepath.Join(pluginDir, "kubectl-clusterip_policy")
+		bin, err := os.ReadFile(c.Bin.Webhook)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(plugin, bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		kubectl := func(args ...string) (int, string, string) {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, c.Bin.Kubectl, args...)
+			cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + pluginDir + string(os.PathListSeparator) + os.Getenv("PATH")}
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			var exit *exec.ExitError
+			switch {
+			case err == nil:
+				return 0, out.String(), errb.String()
+			case errors.As(err, &exit):
+				return exit.ExitCode(), out.String(), errb.String()
+			}
+			t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+			return 0, "", ""
+		}
+		if code, out, stderr := kubectl("plugin", "list"); code != 0 || !strings.Contains(out, plugin) {
+			t.Fatalf("kubectl plugin list: exit %d, want 0 and %s listed:\n%s%s", code, plugin, out, stderr)
+		}
+		if code, out, stderr := kubectl("clusterip-policy", "--help"); code != 0 || !strings.Contains(out, "kubectl clusterip-policy audit") {
+			t.Errorf("kubectl clusterip-policy --help: exit %d, want 0 and the commands named as the plugin's (kubectl clusterip-policy audit):\n%s%s", code, out, stderr)
+		}
+		args := []string{adminKubeconfig, "--policy", policyFile, "--max-per-rule", "1"}
+		wantCode, wantOut, _ := runAudit(t, c, nil, args...)
+		code, out, stderr := kubectl(append([]string{"clusterip-policy", "audit"}, args...)...)
+		if code != wantCode || out != wantOut {
+			t.Fatalf("kubectl clusterip-policy audit: exit %d (want %d, as the binary run directly); stderr %s\nstdout:\n%s\nthe binary's stdout:\n%s", code, wantCode, stderr, out, wantOut)
+		}
+	})
+
 	t.Run("a user who may not list Services gets exit 3 and what the audit needs; list alone is enough", func(t *testing.T) {
 		cert, err := c.PKI.ClientCert("e2e-auditor")
 		if err != nil {

@@ -308,14 +308,15 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 	n.uninstall(t, ctx, ns)
 }
 
-// TestNodeKustomizeSelfSigned installs manifests/overlays/self-signed the
-// way docs/install.md says (make certs, the CRD, the overlay, the webhook
-// configurations once the pods are ready),
-// with the image from the loopback registry and the apiserver address the
-// pods need here in a wrapping overlay, and uninstalls it as documented.
+// TestNodeKustomizeSelfSigned runs docs/install.md's seven commands for
+// manifests/overlays/self-signed, read from the page (make certs, the CRD,
+// the overlay, the webhook configurations once the pods are ready), with the
+// image from the loopback registry and the apiserver address the pods need
+// here in a wrapping overlay; reads a denial with docs/why-refused.md's
+// logs | jq command; and uninstalls it as documented.
 func TestNodeKustomizeSelfSigned(t *testing.T) {
 	n := nodeUnderTest(t)
-	ctx := testContext(t, 10*time.Minute)
+	ctx := testContext(t, 15*time.Minute)
 	kubectl := framework.DefaultBinaries(n.root).Kubectl
 	const ns = "clusterip-policy"
 	// A copy of the overlay, so the certificates go into the test's directory.
@@ -388,14 +389,17 @@ patches:
 	if err := os.WriteFile(filepath.Join(wrap, "my-policy.yaml"), []byte(myPolicyPatch), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// docs/install.md's seven commands as printed, but for two words:
+	// `make certs` writes into the copy above, and -k names the wrapper.
+	var script []string
+	for _, c := range installBlockWith(t, n.root, "kubectl apply --server-side --force-conflicts -k manifests/overlays/self-signed") {
+		if c == "make certs" {
+			continue // done above, into the copy (gencerts is what make certs runs)
+		}
+		script = append(script, strings.ReplaceAll(c, "-k manifests/overlays/self-signed", "-k "+wrap))
+	}
 	start := time.Now()
-	// docs/install.md, "Install in seven commands".
-	n.run(t, ctx, kubectl, "apply", "--server-side", "-f", filepath.Join(n.root, "manifests", "base", "crd.yaml"))
-	n.run(t, ctx, kubectl, "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=1m")
-	n.run(t, ctx, kubectl, "apply", "--server-side", "-k", wrap, "-l", "app.kubernetes.io/component!=webhook-configuration")
-	n.run(t, ctx, kubectl, "-n", ns, "rollout", "status", "deployment/clusterip-policy-webhook", "--timeout=5m")
-	n.run(t, ctx, kubectl, "apply", "--server-side", "-k", wrap)
-	n.run(t, ctx, kubectl, "create", "service", "clusterip", "clusterip-policy-smoke", "--tcp=80", "--dry-run=server")
+	n.script(t, ctx, script)
 	t.Logf("e2e: node: kubectl apply -k manifests/overlays/self-signed (image from the registry): 3 pods ready in %s", time.Since(start).Round(time.Second))
 	n.checkPods(t, ctx, ns, 3)
 	n.checkServiceRouting(t, ctx, ns)
@@ -407,6 +411,13 @@ patches:
 	if pod, _ := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second); pod == "" {
 		t.Errorf("no pod logged the denial of default/%s", svc)
 	}
+	// docs/why-refused.md's command reads every pod's denials.
+	denials := n.script(t, ctx, []string{whyRefusedLogsCommand(t, n.root)})
+	if !strings.Contains(denials, `"name":"`+svc+`"`) || !strings.Contains(denials, `"stage":"mutate"`) {
+		t.Errorf("docs/why-refused.md's logs | jq command does not show the denial of default/%s:\n%s", svc, denials)
+	}
+	n.breakGlassAsDocumented(t, ctx, wrap)
+	n.rotateCAAsDocumented(t, ctx, wrap, overlay)
 	// docs/install.md, "Uninstall": the configurations first, then the
 	// overlay (namespace, Lease and CRD with it), then the holds.
 	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "clusterip-policy")

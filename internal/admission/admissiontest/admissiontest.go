@@ -1,7 +1,7 @@
 // Package admissiontest holds what the tests of the admission path share
 // with the server's: the recorded AdmissionReviews
 // (internal/admission/testdata/admissionreviews), tweaks to their Service,
-// a post through an endpoint and the parse of the one audit line written.
+// a post through an endpoint and the parse of the one decision log line written.
 // Imported by tests only.
 package admissiontest
 
@@ -102,16 +102,16 @@ func Post(t testing.TB, h http.Handler, body []byte) *admissionv1.AdmissionRespo
 	return out.Response
 }
 
-// AuditOf returns the single audit line written to buf.
-func AuditOf(t testing.TB, buf *bytes.Buffer) map[string]any {
+// DecisionLineOf returns the single decision log line written to buf.
+func DecisionLineOf(t testing.TB, buf *bytes.Buffer) map[string]any {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 1 {
-		t.Fatalf("want one audit line, got %d:\n%s", len(lines), buf)
+		t.Fatalf("want one decision log line, got %d:\n%s", len(lines), buf)
 	}
 	var m map[string]any
 	if err := json.Unmarshal([]byte(lines[0]), &m); err != nil {
-		t.Fatalf("audit line is not JSON: %v\n%s", err, lines[0])
+		t.Fatalf("decision log line is not JSON: %v\n%s", err, lines[0])
 	}
 	return m
 }

@@ -167,25 +167,32 @@ type Keeper struct {
 	o       Options
 	log     logr.Logger
 	metrics *Metrics
-	// Reported, if set, is told each probe's outcome as a status condition
-	// (the ClusterIPPolicy status, internal/policysource): reachable, a
-	// reason and a message that stays the same while nothing changes.
-	Reported func(reachable bool, reason, message string)
-	// Armed, if set, is called after a Service webhook was armed: the
+	// report, if not nil, is told each probe's outcome.
+	report Reporter
+	// armed, if not nil, is called after a Service webhook was armed: the
 	// periodic audit then runs a pass at once, naming anything admitted
 	// unchecked while the webhook was not armed.
-	Armed func()
+	armed func()
 	// lastArmErr is the last arming error logged, so a write refused
 	// every few seconds (RBAC) is logged once per change.
 	lastArmErr string
 }
 
-// New probes and arms the configurations o names through client. The
-// client's warning handler should drop warnings (rest.NoWarnings): the
-// probe reads its warnings from the response, and would log two every
-// probe otherwise.
-func New(client kubernetes.Interface, o Options, log logr.Logger, m *Metrics) *Keeper {
-	return &Keeper{client: client, o: o, log: log, metrics: m}
+// Reporter is told each probe's outcome as a status condition (the
+// ClusterIPPolicy status, internal/controllers/policystatus): reachable, a
+// reason and a message that stays the same while nothing changes. Serve
+// hands it to New.
+type Reporter interface {
+	WebhookProbed(reachable bool, reason, message string)
+}
+
+// New probes and arms the configurations o names through client, tells
+// report (nil: nobody) each probe's outcome, and calls armed (nil: nothing)
+// after it armed a Service webhook. The client's warning handler should
+// drop warnings (rest.NoWarnings): the probe reads its warnings from the
+// response, and would log two every probe otherwise.
+func New(client kubernetes.Interface, o Options, log logr.Logger, m *Metrics, report Reporter, armed func()) *Keeper {
+	return &Keeper{client: client, o: o, log: log, metrics: m, report: report, armed: armed}
 }
 
 // Work probes (and arms, with o.Arm) while this replica leads; at the
@@ -250,8 +257,8 @@ func (k *Keeper) lead(ctx context.Context) {
 				lastReport = key
 				k.logResult(reachable, reason, msg)
 			}
-			if k.Reported != nil {
-				k.Reported(reachable, reason, msg)
+			if k.report != nil {
+				k.report.WebhookProbed(reachable, reason, msg)
 			}
 		}
 		if !poll.Sleep(ctx, checkInterval) {
@@ -513,8 +520,8 @@ func (k *Keeper) arm(ctx context.Context, stage string) {
 	k.lastArmErr = ""
 	k.metrics.arms.WithLabelValues(stage, "armed").Inc()
 	k.log.Info("armed: the apiserver reached a ready replica through this Service webhook, so its failurePolicy is now Fail", "stage", stage, "configuration", name)
-	if k.Armed != nil {
-		k.Armed()
+	if k.armed != nil {
+		k.armed()
 	}
 }
 

@@ -134,7 +134,7 @@ func TestOptions(t *testing.T) {
 // term, so neither fires ClusterIPPolicyWebhookUnreachable.
 func TestTheReachableGaugeIsZeroOnlyForARegisteredWebhookThatDidNotAnswer(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	k := New(nil, Options{Arm: true, ProbeInterval: 10 * time.Second}, logr.Discard(), NewMetrics(reg))
+	k := New(nil, Options{Arm: true, ProbeInterval: 10 * time.Second}, logr.Discard(), NewMetrics(reg), nil, nil)
 	gauge := func(stage string) float64 { return testutil.ToFloat64(k.metrics.reachable.WithLabelValues(stage)) }
 	if gauge(StageMutate) != -1 {
 		t.Fatalf("before a probe: %v, want -1", gauge(StageMutate))

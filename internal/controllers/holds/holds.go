@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"clusterip-policy/internal/judged"
@@ -54,6 +55,10 @@ const (
 	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
 	// the rest follow on the next passes.
 	maxHoldCreatesPerPass = 100
+	// maxHoldDeletesPerPass bounds the deletes of one pass the same way, so
+	// a pass lasts about two seconds at the default write rate whatever
+	// changed.
+	maxHoldDeletesPerPass = 100
 	// ReleaseBurst and ReleaseRefill are each address's budget of releases
 	// (holds.ReleaseBudget): a failed owner create and two retries at once,
 	// then one a minute, so forged reviews free an address for about
@@ -61,6 +66,14 @@ const (
 	// replica's memory: a replica that restarts starts with full buckets.
 	ReleaseBurst  = 3
 	ReleaseRefill = time.Minute
+	// RangeReleaseBurst and RangeReleaseRefill are each reserved range's
+	// budget of releases, all its addresses together: 20 hand-picked
+	// creates at once, then 2 a second. Forged reviews then free at most 20
+	// of a range's addresses at first and about 2 a second after, each for
+	// about a grace, however large the range; a real team creating Services
+	// in its range faster is told to retry.
+	RangeReleaseBurst  = 20
+	RangeReleaseRefill = 500 * time.Millisecond
 	// ClientQPS and ClientBurst bound the API calls of the holds (the
 	// releases of every replica, and the leader's creates and deletes) on a
 	// client of their own, rather than client-go's default of 5 a second
@@ -79,22 +92,34 @@ const (
 type Options struct {
 	Enabled bool
 	Grace   time.Duration
+	// WriteRate bounds the leader's creates and deletes of holds, per
+	// second (--hold-write-rate).
+	WriteRate float64
 }
+
+// DefaultWriteRate is --hold-write-rate's default: a /22 reserved range
+// (1,024 addresses) is held in about 20 s, and the apiserver sees no more
+// than a small controller's writes.
+const DefaultWriteRate = 50
 
 // Validate checks the flags, naming the flag, the value and the fix.
 func (o *Options) Validate() error {
 	if o.Enabled && (o.Grace < 100*time.Millisecond || o.Grace > time.Minute) {
 		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.Grace)
 	}
+	if o.Enabled && (o.WriteRate < 1 || o.WriteRate > 1000) {
+		return fmt.Errorf("--hold-write-rate %g is outside 1-1000 writes a second; the default %d holds a /22 reserved range in about 20 s", o.WriteRate, DefaultWriteRate)
+	}
 	return nil
 }
 
 // Metrics are the holds' own, shared by the keeper and the releaser.
 type Metrics struct {
-	states   *prometheus.GaugeVec
-	leader   prometheus.Gauge
-	changes  *prometheus.CounterVec
-	releases *prometheus.CounterVec
+	states      *prometheus.GaugeVec
+	rangeStates *prometheus.GaugeVec
+	leader      prometheus.Gauge
+	changes     *prometheus.CounterVec
+	releases    *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics in reg.
@@ -103,6 +128,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "clusterip_policy_holds",
 			Help: "Reservations by hold state, as the leader last saw them: held (an IPAddress of ours), owner (the owner Service holds it), other (someone else's IPAddress), waiting (free, within the grace), candidate (free past the grace), not-applied (not held by design). Zero on replicas that are not the leader.",
+		}, []string{"state"}),
+		rangeStates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "clusterip_policy_range_holds",
+			Help: "Addresses of the reserved ranges by hold state, as the leader last saw them: held (an IPAddress of ours), used (any other IPAddress: a Service's allocation), waiting (free, within the grace), candidate (free past the grace, to be held). Zero on replicas that are not the leader.",
 		}, []string{"state"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "clusterip_policy_holds_leader",
@@ -117,9 +146,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed), and releases refused: owner-exists (a create of an owner that already exists, whose own IPAddress holds the address or whose GET found it, or an update of one that does not: a forged or duplicate review), rate-limited (the address was released too often without its owner appearing; see docs/operations.md \"Who can release a hold\").",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.states, m.leader, m.changes, m.releases)
+	reg.MustRegister(m.states, m.rangeStates, m.leader, m.changes, m.releases)
 	for _, s := range holds.States {
 		m.states.WithLabelValues(s)
+	}
+	for _, s := range holds.RangeStates {
+		m.rangeStates.WithLabelValues(s)
 	}
 	for _, r := range []string{releaseReleased, releaseAbsent, releaseFailed, releaseOwnerExists, releaseRateLimited} {
 		m.releases.WithLabelValues(r)
@@ -141,13 +173,22 @@ type Keeper struct {
 	holds   func() ([]*networkingv1.IPAddress, error)
 	log     logr.Logger
 	metrics *Metrics
+	// writes paces the creates and deletes (--hold-write-rate): a reserved
+	// range brings up to policy.MaxReservedRangeAddresses creates at once
+	// (a new range, a new leader after a wipe), spread out rather than
+	// sent as fast as the client allows.
+	writes flowcontrol.RateLimiter
 }
 
 // NewKeeper keeps the holds the gate's policy and view call for, in every
 // namespace skip says is judged, reading them from watch and writing
-// through client (ClientQPS).
-func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, skip judged.Source, grace time.Duration, log logr.Logger, m *Metrics) *Keeper {
-	return &Keeper{client: client, watch: watch, gate: gate, skip: skip, grace: grace, log: log, metrics: m}
+// through client, at most writeRate creates and deletes a second. The
+// client should be the keeper's own: the releases of the mutating stage
+// must not queue behind a range's creates on a shared client limit.
+func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, skip judged.Source, grace time.Duration, writeRate float64, log logr.Logger, m *Metrics) *Keeper {
+	// Burst 1: a pass's creates leave at an even pace.
+	return &Keeper{client: client, watch: watch, gate: gate, skip: skip, grace: grace, log: log, metrics: m,
+		writes: flowcontrol.NewTokenBucketRateLimiter(float32(writeRate), 1)}
 }
 
 // Work keeps the holds while this replica leads; at the term's end the
@@ -160,6 +201,9 @@ func (k *Keeper) Work() leader.Work {
 		k.metrics.leader.Set(0)
 		for _, s := range holds.States {
 			k.metrics.states.WithLabelValues(s).Set(0)
+		}
+		for _, s := range holds.RangeStates {
+			k.metrics.rangeStates.WithLabelValues(s).Set(0)
 		}
 	})
 }
@@ -213,6 +257,8 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 		return time.Time{}, nil // not known yet (the scope logs why): hold nothing on a guess
 	}
 	wants, notApplied := holds.Wants(st.Env.Policy, st.Env.Ranges(), scope.Skipped)
+	rangeWants, _ := holds.RangeWants(st.Env.Policy, st.Env.Ranges(), scope.Skipped)
+	wants = append(wants, rangeWants...)
 	objs, err := k.holds()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
@@ -232,15 +278,28 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 	for s, n := range plan.States {
 		k.metrics.states.WithLabelValues(s).Set(float64(n))
 	}
-	for _, h := range plan.Delete {
+	for s, n := range plan.RangeStates {
+		k.metrics.rangeStates.WithLabelValues(s).Set(float64(n))
+	}
+	for i, h := range plan.Delete {
+		if i == maxHoldDeletesPerPass {
+			break // a changed range may bring thousands: the rest on the next passes
+		}
 		o := uids[h.IP]
+		if err := k.writes.Wait(ctx); err != nil {
+			return plan.Next, nil // leadership ended
+		}
 		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 		err := k.client.NetworkingV1().IPAddresses().Delete(cctx, o.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &o.UID}})
 		cancel()
 		switch {
 		case err == nil:
 			k.metrics.changes.WithLabelValues("deleted").Inc()
-			k.log.Info("hold deleted: its reservation left the policy or names another owner", "ip", h.IP.String(), "owner", h.Owner.String())
+			level := 0
+			if h.Owner.Resource == allocview.RangeHoldResource {
+				level = 1 // a range that left brings up to thousands at once
+			}
+			k.log.V(level).Info("hold deleted: its reservation or range left the policy, or it names another owner or range", "ip", h.IP.String(), "owner", h.Owner.String())
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		default:
 			failures.Add(fmt.Errorf("delete the hold on %s: %w", h.IP, err))
@@ -261,30 +320,49 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 // another one, which `clusterip-policy audit` reports as reservation-not-held; and
 // while an owner exists it may be updated to dual-stack, when the mutating
 // stage would release a hold of its added family.
+//
+// An address of a reserved range has no owner to look up: it is held once
+// it has stayed free for the grace, whoever may use the range.
 func (k *Keeper) create(ctx context.Context, w holds.Want, free holds.FreeSince) error {
+	if !w.IsRange() {
+		cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
+		_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
+		cancel()
+		if err == nil {
+			delete(free, w.IP)
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get the owner %s of the reservation %s (not held this pass): %w", w.Owner, w.IP, err)
+		}
+	}
+	if err := k.writes.Wait(ctx); err != nil {
+		return nil // leadership ended
+	}
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
-	_, err := k.client.CoreV1().Services(w.Owner.Namespace).Get(cctx, w.Owner.Name, metav1.GetOptions{})
-	if err == nil {
-		delete(free, w.IP)
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get the owner %s of the reservation %s (not held this pass): %w", w.Owner, w.IP, err)
-	}
-	_, err = k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
+	_, err := k.client.NetworkingV1().IPAddresses().Create(cctx, holdObject(w), metav1.CreateOptions{})
 	switch {
 	case err == nil:
 		delete(free, w.IP) // until the informer and the view show it, it counts as newly free
 		k.metrics.changes.WithLabelValues("created").Inc()
-		k.log.Info("hold created", "ip", w.IP.String(), "owner", w.Owner.String())
+		k.log.V(holdCreatedLogLevel(w)).Info("hold created", "ip", w.IP.String(), "for", w.Holder().String())
 	case apierrors.IsAlreadyExists(err):
 		// Someone allocated it since the view was read: it is not free.
 		delete(free, w.IP)
 	default:
-		return fmt.Errorf("create the hold on %s for %s: %w", w.IP, w.Owner, err)
+		return fmt.Errorf("create the hold on %s for %s: %w", w.IP, w.Holder(), err)
 	}
 	return nil
+}
+
+// holdCreatedLogLevel logs a reservation's hold at the default level and a
+// range's at 1: a range brings up to thousands at once.
+func holdCreatedLogLevel(w holds.Want) int {
+	if w.IsRange() {
+		return 1
+	}
+	return 0
 }
 
 func holdObject(w holds.Want) *networkingv1.IPAddress {
@@ -300,10 +378,12 @@ func holdObject(w holds.Want) *networkingv1.IPAddress {
 				networkingv1.LabelIPAddressFamily: family,
 			},
 		},
-		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
-			Group: "", Resource: "services", Namespace: w.Owner.Namespace, Name: w.Owner.Name,
-		}},
+		Spec: networkingv1.IPAddressSpec{ParentRef: parentRef(w.Holder())},
 	}
+}
+
+func parentRef(h allocview.Holder) *networkingv1.ParentReference {
+	return &networkingv1.ParentReference{Group: h.Group, Resource: h.Resource, Namespace: h.Namespace, Name: h.Name}
 }
 
 // The results of clusterip_policy_hold_releases_total.
@@ -340,7 +420,11 @@ type Releaser struct {
 	log     logr.Logger
 	metrics *Metrics
 	budget  *holds.ReleaseBudget
-	now     func() time.Time
+	// rangeBudget bounds the releases of each reserved range's addresses
+	// together, keyed by the range's first address (at most
+	// policy.MaxReservedRanges entries).
+	rangeBudget *holds.ReleaseBudget
+	now         func() time.Time
 
 	lastRefusalLog atomic.Int64 // unix nanoseconds
 }
@@ -350,69 +434,107 @@ type Releaser struct {
 // in tests).
 func NewReleaser(client kubernetes.Interface, watch *Watch, log logr.Logger, m *Metrics, now func() time.Time) *Releaser {
 	return &Releaser{client: client, watch: watch, log: log, metrics: m,
-		budget: &holds.ReleaseBudget{Burst: ReleaseBurst, Refill: ReleaseRefill}, now: now}
+		budget:      &holds.ReleaseBudget{Burst: ReleaseBurst, Refill: ReleaseRefill},
+		rangeBudget: &holds.ReleaseBudget{Burst: RangeReleaseBurst, Refill: RangeReleaseRefill}, now: now}
 }
 
 // BeforeAllocation is the mutating stage's hook: for an allowed,
-// non-dry-run CREATE or UPDATE of a reservation owner, it deletes our holds
-// on the reserved addresses the Service will ask the apiserver for (the
-// ones it names, or the decision's patch puts in). If a release fails, or
-// the address's budget is spent, it returns the message of a 503 refusal
-// (the apiserver would otherwise fail the request with "provided IP is
-// already allocated"), and the client retries. svc, d and env are what
-// the decision read, said and was made against: nothing is decoded or
-// looked up again.
+// non-dry-run CREATE or UPDATE, it deletes our holds on the addresses the
+// Service will ask the apiserver for (the decision's FinalIPs: the ones it
+// names, or those the decision assigns), where the hold is for this
+// Service (its reservation) or for a reserved range this Service may use.
+// If a release fails, or a budget is spent, it returns the message of a
+// 503 refusal (the apiserver would otherwise fail the request with
+// "provided IP is already allocated"), and the client retries. svc, d and
+// env are what the decision read, said and was made against: nothing is
+// decoded or looked up again.
 func (r *Releaser) BeforeAllocation(ctx context.Context, req admission.Request, svc *corev1.Service, d *policy.Decision, env policy.Env) string {
 	dryRun := req.DryRun != nil && *req.DryRun
 	if !d.Allowed() || dryRun || env.Policy == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return ""
 	}
-	// Most requests are not an owner's: a reservation names its owner, so
-	// the Service has a name.
+	// Most requests are neither an owner's nor in a range: a reservation
+	// names its owner, so the Service has a name.
 	owner := policy.Owner{Namespace: svc.Namespace, Name: svc.Name}
-	if len(env.Policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
+	if len(env.Policy.ReservedRanges) == 0 && len(env.Policy.ReservationsOf(owner, allocview.RangeSet{})) == 0 {
 		return ""
 	}
-	candidates := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
-	for _, p := range d.Patch {
-		if p.Path != "/spec/clusterIPs" && p.Path != "/spec/clusterIP" {
-			continue
-		}
-		switch v := p.Value.(type) { // as pkg/policy builds them
-		case string:
-			candidates = append(candidates, v)
-		case []string:
-			candidates = append(candidates, v...)
-		}
-	}
 	seen := map[netip.Addr]bool{}
-	for _, s := range candidates {
+	for _, s := range d.FinalIPs {
 		// As the apiserver will read it: with StrictIPCIDRValidation off,
 		// 010.096.000.010 and ::ffff:10.96.0.10 are 10.96.0.10.
 		ip, ok := allocview.ParseIPAsAPIServer(s)
 		if !ok || seen[ip] || len(seen) == 2 {
-			continue // not an address ("", None), or more than a Service can hold
+			continue // not an address, or more than a Service can hold
 		}
-		res, ok := env.Policy.ReservedOwner(ip, allocview.RangeSet{})
-		if !ok || res.Implicit || res.Owner != owner {
+		t, ok := releaseTarget(ip, owner, svc, env)
+		if !ok {
 			continue
 		}
 		seen[ip] = true
-		out, wait, err := r.release(ctx, req.Operation, ip, owner, env.Snapshot)
+		out, wait, err := r.release(ctx, req.Operation, ip, owner, t, env.Snapshot)
 		switch {
 		case err != nil:
 			r.metrics.releases.WithLabelValues(releaseFailed).Inc()
-			r.log.Error(err, "could not release a hold before the owner's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "uid", policy.Echo(string(req.UID)))
-			return fmt.Sprintf("clusterip-policy could not release its hold on %s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2))
+			r.log.Error(err, "could not release a hold before the Service's allocation; refusing the request so it is retried", "ip", ip.String(), "owner", owner.String(), "hold", t.what, "uid", policy.Echo(string(req.UID)))
+			of := ""
+			if t.isRange() {
+				of = " (" + t.what + ")"
+			}
+			return fmt.Sprintf("clusterip-policy could not release its hold on %s%s for Service %s before the apiserver allocates it: %s; retry in a few seconds", ip, of, owner, policy.Clip(err.Error(), policy.MaxMessageBytes/2))
+		case out == releaseRateLimited && t.isRange():
+			r.logRefusal("range hold not released: the range's addresses, or this one, were released too often recently (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
+			return fmt.Sprintf("clusterip-policy holds %s for %s and released it or other addresses of that range too often recently (at most %d of an address, %d of a range at once, then one a minute and %s); it releases it again in %s: retry then (see \"Who can release a hold\" in docs/operations.md)", ip, t.what, ReleaseBurst, RangeReleaseBurst, rangeRate(), (wait + time.Second - 1).Truncate(time.Second))
 		case out == releaseRateLimited:
 			r.logRefusal("hold not released: this address was released "+fmt.Sprint(ReleaseBurst)+" times recently without its owner appearing (creates that failed, or reviews not sent by an apiserver)", ip, owner, req)
 			return fmt.Sprintf("clusterip-policy holds %s for Service %s and released it %d times recently without that Service appearing; it releases it again in %s: retry then (if this Service was not being created that often, something that is not an apiserver is calling the webhook: see \"Who can release a hold\" in docs/operations.md)", ip, owner, ReleaseBurst, (wait + time.Second - 1).Truncate(time.Second))
 		case out == releaseOwnerExists:
-			r.logRefusal("hold not released: the review contradicts the cluster (a CREATE of an owner that exists, or an UPDATE of one that does not); a duplicate request, or one not sent by an apiserver", ip, owner, req)
+			r.logRefusal("hold not released: the review contradicts the cluster (a CREATE of a Service that exists, or an UPDATE of one that does not); a duplicate request, or one not sent by an apiserver", ip, owner, req)
 			return "" // the apiserver answers this request itself (AlreadyExists, NotFound)
 		}
 	}
 	return ""
+}
+
+// target is the hold a release may delete at an address: the owner's, for
+// a reservation, or the range's.
+type target struct {
+	what string // for messages: "reserved for Service ns/name", "reserved range 10.96.0.16/28"
+	// releasable checks an IPAddress's labels and parentRef.
+	releasable func(labels map[string]string, h allocview.Holder) error
+	// rng is the range's band; zero for a reservation.
+	rng allocview.Band
+}
+
+func (t target) isRange() bool { return !t.rng.IsZero() }
+
+// releaseTarget says which hold, if any, the Service may have released at
+// ip: its own reservation's (never the implicit default/kubernetes one:
+// that is never held), or, at an address no reservation names, the hold
+// of a reserved range whose namespaces and selector admit the Service. A
+// Service the decision allowed only because the range rule warns or
+// audits, or because its namespace is exempt, releases nothing: the range
+// is held for the Services that may use it.
+func releaseTarget(ip netip.Addr, owner policy.Owner, svc *corev1.Service, env policy.Env) (target, bool) {
+	if res, ok := env.Policy.ReservedOwner(ip, allocview.RangeSet{}); ok {
+		if res.Implicit || res.Owner != owner {
+			return target{}, false
+		}
+		return target{what: "reserved for Service " + owner.String(), releasable: func(l map[string]string, h allocview.Holder) error {
+			return holds.Releasable(l, h, owner)
+		}}, true
+	}
+	rng, ok := env.Policy.ReservedRangeOf(ip)
+	if !ok || !rng.Allows(svc.Namespace, svc.Labels, env.NamespaceLabels) {
+		return target{}, false
+	}
+	return target{what: "reserved range " + rng.String(), rng: rng.Band, releasable: func(l map[string]string, h allocview.Holder) error {
+		return holds.RangeReleasable(l, h, rng.Band)
+	}}, true
+}
+
+func rangeRate() string {
+	return fmt.Sprintf("%g a second", float64(time.Second)/float64(RangeReleaseRefill))
 }
 
 // contradictsCluster reports whether the owner's existence contradicts
@@ -455,15 +577,15 @@ func (r *Releaser) logRefusal(msg string, ip netip.Addr, owner policy.Owner, req
 // (contradictsCluster); a contradiction spends the budget too, so the GETs
 // are bounded by it. Only a review that spends the budget makes API calls:
 // two at most. It returns the result it counted.
-func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner, snap *allocview.Snapshot) (result string, wait time.Duration, err error) {
+func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip netip.Addr, owner policy.Owner, t target, snap *allocview.Snapshot) (result string, wait time.Duration, err error) {
 	if !r.watch.Synced() {
 		return releaseFailed, 0, errors.New("the holds are not listed yet")
 	}
 	a, ok := r.watch.Get(ip)
-	if !ok || holds.Releasable(a.Labels, kubesource.HolderOf(a), owner) != nil {
-		// Not our hold for owner. The view shows every IPAddress: one
-		// naming owner that is not our hold is the owner's own allocation,
-		// so a CREATE of owner is of a Service that exists.
+	if !ok || t.releasable(a.Labels, kubesource.HolderOf(a)) != nil {
+		// Not our hold for owner or the range. The view shows every
+		// IPAddress: one naming owner that is not our hold is the owner's
+		// own allocation, so a CREATE of owner is of a Service that exists.
 		if h, held := holderAt(snap, ip); held && h.IsService(owner.Namespace, owner.Name) && op == admissionv1.Create {
 			r.metrics.releases.WithLabelValues(releaseOwnerExists).Inc()
 			return releaseOwnerExists, 0, nil
@@ -475,11 +597,28 @@ func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip net
 		r.metrics.releases.WithLabelValues(releaseRateLimited).Inc()
 		return releaseRateLimited, wait, nil
 	}
+	if t.isRange() {
+		// A range has up to policy.MaxReservedRangeAddresses addresses,
+		// each with its own budget: forged reviews naming them in turn
+		// would free the whole range. Its budget bounds how many of its
+		// addresses are released at once, whichever.
+		if ok, wait := r.rangeBudget.Take(t.rng.First, r.now()); !ok {
+			r.budget.Refund(ip, r.now())
+			r.metrics.releases.WithLabelValues(releaseRateLimited).Inc()
+			return releaseRateLimited, wait, nil
+		}
+	}
+	refund := func() {
+		r.budget.Refund(ip, r.now())
+		if t.isRange() {
+			r.rangeBudget.Refund(t.rng.First, r.now())
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, holdCallTimeout)
 	defer cancel()
 	contradicts, err := r.contradictsCluster(cctx, op, owner)
 	if err != nil {
-		r.budget.Refund(ip, r.now()) // nothing was freed, and no review chose to fail it
+		refund() // nothing was freed, and no review chose to fail it
 		return releaseFailed, 0, err
 	}
 	if contradicts {
@@ -490,11 +629,11 @@ func (r *Releaser) release(ctx context.Context, op admissionv1.Operation, ip net
 	}
 	err = r.client.NetworkingV1().IPAddresses().Delete(cctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &a.UID}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		r.budget.Refund(ip, r.now())
+		refund()
 		return releaseFailed, 0, fmt.Errorf("delete IPAddress %s: %w", ip, err)
 	}
 	r.metrics.releases.WithLabelValues(releaseReleased).Inc()
-	r.log.Info("hold released for the owner's allocation", "ip", ip.String(), "owner", owner.String())
+	r.log.Info("hold released for the Service's allocation", "ip", ip.String(), "service", owner.String(), "hold", t.what)
 	return releaseReleased, 0, nil
 }
 

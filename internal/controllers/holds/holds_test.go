@@ -51,7 +51,7 @@ func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 		ipAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
 	)
 	hm := NewMetrics(prometheus.NewRegistry())
-	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, logging.New(&strings.Builder{}), hm)
+	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, DefaultWriteRate, logging.New(&strings.Builder{}), hm)
 	k.holds = func() ([]*networkingv1.IPAddress, error) {
 		// What the leader's informer holds: the list by label.
 		l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
@@ -111,7 +111,7 @@ func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("services"), "kube-dns", errors.New("RBAC says no"))
 	})
 	hm := NewMetrics(prometheus.NewRegistry())
-	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, logging.New(&strings.Builder{}), hm)
+	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, DefaultWriteRate, logging.New(&strings.Builder{}), hm)
 	k.holds = func() ([]*networkingv1.IPAddress, error) { return nil, nil }
 	long := time.Now().Add(-time.Minute)
 	free := holds.FreeSince{}
@@ -188,7 +188,7 @@ func TestNoHoldWhereTheWebhookIsNotCalled(t *testing.T) {
 		return holds.FreeSince{netip.MustParseAddr("10.96.0.10"): long, netip.MustParseAddr("10.96.0.20"): long}
 	}
 
-	k := NewKeeper(client, nil, r.Gate, unknownScope{}, time.Second, logging.New(&strings.Builder{}), hm)
+	k := NewKeeper(client, nil, r.Gate, unknownScope{}, time.Second, DefaultWriteRate, logging.New(&strings.Builder{}), hm)
 	k.holds = list
 	if _, err := k.pass(context.Background(), free()); err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestNoHoldWhereTheWebhookIsNotCalled(t *testing.T) {
 		t.Fatalf("scope not known: holds %v, want the one there was, untouched", got)
 	}
 
-	k = NewKeeper(client, nil, r.Gate, judged.Names("clusterip-policy", "excluded"), time.Second, logging.New(&strings.Builder{}), hm)
+	k = NewKeeper(client, nil, r.Gate, judged.Names("clusterip-policy", "excluded"), time.Second, DefaultWriteRate, logging.New(&strings.Builder{}), hm)
 	k.holds = list
 	if _, err := k.pass(context.Background(), free()); err != nil {
 		t.Fatal(err)
@@ -207,5 +207,107 @@ func TestNoHoldWhereTheWebhookIsNotCalled(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(hm.states.WithLabelValues(holds.StateNotApplied)); v != 1 {
 		t.Errorf("holds{not-applied} = %v, want 1 (excluded/ingress-vip)", v)
+	}
+}
+
+// A reserved range's free addresses are held with a parentRef naming the
+// range, without looking up any Service, at no more than the write rate:
+// 15 creates at 40 a second take at least 14/40 s (the bucket holds one).
+func TestLeaderHoldsARangesFreeAddressesAtTheWriteRate(t *testing.T) {
+	const pol = readinesstest.Policy + `reservedRanges:
+- cidr: 10.96.0.32/28
+  namespaces: [team-a]
+`
+	r := readinesstest.New(t, pol, true, logr.Discard())
+	client := fake.NewClientset()
+	var gets int
+	client.PrependReactor("get", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		return false, nil, nil
+	})
+	hm := NewMetrics(prometheus.NewRegistry())
+	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, 40, logging.New(&strings.Builder{}), hm)
+	k.holds = func() ([]*networkingv1.IPAddress, error) { return nil, nil }
+	long := time.Now().Add(-time.Minute)
+	free := holds.FreeSince{}
+	for i := range 16 {
+		free[netip.AddrFrom4([4]byte{10, 96, 0, byte(32 + i)})] = long
+	}
+	start := time.Now()
+	if _, err := k.pass(context.Background(), free); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 14*time.Second/40 {
+		t.Errorf("15 creates took %s: faster than --hold-write-rate 40", took)
+	}
+	l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10.96.0.40 is team-a/db's allocation: used, not held.
+	if len(l.Items) != 15 {
+		t.Fatalf("%d holds, want 15", len(l.Items))
+	}
+	for _, a := range l.Items {
+		ref := a.Spec.ParentRef
+		if a.Labels[holds.ManagedByLabel] != holds.ManagedBy || ref.Group != "clusterip-policy.io" || ref.Resource != "reservedranges" || ref.Namespace != "" || ref.Name != "10.96.0.32-10.96.0.47" {
+			t.Fatalf("hold %s: labels %v parentRef %+v", a.Name, a.Labels, ref)
+		}
+	}
+	if gets != 0 {
+		t.Errorf("%d Service GETs; want none: a range address has no owner to look up (kube-dns's reservation is within its grace)", gets)
+	}
+	if v := testutil.ToFloat64(hm.rangeStates.WithLabelValues(holds.StateCandidate)); v != 15 {
+		t.Errorf("range_holds{candidate} = %v, want 15", v)
+	}
+	if v := testutil.ToFloat64(hm.rangeStates.WithLabelValues(holds.StateUsed)); v != 1 {
+		t.Errorf("range_holds{used} = %v, want 1", v)
+	}
+}
+
+func TestWriteRateFlag(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		ok   bool
+	}{{DefaultWriteRate, true}, {1, true}, {1000, true}, {0.5, false}, {0, false}, {-3, false}, {1001, false}} {
+		o := Options{Enabled: true, Grace: time.Second, WriteRate: tc.rate}
+		if err := o.Validate(); (err == nil) != tc.ok {
+			t.Errorf("--hold-write-rate %g: %v", tc.rate, err)
+		}
+	}
+}
+
+// A range that changed leaves up to thousands of holds naming the old
+// band: one pass deletes at most maxHoldDeletesPerPass of them, so it
+// stays about two seconds long at the default write rate.
+func TestAPassDeletesABoundedNumberOfStaleHolds(t *testing.T) {
+	r := readinesstest.New(t, readinesstest.Policy, true, logr.Discard())
+	var objs []runtime.Object
+	for i := range 150 {
+		a := ipAddress(netip.AddrFrom4([4]byte{10, 96, 2, byte(i)}).String(), holds.ManagedBy, "", "")
+		a.Spec.ParentRef = &networkingv1.ParentReference{Group: "clusterip-policy.io", Resource: "reservedranges", Name: "10.96.2.0-10.96.2.255"}
+		objs = append(objs, a)
+	}
+	client := fake.NewClientset(objs...)
+	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, 1000, logging.New(&strings.Builder{}), NewMetrics(prometheus.NewRegistry()))
+	k.holds = func() ([]*networkingv1.IPAddress, error) {
+		l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var out []*networkingv1.IPAddress
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+		return out, nil
+	}
+	for pass, left := range []int{50, 0} {
+		if _, err := k.pass(context.Background(), holds.FreeSince{}); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{})
+		if len(l.Items) != left {
+			t.Fatalf("after pass %d: %d stale holds left, want %d", pass+1, len(l.Items), left)
+		}
 	}
 }

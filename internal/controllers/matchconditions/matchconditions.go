@@ -141,22 +141,32 @@ type Keeper struct {
 	log      logr.Logger
 	metrics  *Metrics
 	mutators *mutatorWatch
-	// InForce, if set, is told the policy digest each time the written
-	// conditions are reported in force (the ClusterIPPolicy status,
-	// internal/policysource, says which generation they encode).
-	InForce func(policyDigest string)
-	// WriteFailed, if set, is told why a write failed (refusal's text),
-	// and "" once one succeeds: the ClusterIPPolicy status names it.
-	WriteFailed func(reason string)
+	// report, if not nil, is told when the conditions are in force and
+	// why a write failed.
+	report Reporter
+}
+
+// Reporter is told what became of the leader's writes: the ClusterIPPolicy
+// status (internal/controllers/policystatus) says which generation the
+// conditions encode, and why they could not be written. Serve hands it to
+// New.
+type Reporter interface {
+	// ConditionsInForce is told the policy digest each time the written
+	// conditions are reported in force.
+	ConditionsInForce(policyDigest string)
+	// ConditionsWriteFailed is told why a write failed (refusal's text),
+	// and "" once one succeeds.
+	ConditionsWriteFailed(reason string)
 }
 
 // New keeps the conditions the gate's policy and view call for in the
-// configurations o names.
-func New(client kubernetes.Interface, gate *readiness.Gate, o Options, log logr.Logger, m *Metrics) *Keeper {
+// configurations o names, and tells report (nil: nobody) what became of
+// its writes.
+func New(client kubernetes.Interface, gate *readiness.Gate, o Options, log logr.Logger, m *Metrics, report Reporter) *Keeper {
 	if o.Manage {
 		m.managed.Set(1)
 	}
-	return &Keeper{client: client, gate: gate, o: o, log: log, metrics: m,
+	return &Keeper{client: client, gate: gate, o: o, log: log, metrics: m, report: report,
 		mutators: &mutatorWatch{client: client, ourConfig: o.Mutating, log: log}}
 }
 
@@ -291,15 +301,15 @@ func (k *Keeper) lead(ctx context.Context) {
 					}
 				}
 				k.log.Error(errors.New(refusal(err)), msg, "retryIn", backoff.String())
-				if k.WriteFailed != nil {
-					k.WriteFailed(refusal(err))
+				if k.report != nil {
+					k.report.ConditionsWriteFailed(refusal(err))
 				}
 				retryAt = now.Add(backoff)
 				backoff = min(2*backoff, conditionsMaxBackoff)
 			case err == nil:
 				absent = false
-				if k.WriteFailed != nil {
-					k.WriteFailed("")
+				if k.report != nil {
+					k.report.ConditionsWriteFailed("")
 				}
 				failSafeWritten = want.failSafe
 				if changed {
@@ -327,8 +337,8 @@ func (k *Keeper) lead(ctx context.Context) {
 			reported = true
 			k.metrics.synced.Set(1)
 			k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest)
-			if k.InForce != nil {
-				k.InForce(want.policyDigest)
+			if k.report != nil {
+				k.report.ConditionsInForce(want.policyDigest)
 			}
 		}
 		select {

@@ -39,8 +39,8 @@ func olderApiserverRefusal(t *testing.T, expr string) error {
 }
 
 // An older apiserver's refusal quotes the whole expression; what the
-// leader logs and hands the ClusterIPPolicy status (Keeper.WriteFailed;
-// internal/policysource shows it there) keeps the reason at its end and
+// leader logs and hands the ClusterIPPolicy status (Reporter.ConditionsWriteFailed;
+// internal/controllers/policystatus shows it there) keeps the reason at its end and
 // says what to do, within a fixed size.
 func TestARefusedConditionsWriteKeepsTheReasonAndTheFix(t *testing.T) {
 	p := fixtures.MustPolicy(t, policy.ParseDocument, fixtures.KubeDNSSpec)

@@ -140,10 +140,8 @@ type Audit struct {
 	log      logr.Logger
 	metrics  *Metrics
 	now      func() time.Time
-	// Report, if set, is told each pass's outcome (the ClusterIPPolicy
-	// status: how many existing Services break the policy). Set before
-	// the Work runs.
-	Report func(at time.Time, policyDigest string, r policy.AuditReport)
+	// report, if not nil, is told each pass's outcome.
+	report Reporter
 	// emitted is when each finding last got an Event, pruned after
 	// auditEventWindow: at most maxAuditEventsPerPass entries per pass
 	// within the window. A new leader starts empty; the Events' names keep
@@ -164,10 +162,18 @@ func (a *Audit) Soon() {
 	}
 }
 
+// Reporter is told each pass's outcome: the ClusterIPPolicy status
+// (internal/controllers/policystatus) says how many existing Services
+// break the policy. Serve hands it to New.
+type Reporter interface {
+	AuditDone(at time.Time, policyDigest string, r policy.AuditReport)
+}
+
 // New audits the Services of every namespace skip says is judged, every
-// interval, as instance (this replica's identity).
-func New(client kubernetes.Interface, gate *readiness.Gate, skip judged.Source, interval time.Duration, instance string, log logr.Logger, m *Metrics) *Audit {
-	return &Audit{client: client, gate: gate, skip: skip, interval: interval, instance: instance, log: log, metrics: m, now: time.Now, soon: make(chan struct{}, 1)}
+// interval, as instance (this replica's identity), and tells report (nil:
+// nobody) each pass's outcome.
+func New(client kubernetes.Interface, gate *readiness.Gate, skip judged.Source, interval time.Duration, instance string, log logr.Logger, m *Metrics, report Reporter) *Audit {
+	return &Audit{client: client, gate: gate, skip: skip, interval: interval, instance: instance, log: log, metrics: m, report: report, now: time.Now, soon: make(chan struct{}, 1)}
 }
 
 // Work audits every interval while this replica leads, the first pass at
@@ -234,8 +240,8 @@ func (a *Audit) pass(ctx context.Context) error {
 	now := a.now()
 	a.metrics.lastSuccess.Set(float64(now.Unix()))
 	a.metrics.passes.WithLabelValues("success").Inc()
-	if a.Report != nil {
-		a.Report(now, st.Env.Policy.Digest, report)
+	if a.report != nil {
+		a.report.AuditDone(now, st.Env.Policy.Digest, report)
 	}
 
 	uids := make(map[policy.Owner]types.UID, len(services))

@@ -45,7 +45,7 @@ func newTestAudit(t *testing.T, client *fake.Clientset, synced bool) (*Audit, *t
 	r := readinesstest.New(t, readinesstest.Policy, synced, logr.Discard())
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var log strings.Builder
-	a := New(client, r.Gate, judged.Names("clusterip-policy"), time.Minute, "webhook-1", logging.New(&log), NewMetrics(prometheus.NewRegistry()))
+	a := New(client, r.Gate, judged.Names("clusterip-policy"), time.Minute, "webhook-1", logging.New(&log), NewMetrics(prometheus.NewRegistry()), nil)
 	a.now = func() time.Time { return now }
 	a.emitted = map[eventKey]time.Time{}
 	return a, &now, &log
@@ -384,11 +384,11 @@ func TestPeriodicAuditSkipsNamespacesTheWebhookIsNotCalledFor(t *testing.T) {
 	a, _, _ := newTestAudit(t, client, true)
 	a.skip = judged.Names("clusterip-policy", "excluded")
 	var got []string
-	a.Report = func(_ time.Time, _ string, r policy.AuditReport) {
+	a.report = reportFunc(func(_ time.Time, _ string, r policy.AuditReport) {
 		for _, f := range r.Findings {
 			got = append(got, f.Namespace+"/"+f.Name)
 		}
-	}
+	})
 	if err := a.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -411,3 +411,10 @@ func TestPeriodicAuditSkipsNamespacesTheWebhookIsNotCalledFor(t *testing.T) {
 type notKnown struct{}
 
 func (notKnown) Current() (judged.Namespaces, error) { return judged.Namespaces{}, judged.ErrNotKnown }
+
+// reportFunc is a Reporter of one function.
+type reportFunc func(at time.Time, policyDigest string, r policy.AuditReport)
+
+func (f reportFunc) AuditDone(at time.Time, policyDigest string, r policy.AuditReport) {
+	f(at, policyDigest, r)
+}

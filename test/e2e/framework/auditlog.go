@@ -7,7 +7,7 @@ import (
 )
 
 // Decision is one audit line of the webhook: the keys the tests read, as
-// internal/admission/audit.go (auditLine.appendFields) writes them.
+// internal/admission/decisionlog.go (decisionLine.appendFields) writes them.
 type Decision struct {
 	Msg          string   `json:"msg"`
 	TS           string   `json:"ts"`

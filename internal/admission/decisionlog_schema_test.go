@@ -11,13 +11,13 @@ import (
 	"clusterip-policy/test/e2e/framework"
 )
 
-// The audit line's keys are public API and are defined once, by
-// auditLine.fields. Two other places name them: docs/observability.md's
+// The decision log line's keys are public API and are defined once, by
+// decisionLine.fields. Two other places name them: docs/observability.md's
 // table ("The decision log") documents every key, and the e2e harness
 // (framework.Decision) parses some of them. This test holds both to it.
-func TestAuditKeysAreTheDocumentedOnes(t *testing.T) {
+func TestDecisionLogKeysAreTheDocumentedOnes(t *testing.T) {
 	var keys []string
-	for _, f := range (auditLine{}).fields() {
+	for _, f := range (decisionLine{}).fields() {
 		keys = append(keys, f.Key)
 	}
 
@@ -41,7 +41,7 @@ func TestAuditKeysAreTheDocumentedOnes(t *testing.T) {
 		}
 	}
 	if !slices.Equal(documented, keys) {
-		t.Errorf("docs/observability.md documents the audit keys\n %v\nthe webhook writes\n %v\n(in that order)", documented, keys)
+		t.Errorf("docs/observability.md documents the decision log keys\n %v\nthe webhook writes\n %v\n(in that order)", documented, keys)
 	}
 
 	ty := reflect.TypeFor[framework.Decision]()

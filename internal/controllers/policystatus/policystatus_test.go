@@ -1,4 +1,4 @@
-package policysource
+package policystatus
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"clusterip-policy/internal/policysource"
 	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 	"clusterip-policy/pkg/policy"
 	"clusterip-policy/test/fixtures"
@@ -46,8 +47,8 @@ func policyObject(gen int64, owners ...string) *unstructured.Unstructured {
 func newPolicyClient(t *testing.T, obj *unstructured.Unstructured) *dynamicfake.FakeDynamicClient {
 	t.Helper()
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{policyGVR: "ClusterIPPolicyList"})
-	if _, err := client.Resource(policyGVR).Create(context.Background(), obj.DeepCopy(), metav1.CreateOptions{}); err != nil {
+		map[schema.GroupVersionResource]string{policysource.GVR: "ClusterIPPolicyList"})
+	if _, err := client.Resource(policysource.GVR).Create(context.Background(), obj.DeepCopy(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return client
@@ -56,21 +57,21 @@ func newPolicyClient(t *testing.T, obj *unstructured.Unstructured) *dynamicfake.
 // replica is one webhook replica's policy side: its store, watcher and
 // status writer, all on one fake apiserver.
 type replica struct {
-	crd    *ObjectSource
-	status *Status
+	crd    *policysource.ObjectSource
+	status *Writer
 }
 
 func newReplica(t *testing.T, client *dynamicfake.FakeDynamicClient, inForce int64, inForceSpec *unstructured.Unstructured) *replica {
 	t.Helper()
-	store := NewStore("test", logr.Discard(), NewMetrics(prometheus.NewRegistry()))
-	st := NewStatus(client, logr.Discard())
-	c := &ObjectSource{client: client, store: store, status: st, log: logr.Discard()}
+	store := policysource.NewStore("test", logr.Discard(), policysource.NewMetrics(prometheus.NewRegistry()))
+	st := New(client, Options{}, logr.Discard())
+	c := policysource.NewObjectSource(client, store, st, logr.Discard())
 	if inForceSpec != nil {
 		// The generation this replica loaded before it lost sight of the
 		// later ones (a relist past a generation, an older loader).
-		c.observe(inForceSpec)
-		if c.inForce != inForce {
-			t.Fatalf("replica loaded generation %d, want %d", c.inForce, inForce)
+		c.Observe(inForceSpec)
+		if st.inForce != inForce {
+			t.Fatalf("replica loaded generation %d, want %d", st.inForce, inForce)
 		}
 	}
 	return &replica{crd: c, status: st}
@@ -117,7 +118,7 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 	}
 
 	readyMessage := func() string {
-		u, err := client.Resource(policyGVR).Get(ctx, v1alpha1.ObjectName, metav1.GetOptions{})
+		u, err := client.Resource(policysource.GVR).Get(ctx, v1alpha1.ObjectName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +139,7 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 		before := writes.Load()
 		lctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { defer close(done); r.status.Lead(lctx) }()
+		go func() { defer close(done); r.status.Work()(lctx) }()
 		fixtures.Eventually(t, fmt.Sprintf("the leader's view %q in the Ready message", want), 30*time.Second, func() bool {
 			msg := readyMessage()
 			for _, w := range want {
@@ -164,12 +165,12 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 	// Nobody leads: nobody writes, however many events arrive. An event
 	// both replicas are seen to receive makes the check more than a pause.
 	before := writes.Load()
-	u, err := client.Resource(policyGVR).Get(ctx, v1alpha1.ObjectName, metav1.GetOptions{})
+	u, err := client.Resource(policysource.GVR).Get(ctx, v1alpha1.ObjectName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.SetAnnotations(map[string]string{"test/touched": "yes"})
-	if _, err := client.Resource(policyGVR).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+	if _, err := client.Resource(policysource.GVR).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []*replica{a, b} {
@@ -187,13 +188,12 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 func TestPolicyStatusReportsTheAuditAndTheMatchConditions(t *testing.T) {
 	obj := policyObject(4, "kube-system/kube-dns")
 	client := newPolicyClient(t, obj)
-	st := NewStatus(client, logr.Discard())
-	st.AuditOn, st.ConditionsOn = true, true
+	st := New(client, Options{Audit: true, Conditions: true}, logr.Discard())
 	p, err := policy.ParseObjectSpec([]byte(`{"reservations":[{"ip":"10.96.0.10","service":"kube-system/kube-dns"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.observed(obj, nil, 4, p.Digest)
+	st.Observed(obj, nil, 4, p.Digest)
 
 	status := func() v1alpha1.ClusterIPPolicyStatus {
 		t.Helper()
@@ -246,11 +246,11 @@ func TestPolicyStatusReportsTheAuditAndTheMatchConditions(t *testing.T) {
 	if err := st.write(ctx); err != nil {
 		t.Fatal(err)
 	}
-	u, err := client.Resource(policyGVR).Get(ctx, v1alpha1.ObjectName, metav1.GetOptions{})
+	u, err := client.Resource(policysource.GVR).Get(ctx, v1alpha1.ObjectName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.observed(u, nil, 4, p.Digest)
+	st.Observed(u, nil, 4, p.Digest)
 	if obj, old, next := st.desired(); obj == nil || !statusEqual(*old, next) {
 		t.Errorf("the status read back differs from the one written:\n%+v\n%+v", *old, next)
 	}
@@ -266,9 +266,8 @@ func TestARefusedConditionsWriteIsNamedInTheStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	const reason = `ValidatingWebhookConfiguration.admissionregistration.k8s.io "clusterip-policy" is invalid: ... undeclared reference to 'isIP' ...; the apiserver refused the expressions: a kube-apiserver older than 1.31 has no isIP, ip or cidr for webhook matchConditions`
-	st := NewStatus(newPolicyClient(t, policyObject(2)), logr.Discard())
-	st.ConditionsOn = true
-	st.observed(policyObject(2), nil, 2, p.Digest)
+	st := New(newPolicyClient(t, policyObject(2)), Options{Conditions: true}, logr.Discard())
+	st.Observed(policyObject(2), nil, 2, p.Digest)
 	st.ConditionsInForce(p.Digest)
 	st.ConditionsWriteFailed(reason)
 	_, _, next := st.desired()
@@ -291,12 +290,12 @@ func TestTheReachabilityProbeIsReportedInTheStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := NewStatus(newPolicyClient(t, policyObject(2)), logr.Discard())
-	st.observed(policyObject(2), nil, 2, p.Digest)
+	st := New(newPolicyClient(t, policyObject(2)), Options{}, logr.Discard())
+	st.Observed(policyObject(2), nil, 2, p.Digest)
 	if _, _, next := st.desired(); meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionWebhookReachable) != nil {
 		t.Fatal("WebhookReachable is reported with the probe off")
 	}
-	st.ProbeOn = true
+	st.o.Probe = true
 	_, _, next := st.desired()
 	if c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionWebhookReachable); c == nil || c.Status != "Unknown" || c.Reason != "Pending" {
 		t.Fatalf("before a probe WebhookReachable is %+v, want Unknown/Pending", c)

@@ -14,11 +14,11 @@ import (
 	"clusterip-policy/pkg/policy"
 )
 
-// The audit line's lists are written by hand (auditencode.go) instead of
+// The decision log line's lists are written by hand (auditencode.go) instead of
 // through encoding/json; a reader must see the same JSON values.
-func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
+func TestDecisionLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 	odd := "a\"b\\c<d>&e\u2028f\tg\x01h é"
-	line := auditLine{
+	line := decisionLine{
 		Stage: policy.StageMutate, Decision: policy.Denied,
 		RequestedIPs: []string{"10.96.0.10", odd}, FinalIPs: []string{"fd00::1"},
 		Rules: []policy.RuleID{policy.RuleReservedForOther, "static-ip-in-dynamic-band"},
@@ -36,7 +36,7 @@ func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 		Warnings: []string{odd},
 	}
 	var buf bytes.Buffer
-	writeAudit(logging.New(&buf), line)
+	writeDecisionLine(logging.New(&buf), line)
 	var got map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatalf("%v: %s", err, buf.Bytes())
@@ -56,13 +56,13 @@ func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(got[key], w) {
-			t.Errorf("%s: the audit line has\n %#v\nencoding/json writes\n %#v", key, got[key], w)
+			t.Errorf("%s: the decision log line has\n %#v\nencoding/json writes\n %#v", key, got[key], w)
 		}
 	}
 
 	// Empty lists are [] (never null), as before.
 	buf.Reset()
-	writeAudit(logging.New(&buf), auditLine{})
+	writeDecisionLine(logging.New(&buf), decisionLine{})
 	var empty map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &empty); err != nil {
 		t.Fatal(err)
@@ -76,20 +76,20 @@ func TestAuditLineJSONIsWhatEncodingJSONWrites(t *testing.T) {
 
 // A logger that is not zap's gets the same keys and values.
 func TestAuditLineThroughAnotherLogrSink(t *testing.T) {
-	line := auditLine{
+	line := decisionLine{
 		UID: "u", Stage: policy.StageValidate, Decision: policy.Denied, DryRun: true, PolicyGeneration: 3, ViewStale: 1500 * time.Millisecond,
 		RequestedIPs: []string{"10.96.0.10"},
 		Violations:   []policy.Violation{{Rule: policy.RuleReservedForOther, Action: "deny", Field: "spec.clusterIP", IP: "10.96.0.10", Message: "m"}},
 		Patch:        []policy.PatchOp{{Op: "add", Path: "/spec/clusterIPs", Value: []string{"10.96.0.10"}}},
 	}
 	var zapBuf bytes.Buffer
-	writeAudit(logging.New(&zapBuf), line)
+	writeDecisionLine(logging.New(&zapBuf), line)
 	var viaZap map[string]any
 	if err := json.Unmarshal(zapBuf.Bytes(), &viaZap); err != nil {
 		t.Fatal(err)
 	}
 	var out string
-	writeAudit(funcr.NewJSON(func(obj string) { out = obj }, funcr.Options{}), line)
+	writeDecisionLine(funcr.NewJSON(func(obj string) { out = obj }, funcr.Options{}), line)
 	var viaFuncr map[string]any
 	if err := json.Unmarshal([]byte(out), &viaFuncr); err != nil {
 		t.Fatalf("%v: %s", err, out)

@@ -1,4 +1,10 @@
-package policysource
+// Package policystatus is the ClusterIPPolicy status writer: a leader loop
+// (as Kyverno's policystatus controller) that collects what the status
+// reports from the policy object watcher (internal/policysource, through
+// its Observer), the periodic audit, the managed matchConditions and the
+// reachability probe (each through the sink its constructor is handed) and,
+// on the leader, writes it.
+package policystatus
 
 import (
 	"context"
@@ -15,7 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/policysource"
 	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 	"clusterip-policy/pkg/policy"
 )
@@ -28,8 +36,9 @@ import (
 // the others write theirs back, forever. The leader also runs the periodic
 // audit and writes the managed matchConditions, the two other things the
 // status reports, so its view is the one worth showing. In CRD mode the
-// webhook therefore always takes part in the election (internal/server), even
-// when no other leader work is on.
+// webhook therefore always takes part in the election (the role
+// policy-status, internal/server/roles.go), even when no other leader work
+// is on.
 
 const (
 	// statusRetryInterval bounds how soon a failed status write is tried
@@ -40,23 +49,29 @@ const (
 	maxDigestGenerations = 16
 )
 
-// Status collects what the status reports and, on the leader, writes
-// it. Its inputs come from the policy object watcher (observe), the
-// periodic audit (auditDone) and the matchConditions keeper
-// (conditionsInForce); each may arrive on any goroutine.
-type Status struct {
+// Options say which of the other leader loops run at all, so the status
+// does not carry a condition nothing will ever update.
+type Options struct {
+	// Audit and Conditions: the periodic audit (--audit-interval) and the
+	// managed matchConditions (--manage-match-conditions) run.
+	Audit, Conditions bool
+	// Probe: the leader probes that the apiservers reach the webhook
+	// (--arm-failure-policy), so the status carries WebhookReachable.
+	Probe bool
+}
+
+// Writer collects what the status reports and, on the leader, writes
+// it. Its inputs come from the policy object watcher (Observed), the
+// periodic audit (AuditDone), the matchConditions keeper
+// (ConditionsInForce, ConditionsWriteFailed) and the arming loop
+// (WebhookProbed); each may arrive on any goroutine. It implements
+// policysource.Observer, periodicaudit.Reporter, matchconditions.Reporter
+// and arming.Reporter, which serve hands their constructors.
+type Writer struct {
 	client dynamic.Interface
+	o      Options
 	log    logr.Logger
 	now    func() time.Time
-
-	// AuditOn and ConditionsOn say whether the periodic audit and the
-	// managed matchConditions run at all, so the status does not carry a
-	// condition nothing will ever update. Set before Lead runs.
-	AuditOn, ConditionsOn bool
-	// ProbeOn says whether the leader probes that the apiservers reach
-	// the webhook (--arm-failure-policy), so the status carries
-	// WebhookReachable. Set before Lead runs.
-	ProbeOn bool
 
 	mu        sync.Mutex
 	obj       *unstructured.Unstructured // the object last observed
@@ -73,21 +88,25 @@ type Status struct {
 	poke chan struct{} // a buffered slot: something changed
 }
 
-// NewStatus is the status of the object client serves.
-func NewStatus(client dynamic.Interface, log logr.Logger) *Status {
-	return &Status{client: client, log: log, now: time.Now, digestGen: map[string]int64{}, poke: make(chan struct{}, 1)}
+var _ policysource.Observer = (*Writer)(nil)
+
+// New writes the status of the object client serves, with the conditions
+// o turns on.
+func New(client dynamic.Interface, o Options, log logr.Logger) *Writer {
+	return &Writer{client: client, o: o, log: log, now: time.Now, digestGen: map[string]int64{}, poke: make(chan struct{}, 1)}
 }
 
-func (s *Status) changed() {
+func (s *Writer) changed() {
 	select {
 	case s.poke <- struct{}{}:
 	default:
 	}
 }
 
-// observed records the object as last seen and what the loader made of its
-// generation. inForce and digest describe the policy this replica enforces.
-func (s *Status) observed(u *unstructured.Unstructured, loadErr error, inForce int64, digest string) {
+// Observed records the object as last seen and what the loader made of its
+// generation (policysource.Observer). inForce and digest describe the
+// policy this replica enforces.
+func (s *Writer) Observed(u *unstructured.Unstructured, loadErr error, inForce int64, digest string) {
 	s.mu.Lock()
 	s.obj, s.loadErr, s.inForce = u, loadErr, inForce
 	if digest != "" {
@@ -101,8 +120,8 @@ func (s *Status) observed(u *unstructured.Unstructured, loadErr error, inForce i
 	s.changed()
 }
 
-// AuditDone records a periodic audit pass (periodicaudit.Audit.Report).
-func (s *Status) AuditDone(at time.Time, policyDigest string, report policy.AuditReport) {
+// AuditDone records a periodic audit pass (periodicaudit.Reporter).
+func (s *Writer) AuditDone(at time.Time, policyDigest string, report policy.AuditReport) {
 	services := map[policy.Owner]bool{}
 	for _, f := range report.Findings {
 		if f.Rule != policy.RuleReservationNotHeld { // a missing owner is not a Service breaking the policy
@@ -121,8 +140,8 @@ func (s *Status) AuditDone(at time.Time, policyDigest string, report policy.Audi
 }
 
 // ConditionsInForce records the policy digest the managed matchConditions
-// encode once they are in force (matchconditions.Keeper.InForce).
-func (s *Status) ConditionsInForce(policyDigest string) {
+// encode once they are in force (matchconditions.Reporter).
+func (s *Writer) ConditionsInForce(policyDigest string) {
 	s.mu.Lock()
 	s.condDig = policyDigest
 	s.mu.Unlock()
@@ -130,8 +149,8 @@ func (s *Status) ConditionsInForce(policyDigest string) {
 }
 
 // ConditionsWriteFailed records why the leader could not write the
-// managed matchConditions, "" once it could (matchconditions.Keeper.WriteFailed).
-func (s *Status) ConditionsWriteFailed(reason string) {
+// managed matchConditions, "" once it could (matchconditions.Reporter).
+func (s *Writer) ConditionsWriteFailed(reason string) {
 	s.mu.Lock()
 	changed := s.condErr != reason
 	s.condErr = reason
@@ -142,9 +161,9 @@ func (s *Status) ConditionsWriteFailed(reason string) {
 }
 
 // WebhookProbed records the leader's last reachability probe
-// (arming.Keeper.Reported): whether both Service webhooks answered it, a
+// (arming.Reporter): whether both Service webhooks answered it, a
 // reason and a message that stays the same while nothing changes.
-func (s *Status) WebhookProbed(reachable bool, reason, message string) {
+func (s *Writer) WebhookProbed(reachable bool, reason, message string) {
 	c := metav1.Condition{Type: v1alpha1.ConditionWebhookReachable, Status: metav1.ConditionFalse, Reason: reason, Message: policy.Clip(message, policy.MaxMessageBytes)}
 	if reachable {
 		c.Status = metav1.ConditionTrue
@@ -158,10 +177,14 @@ func (s *Status) WebhookProbed(reachable bool, reason, message string) {
 	}
 }
 
-// Lead writes the status while this replica leads (a leader.Work): at once,
-// then whenever an input changes, and again after a failed write.
-func (s *Status) Lead(ctx context.Context) {
-	s.log.Info("leading: writing the ClusterIPPolicy status")
+// Work writes the status while this replica leads: at once, then whenever
+// an input changes, and again after a failed write. It exposes nothing as
+// leader, so it has no reset.
+func (s *Writer) Work() leader.Work {
+	return leader.Term(s.log, "leading: writing the ClusterIPPolicy status", nil, s.lead)
+}
+
+func (s *Writer) lead(ctx context.Context) {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
@@ -185,7 +208,7 @@ func (s *Status) Lead(ctx context.Context) {
 
 // desired computes the status for the object last observed, and the
 // object; nil while none was observed.
-func (s *Status) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolicyStatus, v1alpha1.ClusterIPPolicyStatus) {
+func (s *Writer) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolicyStatus, v1alpha1.ClusterIPPolicyStatus) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.obj == nil {
@@ -219,7 +242,7 @@ func (s *Status) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolic
 	}
 	meta.SetStatusCondition(&next.Conditions, ready)
 
-	if s.AuditOn {
+	if s.o.Audit {
 		audited := metav1.Condition{Type: v1alpha1.ConditionAudited, ObservedGeneration: gen}
 		if s.audit != nil {
 			a := *s.audit
@@ -242,7 +265,7 @@ func (s *Status) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolic
 		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionAudited)
 	}
 
-	if s.ConditionsOn {
+	if s.o.Conditions {
 		mc := metav1.Condition{Type: v1alpha1.ConditionMatchConditionsInForce, ObservedGeneration: gen}
 		if s.condDig != "" {
 			next.MatchConditions = &v1alpha1.MatchConditionsStatus{Generation: s.digestGen[s.condDig], PolicyDigest: s.condDig}
@@ -265,7 +288,7 @@ func (s *Status) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolic
 	} else {
 		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionMatchConditionsInForce)
 	}
-	if s.ProbeOn {
+	if s.o.Probe {
 		c := metav1.Condition{Type: v1alpha1.ConditionWebhookReachable, ObservedGeneration: gen, Status: metav1.ConditionUnknown, Reason: "Pending",
 			Message: "the leader has not probed yet whether the apiservers reach the webhook"}
 		if s.probe != nil {
@@ -280,7 +303,7 @@ func (s *Status) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolic
 
 // write updates the status unless it already says the same, so the update
 // event it causes does not write again.
-func (s *Status) write(ctx context.Context) error {
+func (s *Writer) write(ctx context.Context) error {
 	obj, old, next := s.desired()
 	if obj == nil || statusEqual(*old, next) {
 		return nil
@@ -297,7 +320,7 @@ func (s *Status) write(ctx context.Context) error {
 	u.Object["status"] = st
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = s.client.Resource(policyGVR).UpdateStatus(wctx, u, metav1.UpdateOptions{FieldManager: "clusterip-policy-webhook"})
+	_, err = s.client.Resource(policysource.GVR).UpdateStatus(wctx, u, metav1.UpdateOptions{FieldManager: "clusterip-policy-webhook"})
 	return err
 }
 

@@ -14,12 +14,12 @@ import (
 	"clusterip-policy/pkg/policy"
 )
 
-// auditLine is one admission decision in the audit log. Its keys, defined
+// decisionLine is one admission decision in the audit log. Its keys, defined
 // by fields alone, are public API: README.md documents them
 // ("Reading the audit log") and the e2e harness parses them
-// (framework.Decision); TestAuditKeysAreTheDocumentedOnes holds both to
+// (framework.Decision); TestDecisionLogKeysAreTheDocumentedOnes holds both to
 // fields. Change them on purpose.
-type auditLine struct {
+type decisionLine struct {
 	UID              string
 	Stage            policy.Stage
 	Operation        string
@@ -43,13 +43,13 @@ type auditLine struct {
 	Took             time.Duration
 }
 
-// newAuditLine builds the line for one request from how it was answered:
+// newDecisionLine builds the line for one request from how it was answered:
 // the request's own fields, then the decision (or what stood in for one),
 // then what it was decided against. A decision is already bounded
 // (policy.Decision's lists and messages are capped); fields caps the
 // line again on its own, since a line is written for every request.
-func newAuditLine(stage policy.Stage, req admission.Request, a answered, took time.Duration) auditLine {
-	l := auditLine{
+func newDecisionLine(stage policy.Stage, req admission.Request, a answered, took time.Duration) decisionLine {
+	l := decisionLine{
 		UID: string(req.UID), Stage: stage, Operation: string(req.Operation),
 		Namespace: req.Namespace, Name: req.Name, User: req.UserInfo.Username,
 		DryRun: isDryRun(req), Took: took,
@@ -88,12 +88,12 @@ func capped[T any](s []T) []T {
 }
 
 // fields are the line's keys and values, in order: the one definition of
-// the audit keys. They are zap fields, written by writeAudit straight into
+// the decision log keys. They are zap fields, written by writeDecisionLine straight into
 // zap's encoder (no boxing into []any, no encoding/json).
-func (l auditLine) fields() []zap.Field { return l.appendFields(nil) }
+func (l decisionLine) fields() []zap.Field { return l.appendFields(nil) }
 
-// appendFields appends the fields to dst (writeAudit reuses one slice).
-func (l auditLine) appendFields(dst []zap.Field) []zap.Field {
+// appendFields appends the fields to dst (writeDecisionLine reuses one slice).
+func (l decisionLine) appendFields(dst []zap.Field) []zap.Field {
 	patch := capped(l.Patch)
 	violations := slices.Clone(capped(l.Violations)) // edited below; the decision keeps its own
 	for i := range violations {
@@ -112,14 +112,14 @@ func (l auditLine) appendFields(dst []zap.Field) []zap.Field {
 		zap.String("name", policy.Echo(l.Name)),
 		zap.String("user", policy.Echo(l.User)),
 		zap.Bool("dryRun", l.DryRun),
-		zap.Array("requestedIPs", auditStrings[string](orEmpty(policy.ClipList(l.RequestedIPs, policy.MaxListed)))),
-		zap.Array("finalIPs", auditStrings[string](orEmpty(policy.ClipList(l.FinalIPs, policy.MaxListed)))),
+		zap.Array("requestedIPs", decisionStrings[string](orEmpty(policy.ClipList(l.RequestedIPs, policy.MaxListed)))),
+		zap.Array("finalIPs", decisionStrings[string](orEmpty(policy.ClipList(l.FinalIPs, policy.MaxListed)))),
 		zap.String("decision", string(l.Decision)),
-		zap.Array("rules", auditStrings[policy.RuleID](orEmpty(capped(l.Rules)))),
-		zap.Array("violations", auditViolations(orEmpty(violations))),
-		zap.Array("mutations", auditStrings[string](orEmpty(capped(l.Mutations)))),
-		zap.Array("patch", auditPatch(orEmpty(patch))),
-		zap.Array("warnings", auditStrings[string](orEmpty(warnings))),
+		zap.Array("rules", decisionStrings[policy.RuleID](orEmpty(capped(l.Rules)))),
+		zap.Array("violations", decisionViolations(orEmpty(violations))),
+		zap.Array("mutations", decisionStrings[string](orEmpty(capped(l.Mutations)))),
+		zap.Array("patch", decisionPatch(orEmpty(patch))),
+		zap.Array("warnings", decisionStrings[string](orEmpty(warnings))),
 		zap.String("skipped", policy.Clip(l.Skipped, policy.MaxMessageBytes)),
 		zap.String("message", policy.Clip(l.Message, policy.MaxMessageBytes)),
 		zap.Uint64("policyGeneration", l.PolicyGeneration),
@@ -130,23 +130,23 @@ func (l auditLine) appendFields(dst []zap.Field) []zap.Field {
 	)
 }
 
-var auditFieldsPool = sync.Pool{New: func() any { return new([]zap.Field) }}
+var decisionFieldsPool = sync.Pool{New: func() any { return new([]zap.Field) }}
 
-// auditMessage is the msg of every audit line.
-const auditMessage = "admission decision"
+// decisionMessage is the msg of every decision log line.
+const decisionMessage = "admission decision"
 
-// writeAudit writes the line. The webhook's loggers are zap's (newLogger),
+// writeDecisionLine writes the line. The webhook's loggers are zap's (newLogger),
 // so the fields go to zap directly; any other logr sink gets them as keys
 // and values.
-func writeAudit(log logr.Logger, l auditLine) {
+func writeDecisionLine(log logr.Logger, l decisionLine) {
 	if u, ok := log.GetSink().(zapr.Underlier); ok {
 		// zap has encoded and written the line when Info returns, so the
 		// slice of fields (1.4 KB) is reused by the next line.
-		p := auditFieldsPool.Get().(*[]zap.Field)
+		p := decisionFieldsPool.Get().(*[]zap.Field)
 		*p = l.appendFields((*p)[:0])
-		u.GetUnderlying().Info(auditMessage, *p...)
+		u.GetUnderlying().Info(decisionMessage, *p...)
 		clear(*p) // drop the references to this line's strings
-		auditFieldsPool.Put(p)
+		decisionFieldsPool.Put(p)
 		return
 	}
 	fields := l.fields()
@@ -156,5 +156,5 @@ func writeAudit(log logr.Logger, l auditLine) {
 		f.AddTo(enc)
 		kv = append(kv, f.Key, enc.Fields[f.Key])
 	}
-	log.Info(auditMessage, kv...)
+	log.Info(decisionMessage, kv...)
 }

@@ -1,0 +1,257 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"clusterip-policy/manifests"
+	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
+)
+
+// rangeHoldsPolicy reserves 10.96.0.24/29, inside the dynamic band
+// (.17-.30) of a 10.96.0.0/27, for namespace rrh-team; .31 is the
+// broadcast address, so the range has 7 addresses the apiserver allocates.
+var rangeHoldsPolicy = fixtures.Policy(sharedSpec + `reservedRanges:
+- cidr: 10.96.0.24/29
+  namespaces: [rrh-team]
+  note: team block
+`)
+
+// rangeParentResource is the parentRef resource of the holds of a
+// reserved range's addresses (allocview.RangeHoldResource).
+const rangeParentResource = "reservedranges"
+
+var teamRange = band{mustAddr("10.96.0.24"), mustAddr("10.96.0.30")}
+
+// TestReservedRangeHolds: with --hold-reservations the leader holds every
+// free address of a reserved range in the dynamic band, so dynamic creates
+// fill the rest of the /27 until the allocator is exhausted without ever
+// getting one of the range's addresses; the namespace the range is for
+// then gets each of them by name, another namespace is denied, and a
+// deleted Service's address is held again.
+func TestReservedRangeHolds(t *testing.T) {
+	c := own(t, framework.Options{
+		APIServers:  []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/27"}},
+		Policy:      rangeHoldsPolicy,
+		Webhooks:    1,
+		WebhookArgs: []string{"--hold-reservations", "--manage-match-conditions"},
+	})
+	cs := c.Client(0)
+	ctx := testContext(t, 4*time.Minute)
+	const team = "rrh-team"
+	if err := framework.EnsureNamespace(ctx, cs, team); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteServices(t, cs, team) })
+	dyn := namespace(t, c, "rrh-dyn")
+
+	t.Run("the leader holds every allocatable address of the range, naming the range", func(t *testing.T) {
+		start := time.Now()
+		for ip := teamRange.first; !teamRange.last.Less(ip); ip = ip.Next() {
+			a := waitHold(t, ctx, cs, ip.String(), 30*time.Second)
+			if r := a.Spec.ParentRef; r == nil || r.Group != "clusterip-policy.io" || r.Resource != rangeParentResource || r.Namespace != "" || r.Name != "10.96.0.24-10.96.0.31" {
+				t.Fatalf("hold %s parentRef %+v, want reservedranges.clusterip-policy.io 10.96.0.24-10.96.0.31", ip, a.Spec.ParentRef)
+			}
+		}
+		t.Logf("e2e: range holds: the 7 addresses of 10.96.0.24/29 were held %s after the replica was ready", time.Since(start).Round(10*time.Millisecond))
+		if ipAddressExists(t, ctx, cs, "10.96.0.31") {
+			t.Fatal("the broadcast address 10.96.0.31 is held; the apiserver never allocates it")
+		}
+		eventuallyMetric(t, ctx, c, "clusterip_policy_range_holds", `state="held"`, 7)
+		waitManaged(t, ctx, c, policyDigest(t, rangeHoldsPolicy), 30*time.Second)
+	})
+
+	t.Run("dynamic creates exhaust the allocator without one address of the range", func(t *testing.T) {
+		// 30 usable addresses: .1 default/kubernetes, .10 held for kube-dns,
+		// .24-.30 held for the range.
+		const free = 30 - 1 - 1 - 7
+		// calls counts the webhook calls of the creates given a
+		// dynamic-band address; those that spill into the static band
+		// once it is full are sent to the validating webhook by design
+		// (docs/matchconditions.md).
+		dynamicBand := band{mustAddr("10.96.0.17"), mustAddr("10.96.0.30")}
+		created, inRange, denied, full, inDynamic, calls := 0, 0, 0, 0, 0, 0
+		for i := 0; i < free+5 && full == 0; i++ {
+			got, err := create(ctx, cs, service(dyn, fmt.Sprintf("dynamic-%03d", i+1)))
+			switch {
+			case err == nil:
+				if teamRange.contains(got.Spec.ClusterIP) {
+					inRange++
+					t.Errorf("%s got %s, in the held range", got.Name, got.Spec.ClusterIP)
+				}
+				created++
+				if dynamicBand.contains(got.Spec.ClusterIP) {
+					inDynamic++
+					if reached(c, dyn, got.Name, "") {
+						calls++
+					}
+				}
+			case deniedBy(err, validating) || deniedBy(err, mutating):
+				t.Errorf("create %d denied: %v", i+1, err)
+				denied++
+			case strings.Contains(err.Error(), "range is full"):
+				full++
+			default:
+				t.Fatalf("create %d: %v", i+1, err)
+			}
+		}
+		t.Logf("e2e: range holds: /27 with a /29 range held: %d dynamic Services created, %d of them in the range, %d denied, then range is full; %d of them got a dynamic-band address, with %.2f webhook calls per create", created, inRange, denied, inDynamic, float64(calls)/float64(max(inDynamic, 1)))
+		if inDynamic != 7 || calls != 0 {
+			t.Errorf("%d of the %d creates given a dynamic-band address reached the webhook, want 7 creates and none: with the range held the managed matchConditions send none", calls, inDynamic)
+		}
+		if created != free || inRange != 0 || denied != 0 || full != 1 {
+			t.Fatalf("created %d, in the range %d, denied %d, range-is-full %d; want %d, 0, 0, 1", created, inRange, denied, full, free)
+		}
+	})
+
+	t.Run("another namespace naming a held address of the range is denied and releases nothing", func(t *testing.T) {
+		_, err := create(ctx, cs, service(dyn, "squatter", clusterIP("10.96.0.26")))
+		requireDenied(t, err, mutating, "is in reserved range 10.96.0.24/29 (team block), which only namespace rrh-team may use")
+		requireRule(t, ctx, c, dyn, "squatter", "reserved-range-for-other")
+		waitHold(t, ctx, cs, "10.96.0.26", time.Second)
+	})
+
+	t.Run("the range's namespace gets every address of it by name, in a full Service range", func(t *testing.T) {
+		before := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="released"`)
+		for ip := teamRange.first; !teamRange.last.Less(ip); ip = ip.Next() {
+			name := "team-" + strings.ReplaceAll(ip.String(), ".", "-")
+			got := mustCreate(t, ctx, cs, service(team, name, clusterIP(ip.String())))
+			if got.Spec.ClusterIP != ip.String() {
+				t.Fatalf("%s got %s, want %s", name, got.Spec.ClusterIP, ip)
+			}
+		}
+		if got := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="released"`); got != before+7 {
+			t.Fatalf("releases %v -> %v, want 7 more", before, got)
+		}
+		eventuallyMetric(t, ctx, c, "clusterip_policy_range_holds", `state="used"`, 7)
+	})
+
+	t.Run("a deleted Service's address of the range is held again", func(t *testing.T) {
+		if err := cs.CoreV1().Services(team).Delete(ctx, "team-10-96-0-27", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deleted := time.Now()
+		waitHold(t, ctx, cs, "10.96.0.27", 10*time.Second)
+		t.Logf("e2e: range holds: 10.96.0.27 was held again %s after its Service was deleted", time.Since(deleted).Round(10*time.Millisecond))
+		// The allocator is exhausted but for that address: a dynamic
+		// create must not get it.
+		_, err := create(ctx, cs, service(dyn, "after-delete"))
+		if err == nil || !strings.Contains(err.Error(), "range is full") {
+			t.Fatalf("a dynamic create with only the held range address free: %v, want range is full", err)
+		}
+		got := mustCreate(t, ctx, cs, service(team, "team-again", clusterIP("10.96.0.27")))
+		if got.Spec.ClusterIP != "10.96.0.27" {
+			t.Fatalf("got %s", got.Spec.ClusterIP)
+		}
+	})
+}
+
+// TestReservedRangeWithoutHoldsDeniesADynamicAllocationInIt: with holds
+// off the allocator may pick a range's address for any Service; the
+// validating stage then denies that create with reserved-range-for-other
+// (the apiserver releases the address), and the other dynamic creates go
+// through. Once the rest of the dynamic band is taken every dynamic pick
+// is in the range, so a denial is certain within a few creates.
+func TestReservedRangeWithoutHoldsDeniesADynamicAllocationInIt(t *testing.T) {
+	c := own(t, framework.Options{
+		APIServers: []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/27"}},
+		Policy:     rangeHoldsPolicy,
+		Webhooks:   1,
+	})
+	cs := c.Client(0)
+	ctx := testContext(t, 3*time.Minute)
+	dyn := namespace(t, c, "rrh-nohold")
+	for i := 0; i < 14; i++ {
+		got, err := create(ctx, cs, service(dyn, fmt.Sprintf("dynamic-%03d", i+1)))
+		if err == nil {
+			if teamRange.contains(got.Spec.ClusterIP) {
+				t.Fatalf("%s kept %s, in the range", got.Name, got.Spec.ClusterIP)
+			}
+			continue
+		}
+		requireDenied(t, err, validating, "is in reserved range 10.96.0.24/29 (team block), which only namespace rrh-team may use", "the apiserver picked it at random from the dynamic band")
+		t.Logf("e2e: range holds off: dynamic create %d was allocated an address of the range and denied by the validating stage", i+1)
+		return
+	}
+	t.Fatal("14 dynamic creates in a 14-address dynamic band half covered by the range, and none was denied")
+}
+
+// TestForgedCreatesCannotFreeAWholeRange plays a client that reaches the
+// webhook port without being an apiserver (no client certificates): it
+// POSTs forged creates of Services of the range's namespace, one for each
+// address of a held /26, as fast as the webhook answers. Each address has
+// a budget of its own, so only the range's budget (20 at once, then 2 a
+// second) keeps the forger from freeing all 64; the leader holds each
+// freed address again after the grace.
+func TestForgedCreatesCannotFreeAWholeRange(t *testing.T) {
+	pol := fixtures.Policy(sharedSpec + `reservedRanges:
+- cidr: 10.96.128.0/26
+  namespaces: [rrf-team]
+`)
+	c := own(t, framework.Options{Policy: pol, Webhooks: 1, WebhookArgs: []string{"--hold-reservations"}})
+	ctx := testContext(t, 3*time.Minute)
+	fixtures.Eventually(t, "the /26 fully held", time.Minute, func() bool {
+		return metricSum(t, ctx, c, "clusterip_policy_range_holds", `state="held"`) == 64
+	})
+	released0 := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="released"`)
+	start := time.Now()
+	allowed, refused := 0, 0
+	for i := range 64 {
+		ip := netip.AddrFrom4([4]byte{10, 96, 128, byte(i)}).String()
+		raw, err := json.Marshal(service("rrf-team", fmt.Sprintf("forged-%02d", i), clusterIP(ip)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		review := &admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{
+				UID:         types.UID(fmt.Sprintf("forged-range-%03d", i)),
+				Kind:        metav1.GroupVersionKind{Version: "v1", Kind: "Service"},
+				Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "services"},
+				RequestKind: &metav1.GroupVersionKind{Version: "v1", Kind: "Service"},
+				Namespace:   "rrf-team", Name: fmt.Sprintf("forged-%02d", i), Operation: admissionv1.Create,
+				UserInfo: authnv1.UserInfo{Username: "forger"},
+				Object:   runtime.RawExtension{Raw: raw},
+			},
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := c.Webhooks[0].Review(rctx, manifests.MutatePath, review)
+		cancel()
+		switch {
+		case err != nil:
+			t.Fatalf("forged review %d: %v", i+1, err)
+		case resp.Allowed:
+			allowed++
+		case resp.Result != nil && resp.Result.Code == http.StatusServiceUnavailable && strings.Contains(resp.Result.Message, "too often"):
+			refused++
+		default:
+			t.Fatalf("forged review %d: %+v", i+1, resp.Result)
+		}
+	}
+	span := time.Since(start)
+	released := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="released"`) - released0
+	// 20 at once, then one every 500 ms of the run.
+	bound := 20 + int(span/(500*time.Millisecond)) + 1
+	t.Logf("e2e: range holds: 64 forged creates over a held /26 in %s: %d released, %d refused with 503 (bound %d)", span.Round(time.Millisecond), int(released), refused, bound)
+	if int(released) > bound || allowed != int(released) || refused != 64-allowed {
+		t.Fatalf("released %v, allowed %d, refused %d in %s; want at most %d released", released, allowed, refused, span, bound)
+	}
+	fixtures.Eventually(t, "the forged releases held again", time.Minute, func() bool {
+		return metricSum(t, ctx, c, "clusterip_policy_range_holds", `state="held"`) == 64
+	})
+}
