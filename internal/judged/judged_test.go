@@ -19,6 +19,7 @@ import (
 
 	"clusterip-policy/internal/logging"
 	"clusterip-policy/internal/names"
+	"clusterip-policy/test/fixtures"
 )
 
 // chartSelector is what the chart renders for
@@ -133,17 +134,6 @@ func (l *syncLog) String() string {
 	return l.b.String()
 }
 
-// waitFor polls cond every 10 ms for at most 30 s (a generous bound on a
-// loaded machine; the test passes as soon as cond holds).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s: %s", what)
-		}
-	}
-}
-
 func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 	m, v := configurations(chartSelector, chartSelector)
 	client := fake.NewClientset(m, v, namespaceObj("team-a", nil), namespaceObj("legacy", map[string]string{"clusterip-policy.io/excluded": "true"}), namespaceObj("kube-system", nil))
@@ -160,7 +150,7 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 		n, err := s.Current()
 		return err == nil && n.Judged(ns)
 	}
-	waitFor(t, "the scope never knew team-a judged", func() bool { return judged("team-a") })
+	fixtures.Eventually(t, "the scope never knew team-a judged", 30*time.Second, func() bool { return judged("team-a") })
 	for ns, want := range map[string]bool{"legacy": false, "batch": false, "clusterip-policy": false, "kube-system": true} {
 		if got := judged(ns); got != want {
 			t.Errorf("Judged(%q) = %v, want %v", ns, got, want)
@@ -176,7 +166,7 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "team-a still judged after it was labelled excluded", func() bool { return !judged("team-a") })
+	fixtures.Eventually(t, "team-a still judged after it was labelled excluded", 30*time.Second, func() bool { return !judged("team-a") })
 	m.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{}
 	v.Webhooks[1].NamespaceSelector = &metav1.LabelSelector{}
 	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
@@ -185,7 +175,7 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 	if _, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "legacy still skipped after the selectors were emptied", func() bool { return judged("legacy") })
+	fixtures.Eventually(t, "legacy still skipped after the selectors were emptied", 30*time.Second, func() bool { return judged("legacy") })
 	if judged("clusterip-policy") {
 		t.Error("the Lease namespace is judged once the selectors select everything")
 	}
@@ -200,7 +190,7 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ks, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "no warning that kube-system is not judged", func() bool {
+	fixtures.Eventually(t, "no warning that kube-system is not judged", 30*time.Second, func() bool {
 		return strings.Contains(log.String(), "the Service webhooks are not called for namespace kube-system")
 	})
 
@@ -210,7 +200,7 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 	if err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "clusterip-policy", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "kube-system still skipped after the ValidatingWebhookConfiguration was deleted", func() bool { return judged("kube-system") })
+	fixtures.Eventually(t, "kube-system still skipped after the ValidatingWebhookConfiguration was deleted", 30*time.Second, func() bool { return judged("kube-system") })
 	if judged("clusterip-policy") || !judged("legacy") {
 		t.Errorf("without a configuration: Lease namespace judged %v, legacy %v; want false, true", judged("clusterip-policy"), judged("legacy"))
 	}

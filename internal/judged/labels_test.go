@@ -3,9 +3,12 @@ package judged
 import (
 	"context"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"clusterip-policy/test/fixtures"
 )
 
 func TestLabelsFollowTheNamespaces(t *testing.T) {
@@ -17,7 +20,7 @@ func TestLabelsFollowTheNamespaces(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.Run(ctx); close(done) }()
-	waitFor(t, "the labels of payments listed", func() bool { got, ok := l.Of("payments"); return ok && got["team"] == "payments" })
+	fixtures.Eventually(t, "the labels of payments listed", 30*time.Second, func() bool { got, ok := l.Of("payments"); return ok && got["team"] == "payments" })
 	if _, ok := l.Of("nowhere"); ok {
 		t.Fatal("a namespace that does not exist has no labels")
 	}
@@ -29,7 +32,7 @@ func TestLabelsFollowTheNamespaces(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the changed label watched", func() bool { got, _ := l.Of("payments"); return got["team"] == "web" })
+	fixtures.Eventually(t, "the changed label watched", 30*time.Second, func() bool { got, _ := l.Of("payments"); return got["team"] == "web" })
 	cancel()
 	<-done
 	if _, ok := l.Of("payments"); ok {

@@ -3,6 +3,7 @@ package policysource
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,20 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"clusterip-policy/internal/logging"
+	"clusterip-policy/test/fixtures"
 )
-
-const testPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-`
 
 func newTestStore(t *testing.T) (*Store, *bytes.Buffer) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(path, []byte(testPolicy), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(fixtures.KubeDNSPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
@@ -39,10 +33,10 @@ func newTestStore(t *testing.T) (*Store, *bytes.Buffer) {
 
 func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 	s, log := newTestStore(t)
-	if err := os.WriteFile(s.path, []byte(testPolicy+"bogus: 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(fixtures.Policy(fixtures.KubeDNSSpec+"bogus: 1\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), `line 7: unknown field "bogus"`) {
+	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), `unknown field "bogus"`) {
 		t.Fatalf("reload err = %v", err)
 	}
 	if cur := s.Current(); cur.Generation != 1 || len(cur.Policy.Reservations) != 1 {
@@ -54,7 +48,7 @@ func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 	if !strings.Contains(log.String(), "refused the changed policy") {
 		t.Fatalf("refusal not logged: %s", log)
 	}
-	if err := os.WriteFile(s.path, []byte(testPolicy+"enforcement: {default: warn}\n"), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(fixtures.Policy(fixtures.KubeDNSSpec+"enforcement: {default: warn}\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Reload(); err != nil {
@@ -72,25 +66,27 @@ func TestPolicyReloadKeepsTheLastGoodPolicy(t *testing.T) {
 // stays bad, and a good one after it takes effect.
 func TestWatchReportsABadFileOnceAndLoadsTheNextGoodOne(t *testing.T) {
 	s, log := newTestStore(t)
-	if err := os.WriteFile(s.path, []byte(testPolicy+"bogus: 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(fixtures.Policy(fixtures.KubeDNSSpec+"bogus: 1\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	opens := fixtures.Opens(t, s.path)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Watch(ctx, 5*time.Millisecond) }()
 	defer func() { cancel(); <-done }()
-	time.Sleep(100 * time.Millisecond) // about 20 re-reads of the bad file
-	if got := testutil.ToFloat64(s.metrics.reloads.WithLabelValues("failure")); got != 1 {
-		t.Fatalf("failed reloads after 20 re-reads of one bad file = %v, want 1", got)
+	failures := func() float64 { return testutil.ToFloat64(s.metrics.reloads.WithLabelValues("failure")) }
+	fixtures.Eventually(t, "the bad file refused", 30*time.Second, func() bool { return failures() > 0 })
+	fixtures.Eventually(t, "20 re-reads of the bad file", 30*time.Second, func() bool { return opens() >= 20 })
+	if got := failures(); got != 1 {
+		t.Fatalf("failed reloads after %d re-reads of one bad file = %v, want 1", opens(), got)
 	}
-	if err := os.WriteFile(s.path, []byte(testPolicy+"enforcement: {default: warn}\n"), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(fixtures.Policy(fixtures.KubeDNSSpec+"enforcement: {default: warn}\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Current().Generation != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the good file was not loaded within 5s; log:\n%s", log)
+	fixtures.EventuallyNil(t, "the good file loaded", 30*time.Second, func() error {
+		if s.Current().Generation != 2 {
+			return fmt.Errorf("generation %d; log:\n%s", s.Current().Generation, log)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }

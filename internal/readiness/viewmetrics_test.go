@@ -15,6 +15,7 @@ import (
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/test/fixtures"
 )
 
 func TestViewMetricsReportEachWatchedResource(t *testing.T) {
@@ -40,13 +41,9 @@ func TestViewMetricsReportEachWatchedResource(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = source.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !source.HasSynced() || staleSeconds(t, reg) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("never synced with both watches established")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "synced with both watches established", 30*time.Second, func() bool {
+		return source.HasSynced() && staleSeconds(t, reg) == 0
+	})
 	// 2 resources: one last-received gauge and one counter per reason each.
 	want := 2 + 2*len(kubesource.RestartReasons)
 	if n, err := testutil.GatherAndCount(reg, "clusterip_policy_view_last_received_seconds", "clusterip_policy_view_watch_restarts_total"); err != nil || n != want {

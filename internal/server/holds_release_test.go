@@ -29,6 +29,7 @@ import (
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/holds"
+	"clusterip-policy/test/fixtures"
 )
 
 // ipAddress is an IPAddress at ip naming the Service ns/name, labelled
@@ -75,21 +76,6 @@ func newReleaser(t *testing.T, client *fake.Clientset, hm *holdctl.Metrics, now 
 		t.Fatal("the watch of the holds did not list them")
 	}
 	return holdctl.NewReleaser(client, w, logging.New(&strings.Builder{}), hm, now), w
-}
-
-// waitWatched waits until the watch shows a hold at ip, or none.
-func waitWatched(t *testing.T, w *holdctl.Watch, ip string, present bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, ok := w.Get(netip.MustParseAddr(ip)); ok == present {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the watch of the holds never showed %s present = %v", ip, present)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // apiCalls are the calls a release made: the watch's lists and watches
@@ -238,7 +224,7 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 		if _, err := client.NetworkingV1().IPAddresses().Create(context.Background(), hold.DeepCopy(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		waitWatched(t, watch, "10.96.0.10", true)
+		fixtures.Eventually(t, "the hold on 10.96.0.10 in the watch of the holds", 30*time.Second, func() bool { _, ok := watch.Get(netip.MustParseAddr("10.96.0.10")); return ok })
 	}
 	freed := 0
 	for i := 0; i < 50; i++ {
@@ -248,7 +234,7 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 		switch {
 		case resp.Allowed:
 			freed++
-			waitWatched(t, watch, "10.96.0.10", false)
+			fixtures.Eventually(t, "the hold on 10.96.0.10 gone from the watch of the holds", 30*time.Second, func() bool { _, ok := watch.Get(netip.MustParseAddr("10.96.0.10")); return !ok })
 		case len(apiCalls(client)) != 0:
 			t.Fatalf("review %d, refused, made %d API calls, want none: %v", i+1, len(apiCalls(client)), apiCalls(client))
 		case resp.Result.Code != http.StatusServiceUnavailable || !strings.Contains(resp.Result.Message, "clusterip-policy holds 10.96.0.10 for Service kube-system/kube-dns and released it 3 times recently without that Service appearing; it releases it again in "+(holdctl.ReleaseRefill-time.Duration(i)*100*time.Millisecond+time.Second-1).Truncate(time.Second).String()+": retry then"),
@@ -271,7 +257,7 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 	if _, err := client.NetworkingV1().IPAddresses().Get(context.Background(), "10.96.0.10", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the hold was not released one refill later: %v", err)
 	}
-	waitWatched(t, watch, "10.96.0.10", false)
+	fixtures.Eventually(t, "the hold on 10.96.0.10 gone from the watch of the holds", 30*time.Second, func() bool { _, ok := watch.Get(netip.MustParseAddr("10.96.0.10")); return !ok })
 	// A create that finds no hold of ours spends nothing: an owner whose
 	// hold is not there yet is never refused for it.
 	for i := 0; i < 10; i++ {

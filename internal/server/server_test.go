@@ -17,6 +17,7 @@ import (
 	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/readiness/readinesstest"
+	"clusterip-policy/test/fixtures"
 )
 
 // runCLI runs `clusterip-policy serve ARGS...` through serve's command,
@@ -43,7 +44,7 @@ func flagFixture(t *testing.T, dir string) (good, bad, certDir string) {
 	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bad, []byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n"), 0o644); err != nil {
+	if err := os.WriteFile(bad, []byte(fixtures.Policy("reservation: []\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	certDir = filepath.Join(dir, "tls")
@@ -70,7 +71,7 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"serve", "--policy-source", "crd", "--policy", good}, "--policy " + good + " and --policy-source=crd exclude each other"},
 		{[]string{"serve", "--policy-source", "crd", "--port", "70000"}, "--port 70000 is not a TCP port"},
 		{[]string{"serve", "--policy", "nope.yaml"}, "--policy: read policy: open nope.yaml: no such file or directory"},
-		{[]string{"serve", "--policy", bad}, `--policy: policy ` + bad + `: line 3: unknown field \"reservation\"`},
+		{[]string{"serve", "--policy", bad}, `--policy: policy object ` + bad + `: `},
 		{[]string{"serve", "--policy", good, "--cert-dir", dir}, "tls.crt: no such file or directory; mount the serving certificate there, or use --certificate-source=managed"},
 		// Managed certificates: the flags are checked before anything starts.
 		{[]string{"serve", "--policy", good, "--certificate-source", "selfSigned"}, `--certificate-source \"selfSigned\" is not a certificate source; use managed`},

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"clusterip-policy/internal/logging"
+	"clusterip-policy/test/fixtures"
 
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -66,7 +68,7 @@ func TestClientCAFileRefusesWhatIsNotACABundle(t *testing.T) {
 		{"another block type", "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n", `PEM block 1 is a "CERTIFICATE REQUEST", not a CERTIFICATE`},
 		{"too large", strings.Repeat("x", maxClientCAFileBytes+1), "is larger than 1048576 bytes"},
 	}
-	time.Sleep(time.Millisecond)
+	fixtures.Eventually(t, "old-ca past its NotAfter", 10*time.Second, func() bool { return time.Now().After(expired.Cert.NotAfter) })
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := writeTestFile(t, dir, strings.ReplaceAll(tt.name, " ", "-")+".crt", []byte(tt.data))
@@ -133,18 +135,14 @@ func startTLSTestServer(t *testing.T, cas *ClientCAs) *tlsTestServer {
 		}
 	})
 	s := &tlsTestServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), server: srv, ca: ca}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	fixtures.EventuallyNil(t, "the test server listening on "+s.addr, 30*time.Second, func() error {
 		c, err := net.DialTimeout("tcp", s.addr, time.Second)
 		if err == nil {
 			c.Close()
-			return s
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not listen: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
+	return s
 }
 
 // get does one GET /ok over a new connection and returns the protocol the
@@ -314,23 +312,20 @@ func TestClientCAWatchLogsAChangeAndABadFileOnce(t *testing.T) {
 	go func() { cas.Watch(ctx, 5*time.Millisecond); close(done) }()
 	waitLog := func(substr string, n int) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		fixtures.EventuallyNil(t, fmt.Sprintf("%d of %q in the log", n, substr), 30*time.Second, func() error {
 			mu.Lock()
-			got := strings.Count(logBuf.String(), substr)
-			mu.Unlock()
-			if got >= n {
-				return
+			defer mu.Unlock()
+			if got := strings.Count(logBuf.String(), substr); got < n {
+				return fmt.Errorf("%d so far:\n%s", got, logBuf.String())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("log has %d of %q, want %d:\n%s", got, substr, n, logBuf.String())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
+	opens := fixtures.Opens(t, caFile)
 	writeTestFile(t, dir, "ca.crt", []byte("not a certificate"))
 	waitLog("refused the client CA file", 1)
-	time.Sleep(50 * time.Millisecond) // ten more polls of the same bad file
+	reads := opens()
+	fixtures.Eventually(t, "ten more re-reads of the same bad file", 30*time.Second, func() bool { return opens() >= reads+10 })
 	writeTestFile(t, dir, "ca.crt", b.CertPEM)
 	waitLog(`"msg":"client CA loaded"`, 1)
 	cancel()
@@ -377,16 +372,13 @@ func TestReadinessCheckCompletesTheHandshakeWhenClientCertificatesAreRequired(t 
 	// The server logs a failed handshake after the client has gone, so
 	// wait (bounded) for n such lines rather than sleeping a guess.
 	handshakeErrors := func(n int) string {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		logged := func() string {
 			mu.Lock()
-			out := stdlog.String()
-			mu.Unlock()
-			if strings.Count(out, handshakeError) >= n || time.Now().After(deadline) {
-				return out
-			}
-			time.Sleep(10 * time.Millisecond)
+			defer mu.Unlock()
+			return stdlog.String()
 		}
+		_ = fixtures.Wait(30*time.Second, func() bool { return strings.Count(logged(), handshakeError) >= n })
+		return logged()
 	}
 
 	if err := s.server.StartedChecker()(nil); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 var (
@@ -19,17 +20,8 @@ var (
 	ingIP = netip.MustParseAddr("10.96.0.20")
 )
 
-func mustPolicy(t *testing.T, text string) *policy.Policy {
-	t.Helper()
-	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestWantsLeavesOutWhatNothingWouldRelease(t *testing.T) {
-	p := mustPolicy(t, `reservations:
+	p := fixtures.MustPolicy(t, policy.ParseDocument, `reservations:
 - {ip: 10.96.0.10, service: kube-system/kube-dns}
 - {ip: 10.96.0.20, service: default/ingress-vip}
 - {ip: 10.96.0.30, service: clusterip-policy/own}
@@ -57,7 +49,7 @@ exemptions:
 // keep the apiserver from recreating it ("provided IP is already allocated"
 // every 10 s) and cut in-cluster clients off from the apiserver.
 func TestWantsNeverHoldsTheAddressOfDefaultKubernetes(t *testing.T) {
-	p := mustPolicy(t, `reservations:
+	p := fixtures.MustPolicy(t, policy.ParseDocument, `reservations:
 - {ip: 10.96.0.1, service: default/kubernetes, note: written out}
 - {ip: 10.96.0.10, service: kube-system/kube-dns}
 `)
@@ -184,7 +176,7 @@ func TestReleasableOnlyOurHoldOfThatOwner(t *testing.T) {
 }
 
 func TestRangeWantsHoldsEveryAllocatableAddressButReservations(t *testing.T) {
-	p := mustPolicy(t, `reservations:
+	p := fixtures.MustPolicy(t, policy.ParseDocument, `reservations:
 - {ip: 10.96.0.10, service: kube-system/kube-dns}
 reservedRanges:
 - {cidr: 10.96.0.8/29, namespaces: [kube-system]}
@@ -224,7 +216,7 @@ reservedRanges:
 // must never hold it, whether the policy reserves it or not.
 func TestRangeWantsNeverHoldTheAddressOfDefaultKubernetes(t *testing.T) {
 	for _, reserve := range []string{"true", "false"} {
-		p := mustPolicy(t, "reserveKubernetesService: "+reserve+"\nreservedRanges:\n- {cidr: 10.96.0.0/30, namespaces: [team-a]}\n")
+		p := fixtures.MustPolicy(t, policy.ParseDocument, "reserveKubernetesService: "+reserve+"\nreservedRanges:\n- {cidr: 10.96.0.0/30, namespaces: [team-a]}\n")
 		rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
 		wants, notApplied := RangeWants(p, rs, nil)
 		if len(wants) != 2 || wants[0].IP != netip.MustParseAddr("10.96.0.2") || wants[1].IP != netip.MustParseAddr("10.96.0.3") || notApplied != 2 {

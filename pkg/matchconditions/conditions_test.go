@@ -21,6 +21,7 @@ import (
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 // The expressions are compiled and evaluated by the kube-apiserver's own
@@ -102,15 +103,6 @@ const rangesPolicy = testPolicy + `reservedRanges:
 - {first: 10.96.100.0, last: 10.96.100.9, namespaces: [apps]}
 `
 
-func mustPolicy(t testing.TB, body string) *policy.Policy {
-	t.Helper()
-	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func snapshot(cidrs ...allocview.ServiceCIDR) *allocview.Snapshot {
 	return allocview.NewView().Update(func(tx *allocview.Tx) {
 		for _, c := range cidrs {
@@ -141,7 +133,7 @@ func service(ns, name string, tweaks ...func(*corev1.Service)) *corev1.Service {
 }
 
 func TestAllowListIsTheDynamicBandsMinusReservedAddresses(t *testing.T) {
-	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(
+	env := policy.Env{Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(
 		serviceCIDR("kubernetes", "10.96.0.0/16"),
 		serviceCIDR("extra", "10.97.0.0/24"),      // outside allowedCIDRs: not listed
 		serviceCIDR("small", "fd00:10:96::/120"))} // inside: its dynamic band is fd00:10:96::11-ff
@@ -175,7 +167,7 @@ func TestAllowListCapKeepsTheWidestPrefixes(t *testing.T) {
 	for i := range 300 { // 300 reservations in the dynamic band: far more than MaxPrefixes prefixes
 		fmt.Fprintf(&b, "- {ip: 10.96.%d.%d, service: ns/svc%d}\n", 2+i%250, 10+i/250*50, i)
 	}
-	p := mustPolicy(t, b.String())
+	p := fixtures.MustPolicy(t, policy.ParseDocument, b.String())
 	env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))}
 	got, capped := AllowList(p, env.Ranges(), MaxPrefixes)
 	if !capped || len(got) != MaxPrefixes {
@@ -210,7 +202,7 @@ func slicesContains(ps []netip.Prefix, p netip.Prefix) bool {
 }
 
 func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
-	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	env := policy.Env{Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 	c := Compute(env.Policy, env.Ranges())
 	mut, val := newMatcher(t, c.Mutating), newMatcher(t, c.Validating)
 	run := runCase(t, mut, val)
@@ -268,7 +260,7 @@ func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
 	}
 	// With reserved ranges, the common dynamic create still skips both;
 	// an address in a range is sent to the validating webhook.
-	env = policy.Env{Policy: mustPolicy(t, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	env = policy.Env{Policy: fixtures.MustPolicy(t, policy.ParseDocument, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 	c = Compute(env.Policy, env.Ranges())
 	if len(c.Skip.Terms) == 0 || len(c.Skip.Reserved) == 0 || c.AllowListCapped {
 		t.Fatalf("ranges: want the ranges-and-holes form with reserved prefixes, got %+v (capped %v)", c.Skip, c.AllowListCapped)
@@ -329,21 +321,21 @@ func runCase(t *testing.T, mut, val matcher) func(name string, mutate bool, ns, 
 // which the holes must not let through.
 func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 	envs := map[string]policy.Env{
-		"single-stack, allowed /16": {Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"), serviceCIDR("extra", "10.97.0.0/24"))},
-		"dual-stack, narrowed": {Policy: mustPolicy(t, "allowedCIDRs: [10.96.0.0/17, 'fd00:10:96::/112']\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n- {ip: 10.96.9.9, service: apps/frontend}\n"),
+		"single-stack, allowed /16": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"), serviceCIDR("extra", "10.97.0.0/24"))},
+		"dual-stack, narrowed": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, "allowedCIDRs: [10.96.0.0/17, 'fd00:10:96::/112']\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n- {ip: 10.96.9.9, service: apps/frontend}\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("small", "10.96.50.0/24"))},
-		"warn everything":  {Policy: mustPolicy(t, testPolicy+"enforcement: {default: warn}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))},
-		"audit everything": {Policy: mustPolicy(t, testPolicy+"enforcement: {default: audit}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
+		"warn everything":  {Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy+"enforcement: {default: warn}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))},
+		"audit everything": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy+"enforcement: {default: audit}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
 		// Nested ranges, ranges without a static band (offset 0), an
 		// owner whose name other Services share (the names' prefilter
 		// passes, the key does not), reservations in dynamic bands.
-		"nested and tiny ranges": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n- {ip: 10.96.50.20, service: other/web}\n- {ip: 10.98.0.5, service: apps/frontend}\n- {ip: 'fd00:10:96::9:1', service: apps/frontend}\n- {ip: 'fd00:20::7', service: kube-system/kube-dns}\n"),
+		"nested and tiny ranges": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, "reservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n- {ip: 10.96.50.20, service: other/web}\n- {ip: 10.98.0.5, service: apps/frontend}\n- {ip: 'fd00:10:96::9:1', service: apps/frontend}\n- {ip: 'fd00:20::7', service: kube-system/kube-dns}\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.50.0/24"),
 				serviceCIDR("tiny", "10.98.0.0/28", "fd00:20::/124"), serviceCIDR("dying", "10.99.0.0/24"))},
 		// Reserved ranges in both bands and families, by name, label
 		// selector and Service selector, with a reservation inside one.
-		"reserved ranges": {Policy: mustPolicy(t, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("extra", "10.97.0.0/24"))},
-		"reserved ranges, warned": {Policy: mustPolicy(t, rangesPolicy+"enforcement: {rules: {reserved-range-for-other: warn}}\n"),
+		"reserved ranges": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("extra", "10.97.0.0/24"))},
+		"reserved ranges, warned": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, rangesPolicy+"enforcement: {rules: {reserved-range-for-other: warn}}\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -534,7 +526,7 @@ func TestCappedOwnersSendEveryCreate(t *testing.T) {
 	for i := range MaxOwners + 1 {
 		fmt.Fprintf(&b, "- {ip: 10.96.%d.%d, service: ns/svc%d}\n", i/250, 1+i%250, i)
 	}
-	p := mustPolicy(t, b.String())
+	p := fixtures.MustPolicy(t, policy.ParseDocument, b.String())
 	c := Compute(p, policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))}.Ranges())
 	if !c.OwnersCapped || !strings.HasSuffix(c.Mutating, ") :\ntrue") {
 		t.Fatalf("owners capped %v, mutating %q; want every CREATE sent", c.OwnersCapped, c.Mutating)
@@ -600,7 +592,7 @@ func largestSkipSet(t *testing.T) (*policy.Policy, allocview.RangeSet) {
 			fmt.Fprintf(&b, "- {ip: '10.100.%d.%d', service: ns/s%d}\n", 100+i/250, 1+i%250, i)
 		}
 	}
-	p := mustPolicy(t, b.String())
+	p := fixtures.MustPolicy(t, policy.ParseDocument, b.String())
 	return p, policy.Env{Policy: p, Snapshot: snapshot(cidrs...)}.Ranges()
 }
 
@@ -654,7 +646,7 @@ func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
 	}
 
 	t.Run("most owners, exact prefixes", func(t *testing.T) {
-		p := mustPolicy(t, largestPolicy(MaxOwners-1)) // plus default/kubernetes, implicitly
+		p := fixtures.MustPolicy(t, policy.ParseDocument, largestPolicy(MaxOwners-1)) // plus default/kubernetes, implicitly
 		env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 		c := Compute(p, env.Ranges())
 		if c.OwnersCapped || len(c.Owners) != MaxOwners || !c.AllowListCapped || len(c.AllowList) != MaxPrefixes || len(c.Skip.Holes) != 0 {
@@ -694,7 +686,7 @@ func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
 			fmt.Fprintf(&b, "- {first: 10.96.%d.1, last: 10.96.%d.2, namespaces: [a]}\n", 10+i, 10+i)
 			fmt.Fprintf(&b, "- {first: 'fd00:10:96::9:%x01', last: 'fd00:10:96::9:%x02', namespaces: [a]}\n", 0x10+i, 0x10+i)
 		}
-		p := mustPolicy(t, b.String())
+		p := fixtures.MustPolicy(t, policy.ParseDocument, b.String())
 		env := policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 		c := Compute(p, env.Ranges())
 		if c.AllowListCapped || len(c.Skip.Reserved) != MaxReservedPrefixes {
@@ -715,14 +707,14 @@ func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
 func TestSkipSetIsExactlyTheAllowList(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for name, env := range map[string]policy.Env{
-		"default range": {Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
-		"narrowed": {Policy: mustPolicy(t, "allowedCIDRs: [10.96.0.0/17, 10.96.200.0/24, 'fd00:10:96::/112']\n"),
+		"default range": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
+		"narrowed": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, "allowedCIDRs: [10.96.0.0/17, 10.96.200.0/24, 'fd00:10:96::/112']\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))},
-		"nested and tiny": {Policy: mustPolicy(t, "reservations:\n- {ip: 10.96.50.20, service: a/b}\n- {ip: 10.98.0.5, service: a/c}\n- {ip: 'fd00:20::7', service: a/d}\n"),
+		"nested and tiny": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, "reservations:\n- {ip: 10.96.50.20, service: a/b}\n- {ip: 10.98.0.5, service: a/c}\n- {ip: 'fd00:20::7', service: a/d}\n"),
 			Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.50.0/24"),
 				serviceCIDR("tiny", "10.98.0.0/28", "fd00:20::/124"), serviceCIDR("small", "10.99.0.0/27"))},
-		"kubeadm /12":     {Policy: mustPolicy(t, "reservations:\n- {ip: 10.100.7.7, service: a/b}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/12"))},
-		"reserved ranges": {Policy: mustPolicy(t, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.41.0/24"))},
+		"kubeadm /12":     {Policy: fixtures.MustPolicy(t, policy.ParseDocument, "reservations:\n- {ip: 10.100.7.7, service: a/b}\n"), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/12"))},
+		"reserved ranges": {Policy: fixtures.MustPolicy(t, policy.ParseDocument, rangesPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"), serviceCIDR("nested", "10.96.41.0/24"))},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rs := env.Ranges()
@@ -780,7 +772,7 @@ func TestSkipSetIsExactlyTheAllowList(t *testing.T) {
 // the managed condition narrows them to exactly the UPDATEs policy.Mutate
 // does not skip: none it acts on is left out, none it skips is sent.
 func TestManagedMutatingConditionSendsExactlyTheUpdatesMutateActsOn(t *testing.T) {
-	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	env := policy.Env{Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 	c := Compute(env.Policy, env.Ranges())
 	mut := newMatcher(t, c.Mutating)
 	single := service("apps", "web", func(s *corev1.Service) {

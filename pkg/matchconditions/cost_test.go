@@ -19,6 +19,7 @@ import (
 
 	"clusterip-policy/manifests"
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 // What a dynamic Service create costs the apiserver in matchConditions is
@@ -88,7 +89,7 @@ func benchPolicy(tb testing.TB) policy.Env {
 	for i := range 8 {
 		body += fmt.Sprintf("- {ip: 10.96.0.%d, service: bench/owner-%d}\n", 20+i, i)
 	}
-	p := mustPolicy(tb, body)
+	p := fixtures.MustPolicy(tb, policy.ParseDocument, body)
 	return policy.Env{Policy: p, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))}
 }
 

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 func rule(ops []admissionregistrationv1.OperationType, groups, versions, resources []string, scope *admissionregistrationv1.ScopeType) admissionregistrationv1.RuleWithOperations {
@@ -93,7 +94,7 @@ func TestServiceMutatorsCountsAllButNamesOnlyAFew(t *testing.T) {
 }
 
 func TestCallEveryCreateKeepsTheValidatingConditionAndChangesTheDigest(t *testing.T) {
-	env := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))}
+	env := policy.Env{Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16"))}
 	c := Compute(env.Policy, env.Ranges())
 	e := c.CallEveryCreate()
 	if e.Mutating != "true" || e.Validating != c.Validating || e.Digest == c.Digest || !e.OwnersCapped || e.Owners != nil {

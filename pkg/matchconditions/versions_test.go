@@ -10,6 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 // oldestCompatibility is the lowest CEL compatibility version whose
@@ -31,9 +32,9 @@ var oldestCompatibility = version.MajorMinor(1, 30)
 // apiserver returns: the IP and CIDR libraries (isIP, ip, cidr) came with
 // the 1.30 environment.
 func TestTheOldestApiserverThatAcceptsTheConditions(t *testing.T) {
-	dual := policy.Env{Policy: mustPolicy(t, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
+	dual := policy.Env{Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 	// More holes than MaxHoles: the allow-list is written as exact prefixes.
-	many := mustPolicy(t, largestPolicy(MaxHoles+1))
+	many := fixtures.MustPolicy(t, policy.ParseDocument, largestPolicy(MaxHoles+1))
 	manyEnv := policy.Env{Policy: many, Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 	var exprs []string
 	for _, c := range []Conditions{

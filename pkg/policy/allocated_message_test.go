@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 // The already-allocated message says what blocks the address (an IPAddress
@@ -42,7 +43,7 @@ func TestAlreadyAllocatedNamesTheIPAddressAndWhenAnOrphanIsFreed(t *testing.T) {
 				tx.SetAllocation(netip.MustParseAddr("10.96.0.50"), tt.holder)
 				tx.MarkSynced(true)
 			})
-			d := Mutate(Env{Policy: mustPolicy(t, dnsPolicy), Snapshot: snap}, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.50"))})
+			d := Mutate(Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: snap}, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.50"))})
 			assertRule(t, d, RuleAlreadyAllocated, tt.message)
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 // Most reviews are allowed dynamic creates; deciding them must not
@@ -18,7 +19,7 @@ func TestAllowedDynamicCreateDoesNotAllocate(t *testing.T) {
 		tx.SetAllocation(netip.MustParseAddr("10.100.0.1"), allocview.ServiceHolder("bench", "svc"))
 		tx.MarkSynced(true)
 	})
-	env := Env{Policy: mustPolicy(t, dnsPolicy), Snapshot: snap}
+	env := Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: snap}
 	mutate, validate := dynamicCreate()
 	for _, tt := range []struct {
 		stage  string

@@ -8,14 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
-const auditPolicy = `allowedCIDRs: [10.96.0.0/16]
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-- ip: 10.96.0.20
+const auditPolicy = "allowedCIDRs: [10.96.0.0/16]\n" + fixtures.KubeDNSSpec + `- ip: 10.96.0.20
   service: web/ingress
 exemptions:
   namespaces: [legacy]
@@ -35,7 +31,7 @@ type finding struct {
 }
 
 func TestAuditReportsEachBreachOfThePolicy(t *testing.T) {
-	pol := mustPolicy(t, auditPolicy)
+	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy)
 	for _, tc := range []struct {
 		name      string
 		services  []*corev1.Service
@@ -159,7 +155,7 @@ func TestAuditReportsEachBreachOfThePolicy(t *testing.T) {
 }
 
 func TestAuditCountsServicesCheckedAndExempt(t *testing.T) {
-	pol := mustPolicy(t, auditPolicy)
+	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy)
 	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(auditCIDRs)}, []*corev1.Service{
 		makeService("default/a", clusterIP("10.96.0.50")),
 		makeService("default/headless", clusterIP("None")),
@@ -174,7 +170,7 @@ func TestAuditCountsServicesCheckedAndExempt(t *testing.T) {
 }
 
 func TestAuditActionIsThePolicysForTheRule(t *testing.T) {
-	pol := mustPolicy(t, auditPolicy+"enforcement:\n  default: audit\n  rules:\n    reserved-for-other: warn\n")
+	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy+"enforcement:\n  default: audit\n  rules:\n    reserved-for-other: warn\n")
 	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(auditCIDRs)}, []*corev1.Service{
 		makeService("default/early-bird", clusterIP("10.96.0.10")),
 		makeService("default/restored", clusterIP("10.200.0.1")),
@@ -191,7 +187,7 @@ func TestAuditActionIsThePolicysForTheRule(t *testing.T) {
 }
 
 func TestAuditDualStackOwnerIsJudgedPerFamily(t *testing.T) {
-	pol := mustPolicy(t, "reservations:\n- ip: 10.96.0.10\n  service: kube-system/kube-dns\n- ip: fd00:10:96::a\n  service: kube-system/kube-dns\n")
+	pol := fixtures.MustPolicy(t, ParseDocument, "reservations:\n- ip: 10.96.0.10\n  service: kube-system/kube-dns\n- ip: fd00:10:96::a\n  service: kube-system/kube-dns\n")
 	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16", "fd00:10:96::/108")}
 	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(cidrs)}, []*corev1.Service{
 		makeService("kube-system/kube-dns", clusterIPs("10.96.0.10", "fd00:10:96::b"), familyPolicy(corev1.IPFamilyPolicyPreferDualStack)),
@@ -206,7 +202,7 @@ func TestAuditDualStackOwnerIsJudgedPerFamily(t *testing.T) {
 }
 
 func TestAuditWithoutIPAddressesSaysItDidNotCheckThem(t *testing.T) {
-	pol := mustPolicy(t, "serviceCIDRs: [10.96.0.0/16]\n")
+	pol := fixtures.MustPolicy(t, ParseDocument, "serviceCIDRs: [10.96.0.0/16]\n")
 	v := allocview.NewView()
 	snap := v.Update(func(tx *allocview.Tx) { tx.MarkSynced(false) })
 	r := Audit(Env{Policy: pol, Snapshot: snap}, []*corev1.Service{makeService("default/x", clusterIP("10.200.0.1"))})
@@ -219,7 +215,7 @@ func TestAuditWithoutIPAddressesSaysItDidNotCheckThem(t *testing.T) {
 }
 
 func TestAuditShownBoundsEachRuleAndCountsTheRest(t *testing.T) {
-	pol := mustPolicy(t, auditPolicy)
+	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy)
 	var svcs []*corev1.Service
 	for i := range 2500 {
 		svcs = append(svcs, makeService(fmt.Sprintf("default/s%04d", i), clusterIP(fmt.Sprintf("10.200.%d.%d", i/250, i%250+1))))
@@ -240,7 +236,7 @@ func TestAuditShownBoundsEachRuleAndCountsTheRest(t *testing.T) {
 }
 
 func TestAuditClipsWhatItEchoes(t *testing.T) {
-	pol := mustPolicy(t, auditPolicy)
+	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy)
 	long := strings.Repeat("1", 5000)
 	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(auditCIDRs)}, []*corev1.Service{makeService("default/x", clusterIP(long))})
 	if len(r.Findings) != 1 {
@@ -255,7 +251,7 @@ func TestAuditClipsWhatItEchoes(t *testing.T) {
 // The apiserver stores an IPv6 clusterIP as written: a non-canonical
 // spelling is the same address, for the owner and for anyone else.
 func TestAuditComparesIPv6InCanonicalForm(t *testing.T) {
-	pol := mustPolicy(t, "reservations:\n- ip: fd00:10:96::a\n  service: kube-system/kube-dns\n")
+	pol := fixtures.MustPolicy(t, ParseDocument, "reservations:\n- ip: fd00:10:96::a\n  service: kube-system/kube-dns\n")
 	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "fd00:10:96::/108")}
 	for _, tc := range []struct {
 		service string

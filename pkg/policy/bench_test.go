@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 // benchEnv is a /12 cluster with 100,000 allocated IPs and the DNS policy.
@@ -21,7 +22,7 @@ func benchEnv(b *testing.B) Env {
 		}
 		tx.MarkSynced(true)
 	})
-	return Env{Policy: mustPolicy(b, dnsPolicy), Snapshot: snap}
+	return Env{Policy: fixtures.MustPolicy(b, ParseDocument, dnsPolicy), Snapshot: snap}
 }
 
 func BenchmarkMutateStaticRequest(b *testing.B) {
@@ -112,7 +113,7 @@ func BenchmarkMutateInReservedRange(b *testing.B) {
 	for i := range 64 {
 		body += "- {cidr: 10.100." + strconv.Itoa(i) + ".0/26, namespaceSelector: {matchLabels: {team: t" + strconv.Itoa(i) + "}}}\n"
 	}
-	env.Policy = mustPolicy(b, dnsPolicy+"reservedRanges:\n"+body)
+	env.Policy = fixtures.MustPolicy(b, ParseDocument, dnsPolicy+"reservedRanges:\n"+body)
 	env.NamespaceLabels = func(string) (map[string]string, bool) { return map[string]string{"team": "t63"}, true }
 	req := Request{Operation: Create, Service: makeService("team/web", clusterIP("10.100.63.10"))}
 	b.ReportAllocs()

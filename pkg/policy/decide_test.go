@@ -9,14 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
-const dnsPolicy = `
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-- ip: fd00:10:96::a
+const dnsPolicy = fixtures.KubeDNSSpec + `- ip: fd00:10:96::a
   service: kube-system/kube-dns
 - ip: 10.96.200.1
   service: team-a/frontend
@@ -32,7 +28,7 @@ var (
 )
 
 func TestMutateChecksEachRequestedIP(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	tests := []struct {
 		name      string
 		cidrs     []allocview.ServiceCIDR
@@ -160,7 +156,7 @@ func assertRule(t *testing.T, d Decision, rule RuleID, message string) {
 }
 
 func TestMutateAssignsReservedIPs(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	tests := []struct {
 		name    string
 		cidrs   []allocview.ServiceCIDR
@@ -221,7 +217,7 @@ func TestMutateAssignsReservedIPs(t *testing.T) {
 }
 
 func TestMutateWarnsAnOwnerThatAsksForAnotherAddress(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIP("10.96.0.11"))})
 	want := "spec.clusterIP: 10.96.0.10 is reserved for Service kube-system/kube-dns, which asks for 10.96.0.11 instead; the reserved address stays unused"
 	if !d.Allowed() || d.Outcome != Warned || len(d.Warnings) != 1 || d.Warnings[0] != want {
@@ -230,7 +226,7 @@ func TestMutateWarnsAnOwnerThatAsksForAnotherAddress(t *testing.T) {
 }
 
 func TestMutateNamesTheFieldTheIPCameFrom(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	svc := makeService("default/web", func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"10.96.200.5"} })
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: svc})
 	if !strings.HasPrefix(d.Message, `spec.clusterIPs[0]: Invalid value: "10.96.200.5"`) {
@@ -239,14 +235,14 @@ func TestMutateNamesTheFieldTheIPCameFrom(t *testing.T) {
 }
 
 func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
 	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by IPAddress 10.96.0.10 for Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address; if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes), then create this Service again`)
 	if len(d.Patch) != 0 {
 		t.Fatalf("patched although denied: %v", d.Patch)
 	}
 	// At warn the owner falls back to a dynamic address, and is told so.
-	p = mustPolicy(t, dnsPolicy+"enforcement:\n  rules:\n    already-allocated: warn\n")
+	p = fixtures.MustPolicy(t, ParseDocument, dnsPolicy+"enforcement:\n  rules:\n    already-allocated: warn\n")
 	d = Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
 	want := `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by IPAddress 10.96.0.10 for Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address; if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes), this Service gets a dynamic address meanwhile: recreate it once the address is free`
 	if !d.Allowed() || len(d.Patch) != 0 || len(d.Warnings) != 1 || d.Warnings[0] != want {
@@ -257,7 +253,7 @@ func TestMutateRefusesToAssignAReservedIPSomeoneHolds(t *testing.T) {
 // An owner that names its own reserved address while someone else holds it
 // is told who holds it, not to choose another address.
 func TestMutateTellsAnOwnerNamingItsReservationWhoHoldsIt(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only, "10.96.0.10=default/squatter")}, Request{Operation: Create, Service: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"))})
 	assertRule(t, d, RuleAlreadyAllocated, `spec.clusterIP: Invalid value: "10.96.0.10": is reserved for this Service (cluster DNS) but held by IPAddress 10.96.0.10 for Service default/squatter; free it (kubectl -n default delete service squatter, or recreate that Service without this address; if that Service no longer exists, the apiserver's repair loop deletes the IPAddress within about 3 minutes), then create this Service again`)
 }
@@ -265,7 +261,7 @@ func TestMutateTellsAnOwnerNamingItsReservationWhoHoldsIt(t *testing.T) {
 // A reservation owner that grows to dual-stack by ipFamilyPolicy alone gets
 // its reserved address of the new family, as on create.
 func TestMutateAssignsTheReservationOfAFamilyAnUpdateAdds(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack, "10.96.0.10=kube-system/kube-dns")}
 	single := makeService("kube-system/kube-dns", clusterIPs("10.96.0.10"), families(corev1.IPv4Protocol), familyPolicy(corev1.IPFamilyPolicySingleStack))
 	grown := func(tweaks ...func(*corev1.Service)) *corev1.Service {
@@ -309,7 +305,7 @@ func TestMutateAssignsTheReservationOfAFamilyAnUpdateAdds(t *testing.T) {
 }
 
 func TestMutateOnUpdate(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack, "10.96.200.9=default/web")}
 	extName := makeService("default/web", serviceType(corev1.ServiceTypeExternalName))
 	tests := []struct {
@@ -342,7 +338,7 @@ func TestMutateOnUpdate(t *testing.T) {
 }
 
 func TestValidateChecksFinalIPs(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy+"allowedCIDRs: [10.96.0.0/12, fd00:10:96::/64]\n")
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy+"allowedCIDRs: [10.96.0.0/12, fd00:10:96::/64]\n")
 	unapproved := append([]allocview.ServiceCIDR{serviceCIDR("rogue", true, "192.168.0.0/24")}, v4Only...)
 	tests := []struct {
 		name    string
@@ -404,7 +400,7 @@ func TestEnforcementModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := Mutate(Env{Policy: mustPolicy(t, tt.enforcement), Snapshot: makeSnapshot(v4Only)}, req)
+			d := Mutate(Env{Policy: fixtures.MustPolicy(t, ParseDocument, tt.enforcement), Snapshot: makeSnapshot(v4Only)}, req)
 			if d.Outcome != tt.outcome || len(d.Warnings) != tt.warnings {
 				t.Fatalf("outcome %s warnings %q; want %s and %d", d.Outcome, d.Warnings, tt.outcome, tt.warnings)
 			}
@@ -419,7 +415,7 @@ func TestEnforcementModes(t *testing.T) {
 }
 
 func TestExemptions(t *testing.T) {
-	p := mustPolicy(t, "exemptions:\n  namespaces: [legacy]\n  users: [alice]\n  groups: [platform-admins]\n")
+	p := fixtures.MustPolicy(t, ParseDocument, "exemptions:\n  namespaces: [legacy]\n  users: [alice]\n  groups: [platform-admins]\n")
 	env := Env{Policy: p, Snapshot: makeSnapshot(v4Only)}
 	tests := []struct {
 		name    string
@@ -447,7 +443,7 @@ func TestExemptions(t *testing.T) {
 }
 
 func TestStaticRangesServeClustersWithoutServiceCIDRs(t *testing.T) {
-	p := mustPolicy(t, "serviceCIDRs: [10.0.0.0/24]\n")
+	p := fixtures.MustPolicy(t, ParseDocument, "serviceCIDRs: [10.0.0.0/24]\n")
 	noAPI := allocview.NewView().Update(func(tx *allocview.Tx) { tx.MarkSynced(false) })
 	d := Mutate(Env{Policy: p, Snapshot: noAPI}, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.0.0.100"))})
 	assertRule(t, d, RuleStaticIPInDynamicBand, `spec.clusterIP: Invalid value: "10.0.0.100": lies in the dynamic band 10.0.0.17-10.0.0.254 of 10.0.0.0/24 (policy serviceCIDRs); choose a free address in the static band 10.0.0.1-10.0.0.16 or ask for a reservation`)
@@ -467,7 +463,7 @@ func mustJSON(v any) string {
 // Only the apiserver's primary range gives its first address to
 // default/kubernetes; in a second ServiceCIDR it is an ordinary address.
 func TestOnlyThePrimaryRangesFirstAddressIsReservedForKubernetes(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	withSmall := append([]allocview.ServiceCIDR{serviceCIDR("small", true, "10.97.0.0/28")}, v4Only...)
 	env := Env{Policy: p, Snapshot: makeSnapshot(withSmall)}
 	d := Validate(env, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.97.0.1"))})
@@ -489,7 +485,7 @@ func TestOnlyThePrimaryRangesFirstAddressIsReservedForKubernetes(t *testing.T) {
 // Overlapping ServiceCIDRs: an address is refused as unusable only when no
 // range containing it can hand it out.
 func TestOverlappingRangesDecideByTheWiderRange(t *testing.T) {
-	p := mustPolicy(t, "")
+	p := fixtures.MustPolicy(t, ParseDocument, "")
 	wide := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16"), serviceCIDR("extra", true, "10.96.8.0/24")}
 	extension := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/28"), serviceCIDR("extension", true, "10.96.0.0/24")}
 	tests := []struct {
@@ -522,7 +518,7 @@ func TestOverlappingRangesDecideByTheWiderRange(t *testing.T) {
 // of a denial: both stages word it alike, and the apiserver drops a
 // warning it already returned for the request.
 func TestWarnedViolationsReadTheSameAtBothStages(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy+"enforcement:\n  rules:\n    reserved-for-other: warn\n    outside-service-cidrs: warn\n")
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy+"enforcement:\n  rules:\n    reserved-for-other: warn\n    outside-service-cidrs: warn\n")
 	env := Env{Policy: p, Snapshot: makeSnapshot(v4Only)}
 	for _, ip := range []string{"10.96.0.10", "10.200.0.1"} {
 		m := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(ip))})
@@ -545,7 +541,7 @@ func TestWarnedViolationsReadTheSameAtBothStages(t *testing.T) {
 // A range without a static band: the advice does not send a user to a
 // static band that does not exist.
 func TestValidateAdviceWithoutAStaticBand(t *testing.T) {
-	p := mustPolicy(t, "allowedCIDRs: [10.96.0.0/28]\n")
+	p := fixtures.MustPolicy(t, ParseDocument, "allowedCIDRs: [10.96.0.0/28]\n")
 	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/28"), serviceCIDR("rogue", true, "10.200.0.0/28")}
 	d := Validate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.200.0.3"))})
 	assertRule(t, d, RuleOutsideServiceCIDRs, `allocated ClusterIP "10.200.0.3" comes from 10.200.0.0/28 (ServiceCIDR "rogue"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random); an administrator can delete ServiceCIDR "rogue" or add it to allowedCIDRs`)
@@ -555,7 +551,7 @@ func TestValidateAdviceWithoutAStaticBand(t *testing.T) {
 // assigned because no active range holds it, it is not told to leave
 // clusterIP empty.
 func TestMutateReportsAReservationOutsideTheRangesToItsOwner(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	other := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.100.0.0/16")}
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(other)}, Request{Operation: Create, Service: makeService("kube-system/kube-dns")})
 	assertRule(t, d, RuleOutsideServiceCIDRs, `reserved ClusterIP "10.96.0.10" of this Service (cluster DNS) is outside every active Service CIDR (10.100.0.0/16 (ServiceCIDR "kubernetes")), so it cannot be assigned: an administrator can fix the reservation or the ServiceCIDRs; meanwhile give this Service a free address of the static band 10.100.0.1-10.100.1.0 as its clusterIP`)
@@ -565,7 +561,7 @@ func TestMutateReportsAReservationOutsideTheRangesToItsOwner(t *testing.T) {
 // never says to delete it (the apiserver recreates it at once), only to
 // widen allowedCIDRs.
 func TestValidateAdviceNeverDeletesTheDefaultServiceCIDR(t *testing.T) {
-	p := mustPolicy(t, "allowedCIDRs: [10.69.0.0/16]\n")
+	p := fixtures.MustPolicy(t, ParseDocument, "allowedCIDRs: [10.69.0.0/16]\n")
 	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16"), serviceCIDR("extra", true, "10.69.0.0/16")}
 	d := Validate(Env{Policy: p, Snapshot: makeSnapshot(cidrs)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.77.3"))})
 	assertRule(t, d, RuleOutsideServiceCIDRs, `allocated ClusterIP "10.96.77.3" comes from 10.96.0.0/16 (ServiceCIDR "kubernetes"), which is not inside the policy's allowedCIDRs; the apiserver releases it with this denial: create the Service again (the apiserver picks among its ServiceCIDRs at random), or name a free address in the static band 10.69.0.1-10.69.1.0; an administrator must add 10.96.0.0/16 to allowedCIDRs (ServiceCIDR "kubernetes" is the apiserver's default ServiceCIDR, made again from its --service-cluster-ip-range if deleted)`)
@@ -579,7 +575,7 @@ func TestValidateAdviceNeverDeletesTheDefaultServiceCIDR(t *testing.T) {
 // its reservation stays unused (and held). It gets its reserved second
 // address on create, as on an update to dual-stack.
 func TestMutateGivesAnOwnerNamingItsAddressTheReservedSecondFamilyOnCreate(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	for _, tt := range []struct {
 		name  string
 		cidrs []allocview.ServiceCIDR

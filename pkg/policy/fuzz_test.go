@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"clusterip-policy/test/fixtures"
 )
 
 // FuzzParse: any file is either a policy or an error, never a panic.
@@ -30,7 +32,7 @@ func FuzzMutateAndValidate(f *testing.F) {
 	f.Add("fd00:10:96:0::a", "10.96.0.0", "default/web")
 	f.Add("None", "", "default/web")
 	f.Add("::ffff:10.96.0.1", "1.2.3.4%eth0", "default/web")
-	env := Env{Policy: mustPolicy(f, dnsPolicy), Snapshot: makeSnapshot(dualStack, "10.96.0.20=default/other")}
+	env := Env{Policy: fixtures.MustPolicy(f, ParseDocument, dnsPolicy), Snapshot: makeSnapshot(dualStack, "10.96.0.20=default/other")}
 	f.Fuzz(func(t *testing.T, ip1, ip2, owner string) {
 		o, err := parseOwner(owner)
 		if err != nil {

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"net/netip"
-	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,16 +48,6 @@ func familyPolicy(p corev1.IPFamilyPolicy) func(*corev1.Service) {
 
 func serviceType(t corev1.ServiceType) func(*corev1.Service) {
 	return func(s *corev1.Service) { s.Spec.Type = t }
-}
-
-// mustPolicy parses a policy body (apiVersion and kind are added).
-func mustPolicy(t testing.TB, body string) *Policy {
-	t.Helper()
-	p, err := Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + body))
-	if err != nil {
-		t.Fatalf("policy: %v", err)
-	}
-	return p
 }
 
 // makeSnapshot builds a synced view with ServiceCIDRs and allocations

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 func TestFitDefaultServiceCIDR(t *testing.T) {
@@ -47,7 +48,7 @@ func TestFitDefaultServiceCIDR(t *testing.T) {
 		{name: "accepts both families allowed", allowed: "[10.96.0.0/12, fd00:10:96::/64]", cidrs: dual},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := mustPolicy(t, "allowedCIDRs: "+tc.allowed+"\n")
+			p := fixtures.MustPolicy(t, ParseDocument, "allowedCIDRs: "+tc.allowed+"\n")
 			warnings, err := FitDefaultServiceCIDR(p, tc.cidrs)
 			if got := errString(err); got != tc.err {
 				t.Errorf("error\n got: %s\nwant: %s", got, tc.err)

@@ -3,6 +3,8 @@ package policy
 import (
 	"strings"
 	"testing"
+
+	"clusterip-policy/test/fixtures"
 )
 
 func TestParseRefusesBadPoliciesNamingTheEntry(t *testing.T) {
@@ -97,7 +99,7 @@ exemptions:
 }
 
 func TestReserveKubernetesServiceCanBeTurnedOff(t *testing.T) {
-	env := Env{Policy: mustPolicy(t, "reserveKubernetesService: false\n"), Snapshot: makeSnapshot(v4Only)}
+	env := Env{Policy: fixtures.MustPolicy(t, ParseDocument, "reserveKubernetesService: false\n"), Snapshot: makeSnapshot(v4Only)}
 	d := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.1"))})
 	assertRule(t, d, "", "")
 	if !Default().ReserveKubernetesService {

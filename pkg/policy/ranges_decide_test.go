@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 // rangesPolicy has, on the dual-stack ranges 10.96.0.0/16 (static band
@@ -56,7 +57,7 @@ func teamLabels(ns string) (map[string]string, bool) {
 }
 
 func TestMutateReservedRanges(t *testing.T) {
-	p := mustPolicy(t, rangesPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, rangesPolicy)
 	tests := []struct {
 		name      string
 		svc       *corev1.Service
@@ -102,7 +103,7 @@ func TestMutateReservedRanges(t *testing.T) {
 }
 
 func TestValidateCatchesAnAllocationInAReservedRange(t *testing.T) {
-	p := mustPolicy(t, rangesPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, rangesPolicy)
 	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack), NamespaceLabels: teamLabels}
 	d := Validate(env, Request{Operation: Create, Service: makeService("web/frontend", clusterIPs("10.96.100.42"))})
 	assertRule(t, d, RuleReservedRangeForOther,
@@ -140,7 +141,7 @@ func TestReservedRangeModesAndExemptions(t *testing.T) {
 		{name: "exempt user", extra: "exemptions: {users: [bob]}\n", outcome: Allowed, skipped: "user bob is exempt by the policy"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			env := Env{Policy: mustPolicy(t, rangesPolicy+tt.extra), Snapshot: makeSnapshot(dualStack), NamespaceLabels: teamLabels}
+			env := Env{Policy: fixtures.MustPolicy(t, ParseDocument, rangesPolicy+tt.extra), Snapshot: makeSnapshot(dualStack), NamespaceLabels: teamLabels}
 			var warned []string
 			for _, d := range []Decision{Mutate(env, req), Validate(env, req)} {
 				if d.Outcome != tt.outcome || d.Skipped != tt.skipped {
@@ -159,7 +160,7 @@ func TestReservedRangeModesAndExemptions(t *testing.T) {
 }
 
 func TestAuditReportsServicesInAnotherNamespacesRange(t *testing.T) {
-	p := mustPolicy(t, rangesPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, rangesPolicy)
 	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack), NamespaceLabels: teamLabels}
 	svcs := []*corev1.Service{
 		makeService("payments/api", clusterIPs("10.96.100.1")),
@@ -187,7 +188,7 @@ func TestReservedRangeLookupIsBoundedForAnyAddress(t *testing.T) {
 	for i := range 64 {
 		b.WriteString("- cidr: 10.96." + strconv.Itoa(i) + ".0/26\n  namespaces: [team-" + strconv.Itoa(i) + "]\n")
 	}
-	p := mustPolicy(t, b.String())
+	p := fixtures.MustPolicy(t, ParseDocument, b.String())
 	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack)}
 	for _, ip := range []string{"10.96.63.63", "10.96.63.64", "0.0.0.0", "255.255.255.255", "::", "fd00:10:96::5", "::ffff:10.96.0.5"} {
 		d := Mutate(env, Request{Operation: Create, Service: makeService("team-1/x", clusterIP(ip))})
@@ -206,7 +207,7 @@ func TestReservedRangeLookupIsBoundedForAnyAddress(t *testing.T) {
 // a hold naming another band (the range changed since; the leader replaces
 // it) is no free address either: the release would not delete it.
 func TestOurRangeHoldIsFreeForThoseWhoMayUseTheRange(t *testing.T) {
-	p := mustPolicy(t, rangesPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, rangesPolicy)
 	team := allocview.Band{First: netip.MustParseAddr("10.96.100.0"), Last: netip.MustParseAddr("10.96.100.255")}
 	stale := allocview.Band{First: netip.MustParseAddr("10.96.100.0"), Last: netip.MustParseAddr("10.96.100.127")}
 	snap := allocview.NewView().Update(func(tx *allocview.Tx) {

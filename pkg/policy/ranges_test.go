@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 func TestReservedRangesRefusedAtLoadNamingTheValueAndTheFix(t *testing.T) {
@@ -50,7 +51,7 @@ func TestReservedRangesRefusedAtLoadNamingTheValueAndTheFix(t *testing.T) {
 }
 
 func TestReservedRangesLoadSortedWithWhoMayUseThem(t *testing.T) {
-	p := mustPolicy(t, `enforcement:
+	p := fixtures.MustPolicy(t, ParseDocument, `enforcement:
   rules: {reserved-range-for-other: warn}
 reservedRanges:
 - first: fd00::20
@@ -110,7 +111,7 @@ reservedRanges:
 }
 
 func TestReservedRangeSelectorWithoutLabelsMatchesTheNamespaceName(t *testing.T) {
-	p := mustPolicy(t, "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: dns}}\n")
+	p := fixtures.MustPolicy(t, ParseDocument, "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: dns}}\n")
 	r := p.ReservedRanges[0]
 	if !r.Allows("dns", nil, nil) || r.Allows("web", nil, nil) {
 		t.Fatal("a namespace with unknown labels is matched by its kubernetes.io/metadata.name label only")
@@ -123,7 +124,7 @@ func TestReservedRangesAtTheSizeBoundLoad(t *testing.T) {
 	for i := range 64 { // 64 ranges of 64 addresses: exactly the bound
 		fmt.Fprintf(&b, "- cidr: 10.96.%d.0/26\n  namespaces: [team-%d]\n", i, i)
 	}
-	p := mustPolicy(t, b.String())
+	p := fixtures.MustPolicy(t, ParseDocument, b.String())
 	total := 0
 	for _, r := range p.ReservedRanges {
 		total += r.Size
@@ -134,7 +135,7 @@ func TestReservedRangesAtTheSizeBoundLoad(t *testing.T) {
 }
 
 func TestFitReservedRangesNeedsOneActiveRange(t *testing.T) {
-	p := mustPolicy(t, "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [a]\n- first: 10.97.255.250\n  last: 10.98.0.3\n  namespaces: [b]\n")
+	p := fixtures.MustPolicy(t, ParseDocument, "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [a]\n- first: 10.97.255.250\n  last: 10.98.0.3\n  namespaces: [b]\n")
 	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
 	err := FitReservedRanges(p, rs)
 	if err == nil || !strings.Contains(err.Error(), "reservedRanges[1]: 10.97.255.250-10.98.0.3 is not wholly inside one active Service range") {

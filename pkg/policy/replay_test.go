@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"clusterip-policy/test/fixtures"
 )
 
 func TestReplayCreateRunsMutateThenValidateOnWhatWasAllocated(t *testing.T) {
@@ -56,7 +58,7 @@ func TestReplayCreateRunsMutateThenValidateOnWhatWasAllocated(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := Env{Policy: mustPolicy(t, tt.policy), StaticCIDRs: mustPrefixes("10.96.0.0/16")}
+			env := Env{Policy: fixtures.MustPolicy(t, ParseDocument, tt.policy), StaticCIDRs: mustPrefixes("10.96.0.0/16")}
 			got := ReplayCreate(env, tt.svc)
 			if got.Allowed != tt.allowed || got.Outcome != tt.outcome {
 				t.Fatalf("allowed %v outcome %s, want %v %s: %s", got.Allowed, got.Outcome, tt.allowed, tt.outcome, got.Message)

@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 func TestReviewServiceCIDR(t *testing.T) {
-	p := mustPolicy(t, "allowedCIDRs: [10.96.0.0/12, fd00:10:96::/64]\n")
-	open := mustPolicy(t, "")
-	warnOverlap := mustPolicy(t, "allowedCIDRs: [10.96.0.0/12]\nenforcement: {rules: {static-ip-in-dynamic-band: warn}}\n")
-	exemptAdmin := mustPolicy(t, "allowedCIDRs: [10.96.0.0/12]\nexemptions: {users: [break-glass]}\n")
+	p := fixtures.MustPolicy(t, ParseDocument, "allowedCIDRs: [10.96.0.0/12, fd00:10:96::/64]\n")
+	open := fixtures.MustPolicy(t, ParseDocument, "")
+	warnOverlap := fixtures.MustPolicy(t, ParseDocument, "allowedCIDRs: [10.96.0.0/12]\nenforcement: {rules: {static-ip-in-dynamic-band: warn}}\n")
+	exemptAdmin := fixtures.MustPolicy(t, ParseDocument, "allowedCIDRs: [10.96.0.0/12]\nexemptions: {users: [break-glass]}\n")
 	withRuntime := append([]allocview.ServiceCIDR{serviceCIDR("e2e-runtime", true, "10.97.5.0/24")}, v4Only...)
 	create := func(name string, cidrs ...string) ServiceCIDRRequest {
 		return ServiceCIDRRequest{Operation: Create, Name: name, CIDRs: cidrs, User: "admin", Groups: []string{"system:masters"}}

@@ -9,10 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 func TestShapeIsCheckedBeforeAnyPerIPWork(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	many := make([]string, 50000)
 	for i := range many {
 		many[i] = "10.96.200.5"
@@ -88,7 +89,7 @@ func TestShapeIsCheckedBeforeAnyPerIPWork(t *testing.T) {
 }
 
 func TestShapeDenialsIgnoreWarnAndAudit(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy+"enforcement: {default: audit, rules: {invalid-ip: warn}}\n")
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy+"enforcement: {default: audit, rules: {invalid-ip: warn}}\n")
 	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.20", "10.96.0.21", "10.96.0.22"))})
 	if d.Allowed() || d.Violations[0].Action != ActionDeny {
 		t.Fatalf("want a denial, got %s: %+v", d.Outcome, d.Violations)
@@ -123,7 +124,7 @@ func TestMessagesListAFewRangesWhateverTheirNumber(t *testing.T) {
 	for i := range 1000 {
 		cidrs = append(cidrs, serviceCIDR(fmt.Sprintf("extra-%d", i), true, fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256)))
 	}
-	env := Env{Policy: mustPolicy(t, dnsPolicy), Snapshot: makeSnapshot(cidrs)}
+	env := Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: makeSnapshot(cidrs)}
 	for _, ip := range []string{"192.168.0.1", "10.100.0.200"} {
 		d := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(ip))})
 		if d.Allowed() || len(d.Message) > 600 || !strings.Contains(d.Message, "and 996 more") {
@@ -177,7 +178,7 @@ func TestTooManyGivesTheSameDenialFromCountsAlone(t *testing.T) {
 	for i := range many {
 		many[i] = "10.96.200.5"
 	}
-	full := Mutate(Env{Policy: mustPolicy(t, dnsPolicy), Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs(many...))})
+	full := Mutate(Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs(many...))})
 	counted, ok := TooMany(StageMutate, 50000, 0, many[:2])
 	if !ok || counted.Message != full.Message || counted.Allowed() || fmt.Sprint(counted.Rules()) != "[invalid-ip]" {
 		t.Fatalf("counted %v %+v\nfull %+v", ok, counted, full)

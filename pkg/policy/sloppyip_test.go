@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 // With the StrictIPCIDRValidation gate off, the apiserver accepts a
@@ -46,7 +47,7 @@ func TestSloppySpellingsAreJudgedAsTheAddressTheAPIServerStores(t *testing.T) {
 			rules: []RuleID{RuleInvalidIP, RuleReservedForOther}, denied: true, message: `allocated ClusterIP "010.096.000.010" is reserved for Service kube-system/kube-dns (cluster DNS)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := mustPolicy(t, dnsPolicy+"enforcement:\n  default: deny\n  rules:\n    invalid-ip: "+tc.invalidIP+"\n")
+			p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy+"enforcement:\n  default: deny\n  rules:\n    invalid-ip: "+tc.invalidIP+"\n")
 			env := Env{Policy: p, Snapshot: makeSnapshot(cidrs)}
 			req := Request{Operation: Create, Service: makeService(tc.svc, clusterIP(tc.ip))}
 			var d Decision
@@ -72,7 +73,7 @@ func TestSloppySpellingsAreJudgedAsTheAddressTheAPIServerStores(t *testing.T) {
 // The audit of stored Services reports a sloppy spelling as invalid-ip and
 // judges the address it stands for.
 func TestAuditJudgesTheAddressASloppySpellingStandsFor(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	env := Env{Policy: p, Snapshot: makeSnapshot([]allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16")})}
 	r := Audit(env, []*corev1.Service{makeService("default/web", clusterIPs("010.096.000.010"))})
 	var rules []RuleID

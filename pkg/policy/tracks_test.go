@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 // already-allocated is decided from the view only where the view tracks
 // allocations; elsewhere it is the apiserver's own check.
 func TestAlreadyAllocatedNeedsAViewThatTracksAllocations(t *testing.T) {
-	p := mustPolicy(t, dnsPolicy)
+	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	req := Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.20"))}
 	for _, tracks := range []bool{true, false} {
 		snap := allocview.NewView().Update(func(tx *allocview.Tx) {

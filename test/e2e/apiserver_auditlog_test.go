@@ -62,7 +62,7 @@ func TestAuditAnnotationsInAPIServerAuditLog(t *testing.T) {
 	cs := c.Client(0)
 	ctx := testContext(t, 2*60e9)
 	ns := namespace(t, c, "auditlog")
-	p, err := policy.Parse([]byte(sharedPolicy))
+	p, err := policy.ParseDocument([]byte(sharedPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}

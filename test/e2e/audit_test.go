@@ -21,20 +21,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // auditPolicy is the policy an operator means to enforce: kube-dns's
 // address reserved, only 10.96.0.0/16 approved, one legacy namespace exempt.
-const auditPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-allowedCIDRs: [10.96.0.0/16]
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-exemptions:
-  namespaces: [audit-legacy]
-`
+var auditPolicy = fixtures.Policy("allowedCIDRs: [10.96.0.0/16]\n" + fixtures.KubeDNSSpec + "exemptions:\n  namespaces: [audit-legacy]\n")
 
 // auditOutput mirrors `webhook audit -o json`; decoding it strictly pins
 // the public keys.

@@ -12,21 +12,14 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // exclusionsPolicy starts without the test's reservations: they are added
 // once the leader has read the selector, so the first hold pass that sees
 // them sees the exclusion too. warn, so that a Service on an address
 // reserved for another is admitted and left to the audit.
-const exclusionsPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-allowedCIDRs: [10.96.0.0/16]
-enforcement:
-  default: warn
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-`
+const exclusionsSpec = "allowedCIDRs: [10.96.0.0/16]\nenforcement:\n  default: warn\n" + fixtures.KubeDNSSpec
 
 const excludedLabel = "clusterip-policy.io/excluded"
 
@@ -36,7 +29,7 @@ const excludedLabel = "clusterip-policy.io/excluded"
 // a namespace still selected is held for and audited. The label removed,
 // the same owner is audited: the label is what decided.
 func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
-	c := own(t, framework.Options{Policy: exclusionsPolicy, Webhooks: 1, WebhookArgs: []string{"--hold-reservations", "--audit-interval=1s"}})
+	c := own(t, framework.Options{Policy: fixtures.Policy(exclusionsSpec), Webhooks: 1, WebhookArgs: []string{"--hold-reservations", "--audit-interval=1s"}})
 	cs := c.Client(0)
 	ctx := testContext(t, 4*time.Minute)
 	const out, in = "exclusions-out", "exclusions-in"
@@ -80,21 +73,21 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 	// The leader logs the selector it reads (every 5 s), under the lock
 	// that the holds and the audit read it through: from that line on,
 	// every pass skips the labelled namespace.
-	waitLog(t, ctx, c, "the leader never read the changed namespaceSelector", func(log string) bool {
+	waitLog(t, ctx, c, "the leader reading the changed namespaceSelector", func(log string) bool {
 		return strings.Contains(log, "namespaces judged here") && strings.Contains(log, excludedLabel)
 	})
 
-	policy := exclusionsPolicy + `- ip: 10.96.0.61
+	policy := fixtures.Policy(exclusionsSpec + `- ip: 10.96.0.61
   service: exclusions-out/owner
 - ip: 10.96.0.62
   service: exclusions-in/owner
-`
+`)
 	if err := certs.WriteFileAtomic(c.PolicyFile, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("the owner in the selected namespace is held for, the one in the excluded namespace is not", func(t *testing.T) {
-		waitFor(t, ctx, "no hold on 10.96.0.62 for exclusions-in/owner", func() bool { return ipAddressExists(t, ctx, cs, "10.96.0.62") })
+		fixtures.Eventually(t, "a hold on 10.96.0.62 for exclusions-in/owner", time.Minute, func() bool { return ipAddressExists(t, ctx, cs, "10.96.0.62") })
 		// The pass that held 10.96.0.62 decided 10.96.0.61 too, with the
 		// exclusion known (read before the policy named either).
 		if ipAddressExists(t, ctx, cs, "10.96.0.61") {
@@ -120,7 +113,7 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 			t.Fatalf("%s/owner got its reserved address although the webhook is not called there", out)
 		}
 		mustCreate(t, ctx, cs, service(in, "squatter", clusterIP("10.96.0.61")))
-		waitFor(t, ctx, "no audit Event on exclusions-in/squatter", func() bool { return policyEvents(t, ctx, cs)[in+"/squatter"] > 0 })
+		fixtures.Eventually(t, "an audit Event on exclusions-in/squatter", time.Minute, func() bool { return policyEvents(t, ctx, cs)[in+"/squatter"] > 0 })
 		if ev := policyEvents(t, ctx, cs); ev[out+"/owner"] != 0 {
 			t.Errorf("audit Events %v: the excluded namespace's owner was audited", ev)
 		}
@@ -131,7 +124,7 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 
 	t.Run("the label removed, the same owner is audited", func(t *testing.T) {
 		labelNamespace(t, ctx, c, out, false)
-		waitFor(t, ctx, "no audit Event on exclusions-out/owner once its namespace is selected", func() bool { return policyEvents(t, ctx, cs)[out+"/owner"] > 0 })
+		fixtures.Eventually(t, "an audit Event on exclusions-out/owner once its namespace is selected", time.Minute, func() bool { return policyEvents(t, ctx, cs)[out+"/owner"] > 0 })
 		t.Logf("e2e: exclusions: label removed, %s/owner audited (reservation-not-held)", out)
 	})
 }
@@ -147,21 +140,10 @@ func labelNamespace(t *testing.T, ctx context.Context, c *framework.Cluster, ns 
 	}
 }
 
-// waitFor polls cond every 200 ms for at most a minute: a bound for a
-// loaded machine, never a measurement.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("after a minute: %s", what)
-		}
-	}
-}
-
 // waitLog waits until the webhooks' logs satisfy cond.
 func waitLog(t *testing.T, ctx context.Context, c *framework.Cluster, what string, cond func(string) bool) {
 	t.Helper()
-	waitFor(t, ctx, what, func() bool {
+	fixtures.Eventually(t, what, time.Minute, func() bool {
 		var all strings.Builder
 		for _, w := range c.Webhooks {
 			l, _ := w.Log()

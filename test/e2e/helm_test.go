@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,25 +76,11 @@ func TestHelmChart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	runHelm := func(args ...string) (string, error) {
-		hctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(hctx, helm, append(args, "--kubeconfig", c.AdminKubeconfig)...)
-		cmd.Dir = root
-		// helm keeps its cache and config under HOME: keep them in the test's directory.
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		if err != nil {
-			err = fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out.String())
-		}
-		return out.String(), err
-	}
+	runHelm := helmRunner{bin: helm, root: root, dir: dir, kubeconfig: c.AdminKubeconfig}.run
 
 	t.Run("helm install creates every object of the chart", func(t *testing.T) {
 		start := time.Now()
-		out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--create-namespace",
+		out, err := runHelm(ctx, "install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--create-namespace",
 			"--set-file", "policy="+filepath.Join(dir, "policy.yaml"),
 			"--set", "certificate.source=existingSecret", "--set", "certificate.existingSecret=clusterip-policy-webhook-tls",
 			"--set-file", "certificate.caBundle="+filepath.Join(dir, "ca.crt"))
@@ -111,10 +96,10 @@ func TestHelmChart(t *testing.T) {
 		// helm install (lookup reads the cluster) stores the pre-delete
 		// hook that unregisters the configurations; helm template never
 		// renders it (manifests/helm_uninstallhook_test.go).
-		if hooks, err := runHelm("get", "hooks", "clusterip-policy", "--namespace", "clusterip-policy"); err != nil || !strings.Contains(hooks, "helm.sh/hook: pre-delete") || !strings.Contains(hooks, `args: ["unregister"`) {
+		if hooks, err := runHelm(ctx, "get", "hooks", "clusterip-policy", "--namespace", "clusterip-policy"); err != nil || !strings.Contains(hooks, "helm.sh/hook: pre-delete") || !strings.Contains(hooks, `args: ["unregister"`) {
 			t.Errorf("helm install stored no pre-delete hook running unregister (%v):\n%s", err, hooks)
 		}
-		manifest, err := runHelm("get", "manifest", "clusterip-policy", "--namespace", "clusterip-policy")
+		manifest, err := runHelm(ctx, "get", "manifest", "clusterip-policy", "--namespace", "clusterip-policy")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +215,7 @@ func TestHelmChart(t *testing.T) {
 	t.Run("helm uninstall removes the webhook configurations", func(t *testing.T) {
 		// --no-hooks: no kubelet here runs the pre-delete Job
 		// (unregister); the node tests run it.
-		if out, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--no-hooks"); err != nil {
+		if out, err := runHelm(ctx, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--no-hooks"); err != nil {
 			t.Fatal(err)
 		} else {
 			t.Logf("helm uninstall: %s", strings.TrimSpace(out))
@@ -255,7 +240,7 @@ func TestHelmChart(t *testing.T) {
 	t.Run("a caBundle written by the leader survives helm upgrade, which changes the policy", func(t *testing.T) {
 		// With no DNS address in values and no DNS Service to read it
 		// from, the chart refuses rather than reserve a guess.
-		out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy")
+		out, err := runHelm(ctx, "install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy")
 		if err == nil || !strings.Contains(err.Error()+out, "dns.clusterIP is required") {
 			t.Fatalf("helm install with no DNS address and no kube-system/kube-dns: %v\n%s; want the refusal naming dns.clusterIP", err, out)
 		}
@@ -267,7 +252,7 @@ func TestHelmChart(t *testing.T) {
 		t.Cleanup(func() {
 			_, _, _ = c.Kubectl(ctx, "", "delete", "service", "kube-dns", "-n", "kube-system", "--ignore-not-found")
 		})
-		if out, err = runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
+		if out, err = runHelm(ctx, "install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy"); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("helm install (generated certificate, DNS address read from the cluster): %s", strings.Fields(out)[1])
@@ -280,7 +265,7 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("a first install's enforcement is %q, want warn", mode)
 		}
 		t.Cleanup(func() {
-			_, _ = runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--no-hooks")
+			_, _ = runHelm(ctx, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--no-hooks")
 		})
 		if _, _, err := c.Kubectl(ctx, "", "get", "secret", "clusterip-policy-webhook-tls", "-n", "clusterip-policy"); err == nil {
 			t.Error("the chart rendered the Secret clusterip-policy-webhook-tls; with managed certificates the leader makes it")
@@ -335,7 +320,7 @@ func TestHelmChart(t *testing.T) {
 		}
 		// --no-hooks: no kubelet here runs the CRD hook's Job
 		// (TestHelmUpgradeFromThePreviousChart runs its command).
-		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values", "--no-hooks",
+		if _, err := runHelm(ctx, "upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values", "--no-hooks",
 			"--set-file", "policy="+filepath.Join(dir, "policy.yaml")); err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +340,7 @@ func TestHelmChart(t *testing.T) {
 	// docs/install.md says (helm never upgrades crds/); the documented
 	// uninstall leaves nothing of the project behind.
 	t.Run("non-default values, a CRD upgrade and an uninstall that leaves nothing", func(t *testing.T) {
-		if out, err := runHelm("install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy",
+		if out, err := runHelm(ctx, "install", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy",
 			"--set", "dns.clusterIP=10.96.0.10", "--set", "enforcement=deny", "--set", "imagePullSecrets[0].name=registry-cred",
 			"--set", "extraArgs={--max-view-staleness=1m}", "--set", "priorityClassName=system-node-critical",
 			"--set", "webhook.timeoutSeconds=3"); err != nil {
@@ -385,7 +370,7 @@ func TestHelmChart(t *testing.T) {
 		if out, errOut, err := c.Kubectl(ctx, changed, "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
 			t.Fatalf("kubectl apply --server-side --force-conflicts the changed CRD: %v\n%s%s", err, out, errOut)
 		}
-		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values", "--no-hooks"); err != nil {
+		if _, err := runHelm(ctx, "upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values", "--no-hooks"); err != nil {
 			t.Fatal(err)
 		}
 		cols, _, _ := c.Kubectl(ctx, "", "get", "crd", "clusterippolicies.clusterip-policy.io", "-o", "jsonpath={.spec.versions[0].additionalPrinterColumns[*].name}")
@@ -397,7 +382,7 @@ func TestHelmChart(t *testing.T) {
 		}
 
 		// Uninstall, as docs/install.md "Uninstalling the chart" says.
-		if _, err := runHelm("uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait", "--no-hooks"); err != nil {
+		if _, err := runHelm(ctx, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait", "--no-hooks"); err != nil {
 			t.Fatal(err)
 		}
 		for _, args := range [][]string{

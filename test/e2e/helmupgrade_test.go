@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -55,20 +54,7 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 		t.Fatalf("git archive %s charts/clusterip-policy: %v\n%s", previousChartRef, err, out)
 	}
 	oldChart := filepath.Join(old, "charts", "clusterip-policy")
-	runHelm := func(args ...string) (string, error) {
-		hctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(hctx, helm, append(args, "--kubeconfig", c.AdminKubeconfig)...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		if err != nil {
-			err = fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out.String())
-		}
-		return out.String(), err
-	}
+	runHelm := helmRunner{bin: helm, root: root, dir: dir, kubeconfig: c.AdminKubeconfig}.run
 	const ns = "clusterip-policy"
 	values := []string{"--namespace", ns, "--set", "dns.clusterIP=10.96.0.10", "--set", "enforcement=deny"}
 	// caBundles lists every webhook's caBundle, by name.
@@ -98,7 +84,7 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 		return s.Labels, s.Annotations, s.Data, nil
 	}
 
-	if out, err := runHelm(append([]string{"install", "clusterip-policy", oldChart, "--create-namespace"}, values...)...); err != nil {
+	if out, err := runHelm(ctx, append([]string{"install", "clusterip-policy", oldChart, "--create-namespace"}, values...)...); err != nil {
 		t.Fatalf("install the chart of %s: %v\n%s", previousChartRef, err, out)
 	}
 	before := caBundles()
@@ -117,7 +103,7 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 		// As docs/install.md says for this upgrade: the install's values,
 		// this chart's defaults (--reuse-values would take the previous
 		// chart's, certificate.source selfSigned among them, refused).
-		if _, err := runHelm("upgrade", "clusterip-policy", "charts/clusterip-policy", "--no-hooks", "--namespace", ns, "--reset-then-reuse-values"); err != nil {
+		if _, err := runHelm(ctx, "upgrade", "clusterip-policy", "charts/clusterip-policy", "--no-hooks", "--namespace", ns, "--reset-then-reuse-values"); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("e2e: helm upgrade from the chart of %s took %s", previousChartRef, time.Since(start).Round(time.Millisecond))
@@ -156,10 +142,10 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 		if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{FieldManager: "clusterip-policy-certificates"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := runHelm(append([]string{"upgrade", "clusterip-policy", "charts/clusterip-policy", "--no-hooks"}, values...)...); err != nil {
+		if _, err := runHelm(ctx, append([]string{"upgrade", "clusterip-policy", "charts/clusterip-policy", "--no-hooks"}, values...)...); err != nil {
 			t.Fatal(err)
 		}
-		manifest, err := runHelm("get", "manifest", "clusterip-policy", "--namespace", ns)
+		manifest, err := runHelm(ctx, "get", "manifest", "clusterip-policy", "--namespace", ns)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +200,7 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hook, err := runHelm(append([]string{"template", "clusterip-policy", "charts/clusterip-policy", "--is-upgrade", "--kube-version", sv.GitVersion, "--show-only", "templates/crd-upgrade.yaml"}, values...)...)
+		hook, err := runHelm(ctx, append([]string{"template", "clusterip-policy", "charts/clusterip-policy", "--is-upgrade", "--kube-version", sv.GitVersion, "--show-only", "templates/crd-upgrade.yaml"}, values...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

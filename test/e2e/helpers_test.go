@@ -3,10 +3,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -218,3 +222,24 @@ func eventuallyDenied(t *testing.T, webhook string, do func() error, parts ...st
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// helmRunner runs helm (bin) from the repository root against the cluster
+// of kubeconfig, with helm's cache, config and data under dir, not HOME.
+type helmRunner struct{ bin, root, dir, kubeconfig string }
+
+// run runs helm args for at most 90s; the error names the command and
+// holds its output.
+func (h helmRunner) run(ctx context.Context, args ...string) (string, error) {
+	hctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(hctx, h.bin, append(args, "--kubeconfig", h.kubeconfig)...)
+	cmd.Dir = h.root
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(h.dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(h.dir, "config"), "HELM_DATA_HOME="+filepath.Join(h.dir, "data"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), err
+}

@@ -16,6 +16,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // holdLabel selects the reservation holds (pkg/holds.Selector).
@@ -224,7 +225,7 @@ func TestReservationHolds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := strings.Replace(sharedPolicy, "- ip: 10.96.0.10\n", "- ip: "+ip+"\n", 1)
+		p := fixtures.Policy(strings.Replace(sharedSpec, "- ip: 10.96.0.10\n", "- ip: "+ip+"\n", 1))
 		if p == sharedPolicy {
 			t.Fatal("the shared policy changed; update this test")
 		}

@@ -21,23 +21,23 @@ import (
 	"time"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
-// sharedPolicy reserves the kube-dns address of the Kubernetes docs and
-// approves every ServiceCIDR inside 10.96.0.0/12 (kubeadm's default range).
-const sharedPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-allowedCIDRs: [10.96.0.0/12]
+// sharedSpec reserves the kube-dns address of the Kubernetes docs and
+// approves every ServiceCIDR inside 10.96.0.0/12 (kubeadm's default range);
+// a test that changes a field changes it here and wraps it with
+// fixtures.Policy.
+const sharedSpec = `allowedCIDRs: [10.96.0.0/12]
 reserveKubernetesService: true
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-enforcement:
+` + fixtures.KubeDNSSpec + `enforcement:
   default: deny
 exemptions:
   namespaces: []
 `
+
+// sharedPolicy is sharedSpec, the ClusterIPPolicy object.
+var sharedPolicy = fixtures.Policy(sharedSpec)
 
 var (
 	sharedOnce    sync.Once

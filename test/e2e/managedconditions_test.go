@@ -737,7 +737,7 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 	c := own(t, framework.Options{Policy: sharedPolicy, Webhooks: 1})
 	cs := c.Client(0)
 	ctx := testContext(t, 4*time.Minute)
-	p, err := policy.Parse([]byte(sharedPolicy))
+	p, err := policy.ParseDocument([]byte(sharedPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // metricValue reads one sample of the webhook's /metrics, 0 when absent.
@@ -56,7 +57,7 @@ func metricValue(t *testing.T, w *framework.Webhook, sample string) float64 {
 // withReservation is sharedPolicy with one more reservation.
 func withReservation(service, ip, note string) string {
 	const dns = "  note: cluster DNS\n"
-	return strings.Replace(sharedPolicy, dns, dns+"- ip: "+ip+"\n  service: "+service+"\n  note: "+note+"\n", 1)
+	return fixtures.Policy(strings.Replace(sharedSpec, dns, dns+"- ip: "+ip+"\n  service: "+service+"\n  note: "+note+"\n", 1))
 }
 
 // The webhook re-reads its policy file; a file that does not load is
@@ -124,7 +125,7 @@ func TestPolicyReload(t *testing.T) {
 
 	t.Run("a rule set to warn admits the request with an admission warning", func(t *testing.T) {
 		before := metricValue(t, w, successes)
-		writePolicy(t, strings.Replace(sharedPolicy, "  default: deny\n", "  default: deny\n  rules:\n    static-ip-in-dynamic-band: warn\n", 1))
+		writePolicy(t, fixtures.Policy(strings.Replace(sharedSpec, "  default: deny\n", "  default: deny\n  rules:\n    static-ip-in-dynamic-band: warn\n", 1)))
 		waitMetric(t, successes, before)
 		warnings := &warningRecorder{}
 		cfg := c.RESTConfig(0)

@@ -11,16 +11,17 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // slash22Policy adds a /22 in the dynamic band of 10.96.0.0/16 (static
 // band 10.96.0.1-10.96.1.0) to the shared policy: 1,024 addresses, a
 // quarter of the policy's bound (policy.MaxReservedRangeAddresses).
-const slash22Policy = sharedPolicy + `reservedRanges:
+var slash22Policy = fixtures.Policy(sharedSpec + `reservedRanges:
 - cidr: 10.96.64.0/22
   namespaces: [team-big]
   note: a /22
-`
+`)
 
 // TestHoldingASlash22ReservedRange measures what holding a /22 costs
 // (BENCHMARKS.md, "Holding a reserved range"): the time the leader takes

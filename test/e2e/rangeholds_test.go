@@ -20,16 +20,17 @@ import (
 
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // rangeHoldsPolicy reserves 10.96.0.24/29, inside the dynamic band
 // (.17-.30) of a 10.96.0.0/27, for namespace rrh-team; .31 is the
 // broadcast address, so the range has 7 addresses the apiserver allocates.
-const rangeHoldsPolicy = sharedPolicy + `reservedRanges:
+var rangeHoldsPolicy = fixtures.Policy(sharedSpec + `reservedRanges:
 - cidr: 10.96.0.24/29
   namespaces: [rrh-team]
   note: team block
-`
+`)
 
 // rangeParentResource is the parentRef resource of the holds of a
 // reserved range's addresses (allocview.RangeHoldResource).
@@ -198,13 +199,13 @@ func TestReservedRangeWithoutHoldsDeniesADynamicAllocationInIt(t *testing.T) {
 // second) keeps the forger from freeing all 64; the leader holds each
 // freed address again after the grace.
 func TestForgedCreatesCannotFreeAWholeRange(t *testing.T) {
-	const pol = sharedPolicy + `reservedRanges:
+	pol := fixtures.Policy(sharedSpec + `reservedRanges:
 - cidr: 10.96.128.0/26
   namespaces: [rrf-team]
-`
+`)
 	c := own(t, framework.Options{Policy: pol, Webhooks: 1, WebhookArgs: []string{"--hold-reservations"}})
 	ctx := testContext(t, 3*time.Minute)
-	waitFor(t, ctx, "the /26 never fully held", func() bool {
+	fixtures.Eventually(t, "the /26 fully held", time.Minute, func() bool {
 		return metricSum(t, ctx, c, "clusterip_policy_range_holds", `state="held"`) == 64
 	})
 	released0 := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="released"`)
@@ -250,7 +251,7 @@ func TestForgedCreatesCannotFreeAWholeRange(t *testing.T) {
 	if int(released) > bound || allowed != int(released) || refused != 64-allowed {
 		t.Fatalf("released %v, allowed %d, refused %d in %s; want at most %d released", released, allowed, refused, span, bound)
 	}
-	waitFor(t, ctx, "the forged releases were never held again", func() bool {
+	fixtures.Eventually(t, "the forged releases held again", time.Minute, func() bool {
 		return metricSum(t, ctx, c, "clusterip_policy_range_holds", `state="held"`) == 64
 	})
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // reservedRangesPolicy: a block in the static band for one namespace by
@@ -76,7 +77,7 @@ func TestReservedRangesDecisions(t *testing.T) {
 		// The webhook's watch of the namespaces may trail the label by a
 		// moment: retry while the denial is the range's.
 		var got *corev1.Service
-		waitFor(t, ctx, "the labelled namespace never got 10.96.128.5", func() bool {
+		fixtures.Eventually(t, "the labelled namespace getting 10.96.128.5", time.Minute, func() bool {
 			s, err := create(ctx, cs, service(payments, "api", clusterIP("10.96.128.5")))
 			if err != nil && !strings.Contains(err.Error(), "reserved-range") && !strings.Contains(err.Error(), "is in reserved range") {
 				t.Fatalf("create: %v", err)
@@ -100,7 +101,7 @@ func TestReservedRangesDecisions(t *testing.T) {
 	t.Run("the label added, the same create is admitted", func(t *testing.T) {
 		setNamespaceLabel(t, ctx, c, web, "team=rr-payments")
 		start := time.Now()
-		waitFor(t, ctx, "rr-web never got 10.96.128.6 after its label", func() bool {
+		fixtures.Eventually(t, "rr-web getting 10.96.128.6 after its label", time.Minute, func() bool {
 			_, err := create(ctx, cs, service(web, "api", clusterIP("10.96.128.6")))
 			if err != nil && !strings.Contains(err.Error(), "is in reserved range") {
 				t.Fatalf("create: %v", err)
@@ -127,7 +128,7 @@ func setNamespaceLabel(t *testing.T, ctx context.Context, c *framework.Cluster, 
 // namespace/name by rule (the log is written as the answer goes out).
 func requireRule(t *testing.T, ctx context.Context, c *framework.Cluster, namespace, name, rule string) {
 	t.Helper()
-	waitFor(t, ctx, "no audit line denying "+namespace+"/"+name+" by "+rule, func() bool {
+	fixtures.Eventually(t, "an audit line denying "+namespace+"/"+name+" by "+rule, time.Minute, func() bool {
 		for _, d := range decisionsFor(c, namespace, name) {
 			for _, r := range d.Rules {
 				if d.Decision == "denied" && r == rule {

@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // An apiserver killed with SIGKILL ends the webhook's watch streams like a
@@ -65,9 +66,9 @@ func TestAKilledAPIServerMakesTheViewStaleAndARestartedOneIsFollowedAtOnce(t *te
 	if err := syscall.Kill(-a.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the apiserver to exit", 10*time.Second, func() bool { exited, _ := a.Exited(); return exited })
+	fixtures.Eventually(t, "the apiserver to exit", 10*time.Second, func() bool { exited, _ := a.Exited(); return exited })
 
-	waitUntil(t, "the stale gauge to rise", 2*time.Second, func() bool { return staleGauge(t, w) > 0 })
+	fixtures.Eventually(t, "the stale gauge to rise", 2*time.Second, func() bool { return staleGauge(t, w) > 0 })
 	seen := time.Since(killed)
 	resp, line := review("while-stale", "10.96.0.21")
 	stale, _ := line["viewStaleSeconds"].(float64)
@@ -76,7 +77,7 @@ func TestAKilledAPIServerMakesTheViewStaleAndARestartedOneIsFollowedAtOnce(t *te
 	}
 	t.Logf("e2e: staleness visible %s after the kill (audit line: viewStaleSeconds %.3f)", seen.Round(time.Millisecond), stale)
 
-	waitUntil(t, "/readyz to fail", maxStaleness+5*time.Second, func() bool { return readyzCode(w) != http.StatusOK })
+	fixtures.Eventually(t, "/readyz to fail", maxStaleness+5*time.Second, func() bool { return readyzCode(w) != http.StatusOK })
 	notReadyAfter := time.Since(killed)
 	resp, line = review("past-max-staleness", "10.96.0.22")
 	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusServiceUnavailable || line["decision"] != "denied" {
@@ -89,9 +90,9 @@ func TestAKilledAPIServerMakesTheViewStaleAndARestartedOneIsFollowedAtOnce(t *te
 		t.Fatal(err)
 	}
 	apiReady := time.Now()
-	waitUntil(t, "the stale gauge to return to 0", 10*time.Second, func() bool { return staleGauge(t, w) == 0 })
+	fixtures.Eventually(t, "the stale gauge to return to 0", 10*time.Second, func() bool { return staleGauge(t, w) == 0 })
 	recovered := time.Since(apiReady)
-	waitUntil(t, "the webhook's /readyz to pass again", 10*time.Second, func() bool { return readyzCode(w) == http.StatusOK })
+	fixtures.Eventually(t, "the webhook's /readyz to pass again", 10*time.Second, func() bool { return readyzCode(w) == http.StatusOK })
 	readyAgain := time.Since(apiReady)
 	if resp, line := review("after", "10.96.0.23"); !resp.Allowed || line["viewStaleSeconds"] != 0.0 {
 		t.Errorf("after recovery: allowed %v, viewStaleSeconds %v; want allowed and 0", resp.Allowed, line["viewStaleSeconds"])
@@ -101,7 +102,7 @@ func TestAKilledAPIServerMakesTheViewStaleAndARestartedOneIsFollowedAtOnce(t *te
 	svc := mustCreate(t, ctx, c.Client(0), service("default", "after-recovery", clusterIP("10.96.0.77")))
 	created := time.Now()
 	var denial string
-	waitUntil(t, "the new IPAddress to reach the view", 10*time.Second, func() bool {
+	fixtures.Eventually(t, "the new IPAddress to reach the view", 10*time.Second, func() bool {
 		resp, _ := review(fmt.Sprintf("steal-%d", time.Now().UnixNano()), "10.96.0.77")
 		if resp.Allowed {
 			return false
@@ -169,18 +170,6 @@ func readyzCode(w *framework.Webhook) int {
 	return resp.StatusCode
 }
 
-// waitUntil polls cond every 50ms until it holds, failing after limit.
-func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", limit, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // Two apiservers behind a load balancer, as in the incident: the webhook's
 // connection goes to one of them, which is killed. Its streams end; the
 // re-watch reaches the other apiserver through the load balancer, so the
@@ -221,10 +210,10 @@ func TestTheViewFollowsAnotherAPIServerBehindTheLoadBalancerAtOnce(t *testing.T)
 	if err := syscall.Kill(-c.APIServers[victim].Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the webhook's IPAddress stream through the killed apiserver to end", 5*time.Second, func() bool {
+	fixtures.Eventually(t, "the webhook's IPAddress stream through the killed apiserver to end", 5*time.Second, func() bool {
 		return restarts(t, w, "ipaddresses", "closed") > closedBefore
 	})
-	waitUntil(t, "the view to follow the other apiserver", 5*time.Second, func() bool { return staleGauge(t, w) == 0 })
+	fixtures.Eventually(t, "the view to follow the other apiserver", 5*time.Second, func() bool { return staleGauge(t, w) == 0 })
 	recovered := time.Since(killed)
 	if readyzCode(w) != http.StatusOK {
 		t.Error("the webhook is not ready after following the other apiserver")
@@ -233,7 +222,7 @@ func TestTheViewFollowsAnotherAPIServerBehindTheLoadBalancerAtOnce(t *testing.T)
 	// A change made through the surviving apiserver reaches the view.
 	mustCreate(t, ctx, c.Client(survivor), service("default", "through-the-other", clusterIP("10.96.0.78")))
 	created := time.Now()
-	waitUntil(t, "the new IPAddress to reach the view", 5*time.Second, func() bool {
+	fixtures.Eventually(t, "the new IPAddress to reach the view", 5*time.Second, func() bool {
 		resp, err := w.Review(ctx, framework.MutatePath, serviceReview(t, service("default", fmt.Sprintf("steal-%d", time.Now().UnixNano()), clusterIP("10.96.0.78"))))
 		return err == nil && !resp.Allowed
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // With reserved-for-other at warn, a static request for the DNS address is
@@ -14,7 +15,7 @@ import (
 // validating stage about a denial and a release that never happened.
 func TestAWarnedStaticRequestIsWarnedOnce(t *testing.T) {
 	c := own(t, framework.Options{
-		Policy:   strings.Replace(sharedPolicy, "  default: deny\n", "  default: deny\n  rules:\n    reserved-for-other: warn\n", 1),
+		Policy:   fixtures.Policy(strings.Replace(sharedSpec, "  default: deny\n", "  default: deny\n  rules:\n    reserved-for-other: warn\n", 1)),
 		Webhooks: 1,
 	})
 	ctx := testContext(t, 60e9)

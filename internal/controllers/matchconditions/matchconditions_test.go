@@ -26,6 +26,7 @@ import (
 	"clusterip-policy/internal/readiness/readinesstest"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
+	"clusterip-policy/test/fixtures"
 )
 
 func conds(names ...string) []admissionregistrationv1.MatchCondition {
@@ -188,17 +189,6 @@ func managedExprs(t *testing.T, client *fake.Clientset) (mutating, validating, p
 	return mutating, validating, v.Annotations[conditionsPolicyAnnotation]
 }
 
-func eventually(t *testing.T, what string, timeout time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: not %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // The leader follows its own readiness and the other mutating admission:
 // not ready, it writes conditions that send every create (fail-safe);
 // ready, the selective ones; while another mutating webhook selects
@@ -215,7 +205,7 @@ func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t 
 	defer func() { cancel(); <-done }()
 
 	failSafe := matchconditions.Compute(nil, allocview.RangeSet{})
-	eventually(t, "fail-safe conditions written while not ready", 3*time.Second, func() bool {
+	fixtures.Eventually(t, "fail-safe conditions written while not ready", 30*time.Second, func() bool {
 		m, v, p := managedExprs(t, client)
 		return m == "true" && v == failSafe.Validating && p == ""
 	})
@@ -228,7 +218,7 @@ func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t 
 		tx.MarkSynced(true)
 	})
 	digest := r.Store.Current().Policy.Digest
-	eventually(t, "selective conditions written once ready", 5*time.Second, func() bool {
+	fixtures.Eventually(t, "selective conditions written once ready", 30*time.Second, func() bool {
 		m, v, p := managedExprs(t, client)
 		return m != "true" && m != "" && v != failSafe.Validating && p == digest
 	})
@@ -247,7 +237,7 @@ func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t 
 	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a mutating condition that sends every create while another webhook mutates Services", 3*time.Second, func() bool {
+	fixtures.Eventually(t, "a mutating condition that sends every create while another webhook mutates Services", 30*time.Second, func() bool {
 		m, v, p := managedExprs(t, client)
 		return m == "true" && v == selective && p == digest
 	})
@@ -257,7 +247,7 @@ func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t 
 	if err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the selective mutating condition back once the other webhook is gone", 3*time.Second, func() bool {
+	fixtures.Eventually(t, "the selective mutating condition back once the other webhook is gone", 30*time.Second, func() bool {
 		m, _, _ := managedExprs(t, client)
 		return m != "true" && m != ""
 	})
@@ -282,7 +272,7 @@ func TestManagementOffRemovesALeftoverConditionDespiteATransientError(t *testing
 	done := make(chan struct{})
 	go func() { defer close(done); k.KeepRemoved(ctx) }()
 	defer func() { cancel(); <-done }()
-	eventually(t, "the leftover condition removed from both configurations", 5*time.Second, func() bool {
+	fixtures.Eventually(t, "the leftover condition removed from both configurations", 30*time.Second, func() bool {
 		m, v, _ := managedExprs(t, client)
 		return m == "" && v == "" && testutil.ToFloat64(k.metrics.leftBehind) == 0
 	})
@@ -308,7 +298,7 @@ func TestARefusedWriteOfNewConditionsFallsBackToTheFailSafeOnes(t *testing.T) {
 
 	failSafe := matchconditions.Compute(nil, allocview.RangeSet{})
 	first := r.Store.Current().Policy.Digest
-	eventually(t, "selective conditions written", 10*time.Second, func() bool {
+	fixtures.Eventually(t, "selective conditions written", 30*time.Second, func() bool {
 		m, v, p := managedExprs(t, client)
 		return m != "" && v != failSafe.Validating && p == first
 	})
@@ -334,7 +324,7 @@ func TestARefusedWriteOfNewConditionsFallsBackToTheFailSafeOnes(t *testing.T) {
 	if err := r.Store.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the fail-safe conditions in place once the new ones were refused", 10*time.Second, func() bool {
+	fixtures.Eventually(t, "the fail-safe conditions in place once the new ones were refused", 30*time.Second, func() bool {
 		m, v, p := managedExprs(t, client)
 		return refused.Load() > 0 && m == "true" && v == failSafe.Validating && p == ""
 	})

@@ -18,6 +18,7 @@ import (
 	"clusterip-policy/pkg/allocview"
 	mc "clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 // olderApiserverRefusal is the error a kube-apiserver 1.30 returns for an
@@ -42,10 +43,7 @@ func olderApiserverRefusal(t *testing.T, expr string) error {
 // internal/controllers/policystatus shows it there) keeps the reason at its end and
 // says what to do, within a fixed size.
 func TestARefusedConditionsWriteKeepsTheReasonAndTheFix(t *testing.T) {
-	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := fixtures.MustPolicy(t, policy.ParseDocument, fixtures.KubeDNSSpec)
 	rs := policy.Env{Policy: p, Snapshot: allocview.NewView().Update(func(tx *allocview.Tx) {
 		tx.SetServiceCIDR(allocview.ServiceCIDR{Name: "kubernetes", Ready: true, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/108")}})
 		tx.MarkSynced(true)

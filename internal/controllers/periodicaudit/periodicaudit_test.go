@@ -27,6 +27,7 @@ import (
 	"clusterip-policy/internal/readiness/readinesstest"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 func auditedService(ns, name string, ips ...string) *corev1.Service {
@@ -241,10 +242,9 @@ func TestPeriodicAuditWaitsForTheViewAndForgetsItsGaugesWhenLeadingEnds(t *testi
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a2.Work()(ctx); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(a2.metrics.passes.WithLabelValues("success")) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "a successful pass while leading", 30*time.Second, func() bool {
+		return testutil.ToFloat64(a2.metrics.passes.WithLabelValues("success")) > 0
+	})
 	if n := testutil.CollectAndCount(a2.metrics.violations); n != len(policy.AuditRules) {
 		t.Fatalf("while leading: %d violation series, want one per rule (%d)", n, len(policy.AuditRules))
 	}
@@ -324,18 +324,19 @@ func TestALeaderWhoseViewIsNotSyncedAuditsAsSoonAsItIs(t *testing.T) {
 	defer cancel()
 	done := make(chan struct{})
 	go func() { a.Work()(ctx); close(done) }()
-	time.Sleep(100 * time.Millisecond)
+	fixtures.Eventually(t, "a pass skipped on the unsynced view", 30*time.Second, func() bool {
+		return testutil.ToFloat64(a.metrics.passes.WithLabelValues("skipped")) > 0
+	})
 	a.gate.View.Update(func(tx *allocview.Tx) {
 		tx.SetServiceCIDR(allocview.ServiceCIDR{Name: "kubernetes", CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, Ready: true})
 		tx.MarkSynced(true)
 	})
 	synced := time.Now()
-	for testutil.ToFloat64(a.metrics.passes.WithLabelValues("success")) == 0 {
-		if time.Since(synced) > 3*time.Second {
-			t.Fatal("no pass within 3s of the view being synced")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The retry of a skipped pass is a second away, the interval an hour:
+	// a pass within 30s is the retry.
+	fixtures.Eventually(t, "a successful pass once the view is synced", 30*time.Second, func() bool {
+		return testutil.ToFloat64(a.metrics.passes.WithLabelValues("success")) > 0
+	})
 	t.Logf("first pass %s after the view was synced", time.Since(synced).Round(time.Millisecond))
 	cancel()
 	<-done
@@ -350,20 +351,21 @@ func TestSoonRunsAPassWithoutWaitingForTheInterval(t *testing.T) {
 	passes := func() float64 { return testutil.ToFloat64(a.metrics.passes.WithLabelValues("success")) }
 	waitPasses := func(n float64) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); passes() < n; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%v passes, want %v", passes(), n)
-			}
-		}
+		fixtures.Eventually(t, fmt.Sprintf("%v successful passes", n), 30*time.Second, func() bool { return passes() >= n })
 	}
 	a.Soon()
 	a.Soon() // pending already: one pass for both
+	if len(a.soon) != 1 {
+		t.Fatalf("two asks before the loop ran left %d pending, want 1", len(a.soon))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	waitPasses(2) // the first pass at once, then the pending ask
-	time.Sleep(200 * time.Millisecond)
+	// Nothing else is pending (the one ask was taken) and the interval is
+	// a minute away: no third pass can come.
+	fixtures.Eventually(t, "the pending ask taken", 30*time.Second, func() bool { return len(a.soon) == 0 })
 	if got := passes(); got != 2 {
 		t.Fatalf("two asks before the loop ran made %v passes beside the first, want 1", got-1)
 	}

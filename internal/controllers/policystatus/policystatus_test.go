@@ -2,6 +2,7 @@ package policystatus
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"clusterip-policy/internal/policysource"
 	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
 
 // policyObject is a ClusterIPPolicy named default at generation gen whose
@@ -103,20 +105,16 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 	}
 
 	// Both replicas see generation 3 before anyone leads.
-	for _, r := range []*replica{a, b} {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+	seen := func(r *replica, ok func(*unstructured.Unstructured) bool) func() bool {
+		return func() bool {
 			r.status.mu.Lock()
-			gen := r.status.obj.GetGeneration()
-			r.status.mu.Unlock()
-			if gen == 3 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a replica's watch did not deliver generation 3 within 10s (at %d)", gen)
-			}
-			time.Sleep(10 * time.Millisecond)
+			defer r.status.mu.Unlock()
+			return r.status.obj != nil && ok(r.status.obj)
 		}
+	}
+	for _, r := range []*replica{a, b} {
+		fixtures.Eventually(t, "a replica's watch delivering generation 3", 30*time.Second,
+			seen(r, func(u *unstructured.Unstructured) bool { return u.GetGeneration() == 3 }))
 	}
 
 	readyMessage := func() string {
@@ -133,35 +131,52 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 		}
 		return ""
 	}
-	// lead runs r's status writer as the leader for d and returns the
-	// writes made meanwhile.
-	lead := func(r *replica, d time.Duration) int64 {
+	// lead runs r's status writer as the leader until its view (want in
+	// the Ready message) is written, then for another second (the loop of
+	// old wrote about a thousand times a second), and returns the writes
+	// made meanwhile.
+	lead := func(r *replica, want ...string) int64 {
 		before := writes.Load()
 		lctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); r.status.Work()(lctx) }()
-		time.Sleep(d)
+		fixtures.Eventually(t, fmt.Sprintf("the leader's view %q in the Ready message", want), 30*time.Second, func() bool {
+			msg := readyMessage()
+			for _, w := range want {
+				if !strings.Contains(msg, w) {
+					return false
+				}
+			}
+			return writes.Load() > before
+		})
+		time.Sleep(time.Second) // the writer has written: any further write is one too many
 		stop()
 		<-done
 		return writes.Load() - before
 	}
 
-	if n := lead(a, 2*time.Second); n < 1 || n > 2 {
-		t.Errorf("replica A led for 2s and wrote the status %d times, want 1 (2 at most, a conflict retried)", n)
-	}
-	if msg := readyMessage(); !strings.Contains(msg, "generation 3 refused") || !strings.Contains(msg, "generation 2 stays in force") {
-		t.Errorf("Ready message %q, want the leader's view: generation 3 refused, 2 in force", msg)
+	if n := lead(a, "generation 3 refused", "generation 2 stays in force"); n < 1 || n > 2 {
+		t.Errorf("replica A led and wrote the status %d times, want 1 (2 at most, a conflict retried)", n)
 	}
 	// The leadership moves to B: it writes its own view once and stops.
-	if n := lead(b, 2*time.Second); n < 1 || n > 2 {
-		t.Errorf("replica B led for 2s and wrote the status %d times, want 1 (2 at most)", n)
+	if n := lead(b, "generation 1 stays in force"); n < 1 || n > 2 {
+		t.Errorf("replica B led and wrote the status %d times, want 1 (2 at most)", n)
 	}
-	if msg := readyMessage(); !strings.Contains(msg, "generation 1 stays in force") {
-		t.Errorf("Ready message %q, want the new leader's view: generation 1 in force", msg)
-	}
-	// Nobody leads: nobody writes, however many events arrive.
+	// Nobody leads: nobody writes, however many events arrive. An event
+	// both replicas are seen to receive makes the check more than a pause.
 	before := writes.Load()
-	time.Sleep(500 * time.Millisecond)
+	u, err := client.Resource(policysource.GVR).Get(ctx, v1alpha1.ObjectName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.SetAnnotations(map[string]string{"test/touched": "yes"})
+	if _, err := client.Resource(policysource.GVR).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*replica{a, b} {
+		fixtures.Eventually(t, "a replica's watch delivering the touched object", 30*time.Second,
+			seen(r, func(u *unstructured.Unstructured) bool { return u.GetAnnotations()["test/touched"] == "yes" }))
+	}
 	if n := writes.Load() - before; n != 0 {
 		t.Errorf("%d status writes with no leader, want 0", n)
 	}

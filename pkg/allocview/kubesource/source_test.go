@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 // servesNetworkingV1 makes the fake discovery answer as a 1.37 apiserver does.
@@ -34,19 +35,6 @@ func makeIPAddress(ip, ns, name string) *networkingv1.IPAddress {
 	}
 }
 
-// eventually polls cond until it holds or a generous deadline passes.
-func eventually(t *testing.T, what string, cond func(*allocview.Snapshot) bool, v *allocview.View) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond(v.Snapshot()) {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("view never showed: %s", what)
-}
-
 func TestSourceFollowsServiceCIDRsAndIPAddresses(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -60,10 +48,11 @@ func TestSourceFollowsServiceCIDRsAndIPAddresses(t *testing.T) {
 		}
 	}()
 
-	eventually(t, "the initial state, synced", func(s *allocview.Snapshot) bool {
+	fixtures.Eventually(t, "the initial state, synced", 30*time.Second, func() bool {
+		s := view.Snapshot()
 		h, ok := s.Holder(netip.MustParseAddr("10.96.0.1"))
 		return s.Synced && s.TracksAllocations && ok && h.IsService("default", "kubernetes") && len(s.ServiceCIDRs()) == 1
-	}, view)
+	})
 	if !src.HasSynced() {
 		t.Fatal("HasSynced false after the synced snapshot")
 	}
@@ -74,24 +63,26 @@ func TestSourceFollowsServiceCIDRsAndIPAddresses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a ServiceCIDR added", func(s *allocview.Snapshot) bool {
+	fixtures.Eventually(t, "a ServiceCIDR added", 30*time.Second, func() bool {
+		s := view.Snapshot()
 		rs := allocview.ActiveServiceCIDRs(s.ServiceCIDRs(), nil)
 		return len(rs.Active) == 2
-	}, view)
+	})
 
 	extra.Status.Conditions = []metav1.Condition{{Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionFalse, Reason: "Terminating", LastTransitionTime: metav1.Now()}}
 	if _, err := nw.ServiceCIDRs().UpdateStatus(ctx, extra, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a ServiceCIDR turned not ready", func(s *allocview.Snapshot) bool {
+	fixtures.Eventually(t, "a ServiceCIDR turned not ready", 30*time.Second, func() bool {
+		s := view.Snapshot()
 		rs := allocview.ActiveServiceCIDRs(s.ServiceCIDRs(), nil)
 		return len(rs.Active) == 1 && len(rs.Excluded) == 1 && rs.Excluded[0].Reason == "not Ready"
-	}, view)
+	})
 
 	if err := nw.ServiceCIDRs().Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a ServiceCIDR deleted", func(s *allocview.Snapshot) bool { return len(s.ServiceCIDRs()) == 1 }, view)
+	fixtures.Eventually(t, "a ServiceCIDR deleted", 30*time.Second, func() bool { s := view.Snapshot(); return len(s.ServiceCIDRs()) == 1 })
 
 	if _, err := nw.IPAddresses().Create(ctx, makeIPAddress("10.96.0.10", "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -99,19 +90,21 @@ func TestSourceFollowsServiceCIDRsAndIPAddresses(t *testing.T) {
 	if _, err := nw.IPAddresses().Create(ctx, makeIPAddress("fd00:10:96::a", "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "IPAddresses added", func(s *allocview.Snapshot) bool {
+	fixtures.Eventually(t, "IPAddresses added", 30*time.Second, func() bool {
+		s := view.Snapshot()
 		h, ok := s.Holder(netip.MustParseAddr("10.96.0.10"))
 		_, ok6 := s.Holder(netip.MustParseAddr("fd00:10:96::a"))
 		return ok && ok6 && h.IsService("kube-system", "kube-dns") && s.AllocatedCount() == 3
-	}, view)
+	})
 
 	if err := nw.IPAddresses().Delete(ctx, "10.96.0.10", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "an IPAddress removed", func(s *allocview.Snapshot) bool {
+	fixtures.Eventually(t, "an IPAddress removed", 30*time.Second, func() bool {
+		s := view.Snapshot()
 		_, ok := s.Holder(netip.MustParseAddr("10.96.0.10"))
 		return !ok && s.AllocatedCount() == 2
-	}, view)
+	})
 	if view.Snapshot().Generation <= gen {
 		t.Fatalf("generation did not grow: %d -> %d", gen, view.Snapshot().Generation)
 	}
@@ -151,7 +144,7 @@ func TestSourceWithoutTheAPIMarksTheViewSyncedWithoutAllocations(t *testing.T) {
 	view := allocview.NewView()
 	src := New(fake.NewClientset(), view, testr.New(t))
 	go func() { _ = src.Run(ctx) }()
-	eventually(t, "synced without allocations", func(s *allocview.Snapshot) bool { return s.Synced && !s.TracksAllocations }, view)
+	fixtures.Eventually(t, "synced without allocations", 30*time.Second, func() bool { s := view.Snapshot(); return s.Synced && !s.TracksAllocations })
 	if d, which := src.StaleFor(time.Now()); d != 0 || src.Feeds() != nil {
 		t.Fatalf("a source that watches nothing reports stale %s (%s) and feeds %v", d, which, src.Feeds())
 	}
@@ -179,11 +172,11 @@ func TestALargeRelistReturnsItsMemoryOnce(t *testing.T) {
 			var freed atomic.Int32
 			src.largeRelist, src.freeMemory = tt.threshold, func() { freed.Add(1) }
 			go func() { _ = src.Run(ctx) }()
-			eventually(t, "the initial state", func(s *allocview.Snapshot) bool { return s.Synced && s.AllocatedCount() == 3 }, view)
+			fixtures.Eventually(t, "the initial state", 30*time.Second, func() bool { s := view.Snapshot(); return s.Synced && s.AllocatedCount() == 3 })
 			if _, err := client.NetworkingV1().IPAddresses().Create(ctx, makeIPAddress("10.96.0.12", "c", "d"), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "a watched IPAddress", func(s *allocview.Snapshot) bool { return s.AllocatedCount() == 4 }, view)
+			fixtures.Eventually(t, "a watched IPAddress", 30*time.Second, func() bool { s := view.Snapshot(); return s.AllocatedCount() == 4 })
 			if got := freed.Load(); got != tt.want {
 				t.Fatalf("memory returned %d times, want %d", got, tt.want)
 			}

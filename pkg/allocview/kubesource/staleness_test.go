@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
 // ipAPI plays the apiserver for IPAddresses: the test decides what a LIST
@@ -166,25 +167,13 @@ func startSource(t *testing.T, client *fake.Clientset, logs *logLines) (*Source,
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	eventually(t, "the initial sync", func(s *allocview.Snapshot) bool { return s.Synced }, view)
+	fixtures.Eventually(t, "the initial sync", 30*time.Second, func() bool { s := view.Snapshot(); return s.Synced })
 	waits := func() []time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]time.Duration(nil), sleeps...)
 	}
 	return src, view, clock, waits
-}
-
-// waitFor polls cond until it holds; limit only guards against a hang.
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func addEvent(ip, ns, name, rv string) *networkingv1.IPAddress {
@@ -204,14 +193,14 @@ func TestAStreamThatEndsLikeACrashMarksTheViewStaleUntilReWatched(t *testing.T) 
 	}
 
 	w.Add(addEvent("10.96.0.20", "default", "web", "11"))
-	eventually(t, "the watched IPAddress", func(s *allocview.Snapshot) bool { _, ok := s.Holder(netip.MustParseAddr("10.96.0.20")); return ok }, view)
+	fixtures.Eventually(t, "the watched IPAddress", 30*time.Second, func() bool { s := view.Snapshot(); _, ok := s.Holder(netip.MustParseAddr("10.96.0.20")); return ok })
 
 	// The apiserver dies: its stream ends like a normal close, and the
 	// re-watch is refused.
 	api.refuse(true)
 	ended := clock.Now()
 	w.Stop()
-	waitFor(t, "a closed stream never marked the view stale", 5*time.Second, func() bool {
+	fixtures.Eventually(t, "the view marked stale by a closed stream", 30*time.Second, func() bool {
 		_, rvs := api.counts()
 		return len(rvs) >= 3 // the immediate re-watch and some retries
 	})
@@ -222,7 +211,7 @@ func TestAStreamThatEndsLikeACrashMarksTheViewStaleUntilReWatched(t *testing.T) 
 
 	api.refuse(false)
 	api.nextWatch(t)
-	waitFor(t, "the re-established watch did not clear the mark", 5*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
+	fixtures.Eventually(t, "the stale mark cleared by the re-established watch", 30*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
 	lists, rvs := api.counts()
 	if lists != 1 {
 		t.Errorf("%d lists, want only the initial one: a closed stream resumes from its resourceVersion", lists)
@@ -244,7 +233,7 @@ func TestARefusedReWatchKeepsTheViewStaleAndLogsTheOutageOnce(t *testing.T) {
 	var last time.Duration
 	for step := range 5 {
 		_, before := api.counts()
-		waitFor(t, "no retry", 5*time.Second, func() bool { _, rvs := api.counts(); return len(rvs) > len(before) })
+		fixtures.Eventually(t, "a retry", 30*time.Second, func() bool { _, rvs := api.counts(); return len(rvs) > len(before) })
 		clock.Step(time.Second)
 		d, which := src.StaleFor(clock.Now())
 		if which != "ipaddresses" || d != time.Duration(step+1)*time.Second || d <= last {
@@ -254,7 +243,7 @@ func TestARefusedReWatchKeepsTheViewStaleAndLogsTheOutageOnce(t *testing.T) {
 	}
 	// The fifth refusal is counted just after the watch call returns: wait
 	// for it (bounded) rather than race the reflector.
-	waitFor(t, "the fifth refused re-watch was never counted", 5*time.Second, func() bool {
+	fixtures.Eventually(t, "the fifth refused re-watch counted", 30*time.Second, func() bool {
 		return src.Feeds()[ipAddresses].Restarts[ReasonError] >= 5
 	})
 	feeds := src.Feeds()
@@ -267,8 +256,8 @@ func TestARefusedReWatchKeepsTheViewStaleAndLogsTheOutageOnce(t *testing.T) {
 
 	api.refuse(false)
 	api.nextWatch(t)
-	waitFor(t, "never recovered", 5*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
-	waitFor(t, "the recovery was not logged", 5*time.Second, func() bool { return logs.count("watch re-established") == 1 })
+	fixtures.Eventually(t, "the recovery (not stale)", 30*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
+	fixtures.Eventually(t, "the recovery logged", 30*time.Second, func() bool { return logs.count("watch re-established") == 1 })
 	if n := logs.count("watch lost"); n != 1 {
 		t.Errorf("the outage was logged %d times, want once", n)
 	}
@@ -308,11 +297,12 @@ func TestA410OnReWatchRelistsAndReplacesTheState(t *testing.T) {
 			api.nextWatch(t)
 			// The relist's replacement is queued before the new watch
 			// starts; the view publishes it a moment later.
-			eventually(t, "the relisted state replacing the old one", func(s *allocview.Snapshot) bool {
+			fixtures.Eventually(t, "the relisted state replacing the old one", 30*time.Second, func() bool {
+				s := view.Snapshot()
 				_, stale := s.Holder(netip.MustParseAddr("10.96.0.50"))
 				_, fresh := s.Holder(netip.MustParseAddr("10.96.0.60"))
 				return !stale && fresh && s.AllocatedCount() == 2
-			}, view)
+			})
 			lists, rvs := api.counts()
 			if lists != 2 || rvs[len(rvs)-1] != "500" {
 				t.Errorf("%d lists and watches from %v, want 2 lists and the last watch from the relist's 500", lists, rvs)
@@ -320,7 +310,7 @@ func TestA410OnReWatchRelistsAndReplacesTheState(t *testing.T) {
 			if got := src.Feeds()[ipAddresses].Restarts[ReasonExpired]; got != 1 {
 				t.Errorf("expired restarts %d, want 1", got)
 			}
-			waitFor(t, "stale after the relist", 5*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
+			fixtures.Eventually(t, "not stale after the relist", 30*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
 		})
 	}
 }
@@ -335,12 +325,12 @@ func TestRecoveryWaitsAtMostTheCappedBackoff(t *testing.T) {
 	api.refuse(true)
 	w.Stop()
 	// Enough refusals for the delay to reach its cap (5ms doubling to 40ms).
-	waitFor(t, "too few retries", 10*time.Second, func() bool { _, rvs := api.counts(); return len(rvs) >= 8 })
+	fixtures.Eventually(t, "eight retries", 30*time.Second, func() bool { _, rvs := api.counts(); return len(rvs) >= 8 })
 	api.refuse(false)
 	start := time.Now()
 	api.nextWatch(t)
 	took := time.Since(start)
-	waitFor(t, "never recovered", 5*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
+	fixtures.Eventually(t, "the recovery (not stale)", 30*time.Second, func() bool { d, _ := src.StaleFor(clock.Now()); return d == 0 })
 
 	got := sleeps()
 	if len(got) < 7 {
@@ -373,7 +363,7 @@ func TestWhatArrivesIsTimestampedPerResource(t *testing.T) {
 	clock.Step(time.Minute)
 	bookmark := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "42"}}
 	w.Action(watch.Bookmark, bookmark)
-	waitFor(t, "a bookmark did not count as received", 5*time.Second, func() bool {
+	fixtures.Eventually(t, "a bookmark counted as received", 30*time.Second, func() bool {
 		return src.Feeds()[ipAddresses].LastReceived.Equal(clock.Now())
 	})
 	if got := src.Feeds()[serviceCIDRs].LastReceived; got.After(listedAt) {
@@ -400,7 +390,7 @@ func TestAStreamThatDeliversNothingIsReplaced(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = src.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	eventually(t, "the initial sync", func(s *allocview.Snapshot) bool { return s.Synced }, view)
+	fixtures.Eventually(t, "the initial sync", 30*time.Second, func() bool { s := view.Snapshot(); return s.Synced })
 
 	w := api.nextWatch(t)
 	w.Add(addEvent("10.96.0.20", "default", "web", "11"))
@@ -437,11 +427,11 @@ func TestAListThatNeverEndsIsGivenUpAndRetried(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = src.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "no retry after the page limit", 5*time.Second, func() bool { return pages.Load() >= 7 })
+	fixtures.Eventually(t, "a retry after the page limit", 30*time.Second, func() bool { return pages.Load() >= 7 })
 	if src.HasSynced() {
 		t.Fatal("synced on a list that never ended")
 	}
-	waitFor(t, "the endless list was not logged", 5*time.Second, func() bool { return logs.count("more than 3 pages") == 1 })
+	fixtures.Eventually(t, "the endless list logged", 30*time.Second, func() bool { return logs.count("more than 3 pages") == 1 })
 }
 
 func TestAWatchThatClosesAsSoonAsItOpensIsBackedOff(t *testing.T) {
@@ -462,15 +452,20 @@ func TestAWatchThatClosesAsSoonAsItOpensIsBackedOff(t *testing.T) {
 		}
 	}()
 	defer close(stop)
-	time.Sleep(500 * time.Millisecond)
+	// Twelve watches opened and closed: the backoff between them is what
+	// the source asked to sleep, 5ms doubling to 40ms, jittered to half or
+	// more of that, so from the fourth wait on at least 20ms; a loop
+	// without backoff asks for none.
+	fixtures.Eventually(t, "twelve watch calls", 30*time.Second, func() bool { _, rvs := api.counts(); return len(rvs) >= 12 })
+	waits := sleeps()
+	if len(waits) < 10 {
+		t.Fatalf("%d backoff waits between twelve watches that close at once, want one before each re-watch: %v", len(waits), waits)
+	}
+	for i, d := range waits[3:] {
+		if d < 20*time.Millisecond || d > 40*time.Millisecond {
+			t.Fatalf("backoff wait %d is %s, want 20ms-40ms (half to all of the 40ms cap): %v", i+3, d, waits)
+		}
+	}
 	_, rvs := api.counts()
-	// 5ms doubling to 40ms, jittered: about 20 attempts in 500ms, where a
-	// loop without backoff would make thousands.
-	if len(rvs) > 30 {
-		t.Fatalf("%d watch calls in 500ms against a watch that closes at once", len(rvs))
-	}
-	if len(sleeps()) == 0 {
-		t.Fatal("no backoff between watches that close at once")
-	}
-	t.Logf("%d watch calls in 500ms; restarts %v", len(rvs), src.Feeds()[ipAddresses].Restarts)
+	t.Logf("%d watch calls; waits %v; restarts %v", len(rvs), waits, src.Feeds()[ipAddresses].Restarts)
 }
