@@ -107,7 +107,8 @@ func (o *Options) Validate() error {
 	if o.Enabled && (o.Grace < 100*time.Millisecond || o.Grace > time.Minute) {
 		return fmt.Errorf("--hold-grace %s is outside 100ms-1m; the default 1s outlasts an owner's create between the mutating stage and the allocation", o.Grace)
 	}
-	if o.Enabled && (o.WriteRate < 1 || o.WriteRate > 1000) {
+	// Written so that NaN (which strconv.ParseFloat accepts) is refused too.
+	if o.Enabled && !(o.WriteRate >= 1 && o.WriteRate <= 1000) {
 		return fmt.Errorf("--hold-write-rate %g is outside 1-1000 writes a second; the default %d holds a /22 reserved range in about 20 s", o.WriteRate, DefaultWriteRate)
 	}
 	return nil
