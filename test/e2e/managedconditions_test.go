@@ -50,7 +50,7 @@ func managedPolicy() string {
 
 func policyDigest(t *testing.T, text string) string {
 	t.Helper()
-	p, err := policy.Parse([]byte(text))
+	p, err := policy.ParseDocument([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
