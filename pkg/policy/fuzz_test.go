@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -20,6 +21,26 @@ func FuzzParse(f *testing.F) {
 		p, err := Parse([]byte(body))
 		if (p == nil) == (err == nil) {
 			t.Fatalf("Parse returned policy %v and error %v", p, err)
+		}
+	})
+}
+
+// FuzzParseDocument feeds object manifests, whose refusals are re-parsed
+// with the spec laid out in place (objectlines.go): whatever the layout,
+// exactly one of a policy and an error comes back, and the layout keeps
+// every line where it was.
+func FuzzParseDocument(f *testing.F) {
+	f.Add("apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata: {name: default}\nspec:\n  reservations:\n  - ip: 10.96.0.10\n    service: a/b\n    colour: x\n")
+	f.Add("apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata: {name: default}\nspec: {allowedCIDRs: [1.2.3.4/33]}\n")
+	f.Add("spec:\n    a: 1\n  b: 2\nkind: ClusterIPPolicy\napiVersion: clusterip-policy.io/v1alpha1\nmetadata:\n  name: default\n")
+	f.Add("apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata: {name: default}\nspec:\n  reservations: &r\n  - ip: 10.96.0.10\n    service: a/b\n  exemptions: {namespaces: *r}\n")
+	f.Fuzz(func(t *testing.T, body string) {
+		p, err := ParseDocument([]byte(body))
+		if (p == nil) == (err == nil) {
+			t.Fatalf("ParseDocument returned policy %v and error %v", p, err)
+		}
+		if doc, ok := specInPlace([]byte(body)); ok && bytes.Count(doc, []byte("\n")) > strings.Count(body, "\n") {
+			t.Fatalf("the spec laid out in place has more lines than the input:\n%s", doc)
 		}
 	})
 }

@@ -77,5 +77,6 @@ func parseObject(data []byte) (*Policy, error) {
 	if name != ObjectName {
 		return nil, fmt.Errorf("metadata.name %q: the webhook reads exactly one %s, named %s; rename it", Echo(name), Kind, ObjectName)
 	}
-	return ParseObjectSpec(obj.Spec)
+	p, err := ParseObjectSpec(obj.Spec)
+	return p, withFileLines(data, err)
 }
