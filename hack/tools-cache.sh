@@ -1,4 +1,5 @@
-# Sourced by hack/build-tools.sh and hack/build-kube-oldest.sh.
+# Sourced by hack/build-tools.sh, hack/build-kube-oldest.sh, hack/lint.sh and
+# hack/vulncheck.sh.
 # Built tools are also kept outside the clone, by name, pinned version and
 # Go version, so a fresh clone on a machine that built them once (CI runs
 # on a fresh clone) copies them instead of building them again: a cold

@@ -14,12 +14,22 @@ cd "$root"
 tools=_output/tools
 mkdir -p "$tools"
 
+# shellcheck source=hack/tools-cache.sh
+source "$root/hack/tools-cache.sh"
 pins=$(cd tools/vulncheck && go list -m -f '{{.Path}}@{{.Version}}' golang.org/x/vuln golang.org/x/vulndb | tr '\n' ' ')
 stamp=$tools/.vulncheck.version
 if [[ ! -x $tools/govulncheck || ! -x $tools/indexdb || "$(cat "$stamp" 2>/dev/null)" != "$pins" ]]; then
-	echo "vulncheck: building govulncheck and indexdb ($pins)"
-	(cd tools/vulncheck && CGO_ENABLED=0 go build -trimpath -o "$root/$tools/govulncheck" golang.org/x/vuln/cmd/govulncheck &&
-		CGO_ENABLED=0 go build -trimpath -o "$root/$tools/indexdb" golang.org/x/vulndb/cmd/indexdb)
+	vuln=$(cd tools/vulncheck && go list -m -f '{{.Version}}' golang.org/x/vuln)
+	vulndb=$(cd tools/vulncheck && go list -m -f '{{.Version}}' golang.org/x/vulndb)
+	if from_cache govulncheck "$vuln" "$tools/govulncheck" && from_cache indexdb "$vulndb" "$tools/indexdb"; then
+		echo "vulncheck: govulncheck and indexdb ($pins) copied from $cache"
+	else
+		echo "vulncheck: building govulncheck and indexdb ($pins)"
+		(cd tools/vulncheck && CGO_ENABLED=0 go build -trimpath -o "$root/$tools/govulncheck" golang.org/x/vuln/cmd/govulncheck &&
+			CGO_ENABLED=0 go build -trimpath -o "$root/$tools/indexdb" golang.org/x/vulndb/cmd/indexdb)
+		to_cache govulncheck "$vuln" "$tools/govulncheck"
+		to_cache indexdb "$vulndb" "$tools/indexdb"
+	fi
 	rm -rf "$tools/vulndb"
 	echo "$pins" >"$stamp"
 fi

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/netip"
@@ -18,11 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"clusterip-policy/internal/admission"
 	"clusterip-policy/internal/admission/admissiontest"
 	holdctl "clusterip-policy/internal/controllers/holds"
-	"clusterip-policy/internal/logging"
-	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/readiness/readinesstest"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/holds"
@@ -48,17 +44,6 @@ func rangeHold(ip, managedBy string, band allocview.Band) *networkingv1.IPAddres
 		ObjectMeta: metav1.ObjectMeta{Name: ip, UID: types.UID("uid-" + ip), Labels: map[string]string{holds.ManagedByLabel: managedBy}},
 		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Group: h.Group, Resource: h.Resource, Name: h.Name}},
 	}
-}
-
-func newWiredPolicy(t *testing.T, hook admission.AllocationHook, pol string) wired {
-	t.Helper()
-	var buf bytes.Buffer
-	log := logging.New(&buf)
-	f := readinesstest.New(t, pol, true, log)
-	buf.Reset()
-	reg := prometheus.NewRegistry()
-	eps := admission.Endpoints(admission.Config{Gate: f.Gate, DecisionLog: log.WithName("audit"), Registry: reg, Hook: hook})
-	return wired{mutate: eps[names.MutatePath], decisionLogBuf: &buf, reg: reg, view: f.View}
 }
 
 func staticCreate(t *testing.T, ns, name, ip string) []byte {

@@ -92,9 +92,15 @@ func apiCalls(client *fake.Clientset) []k8stesting.Action {
 
 func newWired(t *testing.T, hook admission.AllocationHook) wired {
 	t.Helper()
+	return newWiredPolicy(t, hook, readinesstest.Policy)
+}
+
+// newWiredPolicy is newWired over the policy pol.
+func newWiredPolicy(t *testing.T, hook admission.AllocationHook, pol string) wired {
+	t.Helper()
 	var buf bytes.Buffer
 	log := logging.New(&buf)
-	f := readinesstest.New(t, readinesstest.Policy, true, log)
+	f := readinesstest.New(t, pol, true, log)
 	buf.Reset()
 	reg := prometheus.NewRegistry()
 	eps := admission.Endpoints(admission.Config{Gate: f.Gate, DecisionLog: log.WithName("audit"), Registry: reg, Hook: hook})

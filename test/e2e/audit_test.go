@@ -59,10 +59,19 @@ type auditOutput struct {
 // exit status, stdout and stderr.
 func runAudit(t *testing.T, c *framework.Cluster, extraEnv []string, args ...string) (int, string, string) {
 	t.Helper()
+	env := append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, extraEnv...)
+	return runForExit(t, env, c.Bin.Webhook, append([]string{"audit"}, args...)...)
+}
+
+// runForExit runs binary with args and env for at most a minute and
+// returns its exit code, stdout and stderr; a binary that cannot be run
+// fails the test.
+func runForExit(t *testing.T, env []string, binary string, args ...string) (int, string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.Bin.Webhook, append([]string{"audit"}, args...)...)
-	cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}, extraEnv...)
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -73,7 +82,7 @@ func runAudit(t *testing.T, c *framework.Cluster, extraEnv []string, args ...str
 	case errors.As(err, &exit):
 		return exit.ExitCode(), out.String(), errb.String()
 	}
-	t.Fatalf("run %s audit: %v", c.Bin.Webhook, err)
+	t.Fatalf("run %s %s: %v", binary, strings.Join(args, " "), err)
 	return 0, "", ""
 }
 
@@ -219,22 +228,7 @@ func TestAuditReportsExistingServicesThatBreakThePolicy(t *testing.T) {
 		}
 		kubectl := func(args ...string) (int, string, string) {
 			t.Helper()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, c.Bin.Kubectl, args...)
-			cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + pluginDir + string(os.PathListSeparator) + os.Getenv("PATH")}
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			var exit *exec.ExitError
-			switch {
-			case err == nil:
-				return 0, out.String(), errb.String()
-			case errors.As(err, &exit):
-				return exit.ExitCode(), out.String(), errb.String()
-			}
-			t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
-			return 0, "", ""
+			return runForExit(t, []string{"HOME=" + t.TempDir(), "PATH=" + pluginDir + string(os.PathListSeparator) + os.Getenv("PATH")}, c.Bin.Kubectl, args...)
 		}
 		if code, out, stderr := kubectl("plugin", "list"); code != 0 || !strings.Contains(out, plugin) {
 			t.Fatalf("kubectl plugin list: exit %d, want 0 and %s listed:\n%s%s", code, plugin, out, stderr)

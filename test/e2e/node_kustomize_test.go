@@ -42,37 +42,7 @@ func TestNodeKustomizeBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named, digest, _ := strings.Cut(n.env["NODE_IMAGE"], "@")
-	repo := named[:strings.LastIndex(named, ":")]
-	kz := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- %s
-images:
-- name: clusterip-policy
-  newName: %s
-  digest: %s
-patches:
-- patch: |-
-    apiVersion: apps/v1
-    kind: Deployment
-    metadata:
-      name: clusterip-policy-webhook
-      namespace: %s
-    spec:
-      template:
-        spec:
-          containers:
-          - name: webhook
-            env:
-            - name: KUBERNETES_SERVICE_HOST
-              value: %q
-            - name: KUBERNETES_SERVICE_PORT
-              value: %q
-`, base, repo, digest, ns, n.env["NODE_APISERVER_HOST"], n.env["NODE_APISERVER_PORT"])
-	if err := os.WriteFile(filepath.Join(wrap, "kustomization.yaml"), []byte(kz), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n.writeNodeKustomization(t, wrap, base, ns)
 
 	var script []string
 	for _, c := range installBlockWith(t, n.root, "kubectl apply --server-side --force-conflicts -k manifests/base") {
@@ -341,4 +311,47 @@ func (n *realNode) kubectlOut(ctx context.Context, kubectl string, args ...strin
 		err = fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errOut.String())
 	}
 	return out.String(), errOut.String(), err
+}
+
+// writeNodeKustomization writes dir/kustomization.yaml: resource (a path
+// relative to dir) with what the node needs and a user's cluster does not,
+// the image from the node's registry by digest and the apiserver's address
+// for the pods of namespace ns (the node runs no kube-proxy), then any
+// further patches, each a kustomize `patches` entry such as "path: x.yaml".
+func (n *realNode) writeNodeKustomization(t *testing.T, dir, resource, ns string, patches ...string) {
+	t.Helper()
+	named, digest, _ := strings.Cut(n.env["NODE_IMAGE"], "@")
+	repo := named[:strings.LastIndex(named, ":")]
+	kz := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: clusterip-policy
+  newName: %s
+  digest: %s
+patches:
+- patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: clusterip-policy-webhook
+      namespace: %s
+    spec:
+      template:
+        spec:
+          containers:
+          - name: webhook
+            env:
+            - name: KUBERNETES_SERVICE_HOST
+              value: %q
+            - name: KUBERNETES_SERVICE_PORT
+              value: %q
+`, resource, repo, digest, ns, n.env["NODE_APISERVER_HOST"], n.env["NODE_APISERVER_PORT"])
+	for _, p := range patches {
+		kz += "- " + p + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kz), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -348,42 +348,11 @@ func TestNodeKustomizeSelfSigned(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.run(t, ctx, "go", "run", "./certs/cmd/gencerts", "--out-dir", filepath.Join(overlay, "tls"), "--cabundle-patch", filepath.Join(overlay, "cabundle-patch.yaml"))
-	named, digest, _ := strings.Cut(n.env["NODE_IMAGE"], "@")
-	repo := named[:strings.LastIndex(named, ":")]
 	wrap := filepath.Join(n.dir, "node")
 	if err := os.MkdirAll(wrap, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	wrapper := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- ../self-signed
-images:
-- name: clusterip-policy
-  newName: %s
-  digest: %s
-patches:
-- patch: |-
-    apiVersion: apps/v1
-    kind: Deployment
-    metadata:
-      name: clusterip-policy-webhook
-      namespace: %s
-    spec:
-      template:
-        spec:
-          containers:
-          - name: webhook
-            env:
-            - name: KUBERNETES_SERVICE_HOST
-              value: %q
-            - name: KUBERNETES_SERVICE_PORT
-              value: %q
-- path: my-policy.yaml
-`, repo, digest, ns, n.env["NODE_APISERVER_HOST"], n.env["NODE_APISERVER_PORT"])
-	if err := os.WriteFile(filepath.Join(wrap, "kustomization.yaml"), []byte(wrapper), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n.writeNodeKustomization(t, wrap, "../self-signed", ns, "path: my-policy.yaml")
 	// The base's policy states no address and warns; the user's overlay
 	// reserves the DNS address and denies (docs/install.md).
 	if err := os.WriteFile(filepath.Join(wrap, "my-policy.yaml"), []byte(myPolicyPatch), 0o644); err != nil {

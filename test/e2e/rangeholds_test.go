@@ -3,22 +3,15 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
-	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 
-	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
 )
@@ -217,30 +210,10 @@ func TestForgedCreatesCannotFreeAWholeRange(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		review := &admissionv1.AdmissionReview{
-			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-			Request: &admissionv1.AdmissionRequest{
-				UID:         types.UID(fmt.Sprintf("forged-range-%03d", i)),
-				Kind:        metav1.GroupVersionKind{Version: "v1", Kind: "Service"},
-				Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "services"},
-				RequestKind: &metav1.GroupVersionKind{Version: "v1", Kind: "Service"},
-				Namespace:   "rrf-team", Name: fmt.Sprintf("forged-%02d", i), Operation: admissionv1.Create,
-				UserInfo: authnv1.UserInfo{Username: "forger"},
-				Object:   runtime.RawExtension{Raw: raw},
-			},
-		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := c.Webhooks[0].Review(rctx, manifests.MutatePath, review)
-		cancel()
-		switch {
-		case err != nil:
-			t.Fatalf("forged review %d: %v", i+1, err)
-		case resp.Allowed:
+		if forgeCreate(t, ctx, c, fmt.Sprintf("forged-range-%03d", i), "rrf-team", fmt.Sprintf("forged-%02d", i), raw, "too often") {
 			allowed++
-		case resp.Result != nil && resp.Result.Code == http.StatusServiceUnavailable && strings.Contains(resp.Result.Message, "too often"):
+		} else {
 			refused++
-		default:
-			t.Fatalf("forged review %d: %+v", i+1, resp.Result)
 		}
 	}
 	span := time.Since(start)

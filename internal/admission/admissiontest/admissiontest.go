@@ -12,22 +12,33 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
-// reviewsDir is internal/admission/testdata/admissionreviews, found from
-// this file, so tests of any package read the same recordings.
+// reviewsDir is internal/admission/testdata/admissionreviews of the module
+// whose package is under test (go test runs in the package's directory), so
+// tests of any package read the same recordings. It is found from the
+// working directory, not from this file's path: make builds with -trimpath,
+// which leaves only module-relative file names.
 func reviewsDir(t testing.TB) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the recorded reviews")
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("cannot locate the recorded reviews: %v", err)
 	}
-	return filepath.Join(filepath.Dir(file), "..", "testdata", "admissionreviews")
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "internal", "admission", "testdata", "admissionreviews")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("cannot locate the recorded reviews: no go.mod above the working directory")
+		}
+		dir = parent
+	}
 }
 
 // LoadReview reads a recorded AdmissionReview and applies tweaks to its
