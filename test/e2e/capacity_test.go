@@ -53,12 +53,12 @@ func waitBand(t *testing.T, ctx context.Context, c *framework.Cluster, band stri
 	t.Helper()
 	var last bandCounts
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if last, err = scrapeBand(ctx, c, band); err == nil && last.allocated == allocated {
-			return last
-		}
+	if fixtures.Wait(10*time.Second, func() bool {
+		last, err = scrapeBand(ctx, c, band)
+		return err == nil && last.allocated == allocated
+	}) != nil {
+		t.Fatalf("the %s band's gauge never showed %v allocated within 10s: last %+v (%v)", band, allocated, last, err)
 	}
-	t.Fatalf("the %s band's gauge never showed %v allocated within 10s: last %+v (%v)", band, allocated, last, err)
 	return last
 }
 

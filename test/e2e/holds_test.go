@@ -257,20 +257,19 @@ func TestReservationHolds(t *testing.T) {
 // waitHold waits until ip is held by an IPAddress of ours and returns it.
 func waitHold(t *testing.T, ctx context.Context, cs kubernetes.Interface, ip string, within time.Duration) *networkingv1.IPAddress {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		a, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
-		if err == nil && a.Labels["ipaddress.kubernetes.io/managed-by"] == "clusterip-policy.io" {
-			return a
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Fatalf("get IPAddress %s: %v", ip, err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no hold on %s within %s (last: %v, %v)", ip, within, a, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var a *networkingv1.IPAddress
+	var err error
+	held := func() bool {
+		a, err = cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+		return err == nil && a.Labels["ipaddress.kubernetes.io/managed-by"] == "clusterip-policy.io"
 	}
+	if fixtures.Wait(within, func() bool { return held() || err != nil && !apierrors.IsNotFound(err) }) != nil {
+		t.Fatalf("no hold on %s within %s (last: %v, %v)", ip, within, a, err)
+	}
+	if err != nil {
+		t.Fatalf("get IPAddress %s: %v", ip, err)
+	}
+	return a
 }
 
 // leaders counts the running replicas that report leading.

@@ -25,6 +25,7 @@ import (
 	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // The leader's managed matchCondition (--manage-match-conditions,
@@ -99,17 +100,16 @@ func managedConditions(ctx context.Context, c *framework.Cluster) (mutating, val
 func waitManaged(t *testing.T, ctx context.Context, c *framework.Cluster, want string, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
-		m, v, d, err := managedConditions(ctx, c)
-		if err == nil && m != "" && v != "" && d == want {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("after %s the configurations do not carry the managed condition for policy %s: mutating %t, validating %t, annotated policy %q, err %v",
-				timeout, want, m != "", v != "", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var m, v, d string
+	var err error
+	if fixtures.Wait(timeout, func() bool {
+		m, v, d, err = managedConditions(ctx, c)
+		return err == nil && m != "" && v != "" && d == want
+	}) != nil {
+		t.Fatalf("after %s the configurations do not carry the managed condition for policy %s: mutating %t, validating %t, annotated policy %q, err %v",
+			timeout, want, m != "", v != "", d, err)
 	}
+	return time.Since(start)
 }
 
 func createNamespace(t *testing.T, c *framework.Cluster, name string) {
