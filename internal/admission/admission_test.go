@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
 
-const testPolicy = readinesstest.Policy
+const testPolicy = readinesstest.Spec
 
 // testReviewer is a reviewer over readinesstest's gate (a synced view of
 // 10.96.0.0/16 with 10.96.0.1 held by default/kubernetes and the

@@ -13,13 +13,13 @@ import (
 // /readyz, every review and the managed matchConditions ask Gate.Check;
 // the leader's loops ask Gate.ForLoop. These are their answers.
 func TestReadinessGivesOneAnswerWithItsReason(t *testing.T) {
-	unsynced := readinesstest.New(t, readinesstest.Policy, false, logr.Discard()).Gate
+	unsynced := readinesstest.New(t, readinesstest.Spec, false, logr.Discard()).Gate
 	for name, check := range map[string]func(time.Time) (readiness.State, error){"Check": unsynced.Check, "ForLoop": unsynced.ForLoop} {
 		if s, err := check(time.Now()); err == nil || err.Error() != readiness.NotReadyMessage || s.Env.Policy != nil || s.Snap == nil {
 			t.Fatalf("%s on an unsynced view: state %+v err %v, want %q and no Env", name, s, err, readiness.NotReadyMessage)
 		}
 	}
-	g := readinesstest.New(t, readinesstest.Policy, true, logr.Discard()).Gate
+	g := readinesstest.New(t, readinesstest.Spec, true, logr.Discard()).Gate
 	state, err := g.Check(time.Now())
 	if err != nil || state.Policy == nil || state.Policy.Generation != 1 || state.Snap.Generation != 1 {
 		t.Fatalf("synced view: state %+v err %v", state, err)

@@ -26,7 +26,7 @@ import (
 
 // rangePolicy reserves 10.96.0.64/26 for namespace team-a, beside
 // readinesstest's kube-dns reservation; legacy is exempt.
-const rangePolicy = readinesstest.Policy + `reservedRanges:
+const rangePolicy = readinesstest.Spec + `reservedRanges:
 - cidr: 10.96.0.64/26
   namespaces: [team-a]
   note: team a

@@ -92,7 +92,7 @@ func apiCalls(client *fake.Clientset) []k8stesting.Action {
 
 func newWired(t *testing.T, hook admission.AllocationHook) wired {
 	t.Helper()
-	return newWiredPolicy(t, hook, readinesstest.Policy)
+	return newWiredPolicy(t, hook, readinesstest.Spec)
 }
 
 // newWiredPolicy is newWired over the policy pol.

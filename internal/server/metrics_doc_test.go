@@ -55,7 +55,7 @@ func (d describedNames) Unregister(prometheus.Collector) bool { return true }
 // packages register, as serve registers them, is named there.
 func TestEveryMetricIsDocumented(t *testing.T) {
 	reg := describedNames{}
-	r := readinesstest.New(t, readinesstest.Policy, true, logr.Discard())
+	r := readinesstest.New(t, readinesstest.Spec, true, logr.Discard())
 	admission.Endpoints(admission.Config{Gate: r.Gate, DecisionLog: logr.Discard(), Registry: reg})
 	policysource.NewMetrics(reg)
 	view := allocview.NewView()

@@ -111,7 +111,7 @@ func TestEveryRoleIsTurnedOnByItsFlagAndYieldsAWork(t *testing.T) {
 
 	client := fake.NewClientset()
 	reg := prometheus.NewRegistry()
-	r := readinesstest.New(t, readinesstest.Policy, true, logr.Discard())
+	r := readinesstest.New(t, readinesstest.Spec, true, logr.Discard())
 	status := policystatus.New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), policystatus.Options{}, logr.Discard())
 	p := &leaderParts{
 		o: o, cfg: &rest.Config{Host: "https://127.0.0.1:1"}, client: client, log: logr.Discard(), gate: r.Gate, status: status,

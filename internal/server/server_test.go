@@ -41,7 +41,7 @@ func runCLI(stdin string, args ...string) (int, string, string) {
 func flagFixture(t *testing.T, dir string) (good, bad, certDir string) {
 	t.Helper()
 	good, bad = filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
+	if err := os.WriteFile(good, []byte(fixtures.KubeDNSPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(bad, []byte(fixtures.Policy("reservation: []\n")), 0o644); err != nil {
@@ -126,7 +126,7 @@ func TestFlagHelpShowsTheFlagsOwnType(t *testing.T) {
 func TestServeRefusesABadClientCAFileBeforeStarting(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(good, []byte(readinesstest.Policy), 0o644); err != nil {
+	if err := os.WriteFile(good, []byte(fixtures.KubeDNSPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ca, err := certs.NewCA("client-ca", time.Hour)
@@ -175,7 +175,7 @@ func TestServeRefusesABadAuditInterval(t *testing.T) {
 
 // The --port help names every endpoint the server registers on that port.
 func TestPortHelpNamesEveryEndpoint(t *testing.T) {
-	registered := admission.Endpoints(admission.Config{Gate: readinesstest.New(t, readinesstest.Policy, true, logr.Discard()).Gate, Registry: prometheus.NewRegistry()})
+	registered := admission.Endpoints(admission.Config{Gate: readinesstest.New(t, readinesstest.Spec, true, logr.Discard()).Gate, Registry: prometheus.NewRegistry()})
 	if len(registered) != len(names.Paths) {
 		t.Errorf("the server registers %d endpoints, names.Paths (the --port help) lists %d", len(registered), len(names.Paths))
 	}

@@ -36,7 +36,7 @@ func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
 }
 
 func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
-	const pol = readinesstest.Policy + `- ip: 10.96.0.20
+	const pol = readinesstest.Spec + `- ip: 10.96.0.20
   service: default/ingress-vip
 - ip: 10.96.0.30
   service: default/worker
@@ -100,7 +100,7 @@ func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 }
 
 func TestALastingFailureIsOneErrorAPassCountedPerReservation(t *testing.T) {
-	const pol = readinesstest.Policy + `- ip: 10.96.0.20
+	const pol = readinesstest.Spec + `- ip: 10.96.0.20
   service: default/ingress-vip
 - ip: 10.96.0.30
   service: default/worker
@@ -158,7 +158,7 @@ func (unknownScope) Current() (judged.Namespaces, error) {
 // the namespace was judged is deleted. While the scope is not known,
 // nothing is created or deleted.
 func TestNoHoldWhereTheWebhookIsNotCalled(t *testing.T) {
-	const pol = readinesstest.Policy + `- ip: 10.96.0.20
+	const pol = readinesstest.Spec + `- ip: 10.96.0.20
   service: excluded/ingress-vip
 `
 	r := readinesstest.New(t, pol, true, logr.Discard())
@@ -214,7 +214,7 @@ func TestNoHoldWhereTheWebhookIsNotCalled(t *testing.T) {
 // range, without looking up any Service, at no more than the write rate:
 // 15 creates at 40 a second take at least 14/40 s (the bucket holds one).
 func TestLeaderHoldsARangesFreeAddressesAtTheWriteRate(t *testing.T) {
-	const pol = readinesstest.Policy + `reservedRanges:
+	const pol = readinesstest.Spec + `reservedRanges:
 - cidr: 10.96.0.32/28
   namespaces: [team-a]
 `
@@ -281,7 +281,7 @@ func TestWriteRateFlag(t *testing.T) {
 // band: one pass deletes at most maxHoldDeletesPerPass of them, so it
 // stays about two seconds long at the default write rate.
 func TestAPassDeletesABoundedNumberOfStaleHolds(t *testing.T) {
-	r := readinesstest.New(t, readinesstest.Policy, true, logr.Discard())
+	r := readinesstest.New(t, readinesstest.Spec, true, logr.Discard())
 	var objs []runtime.Object
 	for i := range 150 {
 		a := ipAddress(netip.AddrFrom4([4]byte{10, 96, 2, byte(i)}).String(), holds.ManagedBy, "", "")

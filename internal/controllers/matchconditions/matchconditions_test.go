@@ -195,7 +195,7 @@ func managedExprs(t *testing.T, client *fake.Clientset) (mutating, validating, p
 // Service creates, a mutating condition that sends every create, so ours
 // is called in the first round and so reinvoked after the other one.
 func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t *testing.T) {
-	r := readinesstest.New(t, readinesstest.Policy, false, logr.Discard())
+	r := readinesstest.New(t, readinesstest.Spec, false, logr.Discard())
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0, v0)
 	k := New(client, r.Gate, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
@@ -287,7 +287,7 @@ func TestManagementOffRemovesALeftoverConditionDespiteATransientError(t *testing
 // before, and skip requests the policy now in force may deny. The leader
 // falls back to the fail-safe conditions, which send every create.
 func TestARefusedWriteOfNewConditionsFallsBackToTheFailSafeOnes(t *testing.T) {
-	r := readinesstest.New(t, readinesstest.Policy, true, logr.Discard())
+	r := readinesstest.New(t, readinesstest.Spec, true, logr.Discard())
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0, v0)
 	k := New(client, r.Gate, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
@@ -318,7 +318,7 @@ func TestARefusedWriteOfNewConditionsFallsBackToTheFailSafeOnes(t *testing.T) {
 		return false, nil, nil
 	})
 	// A new policy: its conditions differ from the ones in place.
-	if err := os.WriteFile(r.Path, []byte(readinesstest.Policy+"- ip: 10.96.0.20\n  service: default/ingress-vip\n"), 0o644); err != nil {
+	if err := os.WriteFile(r.Path, []byte(fixtures.Policy(readinesstest.Spec+"- ip: 10.96.0.20\n  service: default/ingress-vip\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Store.Reload(); err != nil {

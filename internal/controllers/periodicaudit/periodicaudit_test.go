@@ -42,7 +42,7 @@ func auditedService(ns, name string, ips ...string) *corev1.Service {
 // clock the test moves.
 func newTestAudit(t *testing.T, client *fake.Clientset, synced bool) (*Audit, *time.Time, *strings.Builder) {
 	t.Helper()
-	r := readinesstest.New(t, readinesstest.Policy, synced, logr.Discard())
+	r := readinesstest.New(t, readinesstest.Spec, synced, logr.Discard())
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var log strings.Builder
 	a := New(client, r.Gate, judged.Names("clusterip-policy"), time.Minute, "webhook-1", logging.New(&log), NewMetrics(prometheus.NewRegistry()), nil)

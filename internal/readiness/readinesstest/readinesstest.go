@@ -16,16 +16,13 @@ import (
 	"clusterip-policy/internal/policysource"
 	"clusterip-policy/internal/readiness"
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/test/fixtures"
 )
 
-// Policy reserves 10.96.0.10 for kube-system/kube-dns.
-const Policy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-reservations:
-- ip: 10.96.0.10
-  service: kube-system/kube-dns
-  note: cluster DNS
-`
+// Spec reserves 10.96.0.10 for kube-system/kube-dns: the spec of the
+// ClusterIPPolicy object New writes, which a test extends by appending
+// spec lines (a reservation after the last, another field).
+const Spec = fixtures.KubeDNSSpec
 
 // Fixture is a gate with its parts, for a test to change.
 type Fixture struct {
@@ -39,13 +36,13 @@ type Fixture struct {
 	Registry *prometheus.Registry
 }
 
-// New is a gate over policyYAML and, when synced, a synced view of
+// New is a gate over the ClusterIPPolicy object with spec and, when synced, a synced view of
 // 10.96.0.0/16 with 10.96.0.1 held by default/kubernetes and the
 // static-band 10.96.0.40 by team-a/db. The store logs to log.
-func New(t testing.TB, policyYAML string, synced bool, log logr.Logger) Fixture {
+func New(t testing.TB, spec string, synced bool, log logr.Logger) Fixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(path, []byte(policyYAML), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(fixtures.Policy(spec)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	view := allocview.NewView()
