@@ -140,8 +140,14 @@ func TestReservationHolds(t *testing.T) {
 
 	t.Run("two replicas never fight over a hold", func(t *testing.T) {
 		// Three holds were created (at start, after the failed create,
-		// after the delete) and none deleted, by one leader.
-		created := metricSum(t, ctx, c, "clusterip_policy_hold_changes_total", `action="created"`)
+		// after the delete) and none deleted, by one leader. The leader
+		// counts a create after the apiserver answers it, so the third
+		// may be counted a moment after the hold was seen.
+		var created float64
+		fixtures.Eventually(t, "the third hold counted", 10*time.Second, func() bool {
+			created = metricSum(t, ctx, c, "clusterip_policy_hold_changes_total", `action="created"`)
+			return created >= 3
+		})
 		deletedN := metricSum(t, ctx, c, "clusterip_policy_hold_changes_total", `action="deleted"`)
 		failed := metricSum(t, ctx, c, "clusterip_policy_hold_changes_total", `action="failed"`)
 		t.Logf("e2e: holds: hold changes over both replicas: %v created, %v deleted, %v failed", created, deletedN, failed)
