@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 	"clusterip-policy/test/procstat"
 )
 
@@ -198,22 +199,25 @@ func (b *Bench) startNop(ctx context.Context) error {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(b.c.WebhookCA.Cert)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", b.nopAddr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
-		if err == nil {
+	var dialErr error
+	serving := false
+	_ = fixtures.WaitContext(ctx, 30*time.Second, func() bool {
+		var conn *tls.Conn
+		if conn, dialErr = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", b.nopAddr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}); dialErr == nil {
 			conn.Close()
-			b.o.Logf("bench: nop webhook serving on %s (pid %d)", b.nopAddr, b.nop.Pid())
-			return nil
+			serving = true
 		}
-		if exited, werr := b.nop.Exited(); exited {
-			return fmt.Errorf("nop webhook exited (%v); last lines of %s:\n%s", werr, b.nop.LogPath, b.nop.Tail(20)) //nolint:errorlint // werr is nil after a clean exit, which %v prints as <nil>
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("nop webhook not serving TLS on %s within 30s: %w", b.nopAddr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		exited, _ := b.nop.Exited()
+		return serving || exited
+	})
+	if serving {
+		b.o.Logf("bench: nop webhook serving on %s (pid %d)", b.nopAddr, b.nop.Pid())
+		return nil
 	}
+	if exited, werr := b.nop.Exited(); exited {
+		return fmt.Errorf("nop webhook exited (%v); last lines of %s:\n%s", werr, b.nop.LogPath, b.nop.Tail(20)) //nolint:errorlint // werr is nil after a clean exit, which %v prints as <nil>
+	}
+	return fmt.Errorf("nop webhook not serving TLS on %s within 30s: %w", b.nopAddr, dialErr)
 }
 
 // snapshot reads the apiserver's counters and the CPU time of the
@@ -404,23 +408,19 @@ func (b *Bench) cleanup(ctx context.Context) error {
 		return fmt.Errorf("delete the measured Services: %w", err)
 	}
 	var last string
-	deadline := time.Now().Add(cleanupTimeout)
-	for {
+	if fixtures.WaitContext(ctx, cleanupTimeout, func() bool {
 		left, err := b.cs.CoreV1().Services(benchNamespace).List(ctx, metav1.ListOptions{Limit: 1})
-		if err == nil && len(left.Items) == 0 {
-			n, err := b.countIPAddresses(ctx)
-			if err == nil && n == b.ipBaseline {
-				return nil
-			}
-			last = fmt.Sprintf("%d IPAddresses, want %d as before the run (%v)", n, b.ipBaseline, err)
-		} else {
+		if err != nil || len(left.Items) > 0 {
 			last = fmt.Sprintf("Services left in %s (%v)", benchNamespace, err)
+			return false
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("cleanup not done within %s: %s", cleanupTimeout, last)
-		}
-		time.Sleep(pollInterval)
+		n, err := b.countIPAddresses(ctx)
+		last = fmt.Sprintf("%d IPAddresses, want %d as before the run (%v)", n, b.ipBaseline, err)
+		return err == nil && n == b.ipBaseline
+	}) != nil {
+		return fmt.Errorf("cleanup not done within %s: %s", cleanupTimeout, last)
 	}
+	return nil
 }
 
 // countIPAddresses counts IPAddress objects, from the list's remaining

@@ -116,7 +116,9 @@ func (b *Bench) probe(ctx context.Context, ip string) (probeResult, error) {
 }
 
 // waitFor calls check every pollInterval until it is done, switchTimeout
-// passes or ctx ends; the last reason is in the error.
+// passes or ctx ends; the last reason is in the error. Not fixtures.Wait,
+// whose first calls come milliseconds apart: waitNone's "two clean probes
+// in a row" means a configuration stayed out of force for a pollInterval.
 func waitFor(ctx context.Context, what string, check func() (bool, string, error)) error {
 	deadline := time.Now().Add(switchTimeout)
 	var last string

@@ -14,6 +14,7 @@ import (
 
 	"clusterip-policy/pkg/policy"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // apiserverAuditPolicy records Services and ServiceCIDRs at level Metadata, the
@@ -96,41 +97,38 @@ func TestAuditAnnotationsInAPIServerAuditLog(t *testing.T) {
 		{"a denied ServiceCIDR", "servicecidrs", "", "e2e-rogue", 403, map[string]string{
 			r + "decision": "denied", r + "rules": "outside-service-cidrs", r + "policy-digest": p.Digest}},
 	}
-	var events []auditEvent
+	// The apiserver writes its audit log asynchronously: the first
+	// subtest may wait for it, the later ones share what is left of 10s.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, w := range want {
 		t.Run(fmt.Sprintf("the audit log holds the annotations of %s", w.what), func(t *testing.T) {
-			for {
-				events = readAuditLog(t, logFile)
-				var found *auditEvent
+			var found *auditEvent
+			fixtures.EventuallyNil(t, fmt.Sprintf("a ResponseComplete create of %s %s/%s in %s", w.resource, w.namespace, w.name, logFile), time.Until(deadline), func() error {
+				events := readAuditLog(t, logFile)
 				for i := range events {
 					e := &events[i]
 					if e.Verb == "create" && e.Stage == "ResponseComplete" && e.ObjectRef.Resource == w.resource && e.ObjectRef.Namespace == w.namespace && e.ObjectRef.Name == w.name {
 						found = e
 					}
 				}
-				if found == nil && time.Now().Before(deadline) {
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
 				if found == nil {
-					t.Fatalf("no ResponseComplete create of %s %s/%s in %s (%d events)", w.resource, w.namespace, w.name, logFile, len(events))
+					return fmt.Errorf("not among its %d events", len(events))
 				}
-				if found.ResponseStatus.Code != w.code {
-					t.Errorf("response code %d, want %d", found.ResponseStatus.Code, w.code)
-				}
-				ours := map[string]string{}
-				for k, val := range found.Annotations {
-					if strings.HasPrefix(k, m) || strings.HasPrefix(k, v) || strings.HasPrefix(k, r) {
-						ours[k] = val
-					}
-				}
-				if fmt.Sprint(ours) != fmt.Sprint(w.annotations) {
-					t.Errorf("annotations of the webhook\n%v\nwant\n%v", ours, w.annotations)
-				}
-				t.Logf("e2e: kube-apiserver audit event for %s: %v", w.what, ours)
-				return
+				return nil
+			})
+			if found.ResponseStatus.Code != w.code {
+				t.Errorf("response code %d, want %d", found.ResponseStatus.Code, w.code)
 			}
+			ours := map[string]string{}
+			for k, val := range found.Annotations {
+				if strings.HasPrefix(k, m) || strings.HasPrefix(k, v) || strings.HasPrefix(k, r) {
+					ours[k] = val
+				}
+			}
+			if fmt.Sprint(ours) != fmt.Sprint(w.annotations) {
+				t.Errorf("annotations of the webhook\n%v\nwant\n%v", ours, w.annotations)
+			}
+			t.Logf("e2e: kube-apiserver audit event for %s: %v", w.what, ours)
 		})
 	}
 }

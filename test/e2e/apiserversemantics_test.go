@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // A single-stack apiserver on a tiny range (--service-cluster-ip-range=
@@ -75,15 +76,12 @@ func TestSmallSingleStackClusterFollowsTheApiserver(t *testing.T) {
 		// then no longer denied as outside every range by the webhook (the
 		// apiserver still refuses it itself).
 		v6 := service(ns, "v6-probe", clusterIP("fd00:10:96::5"), families(corev1.IPv6Protocol))
-		for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-			_, err := dryRunCreate(ctx, cs, v6)
-			if err != nil && !deniedBy(err, mutating) {
-				break
+		fixtures.EventuallyNil(t, "the webhook to see ServiceCIDR v6-ahead", 10*time.Second, func() error {
+			if _, err := dryRunCreate(ctx, cs, v6); err == nil || deniedBy(err, mutating) {
+				return fmt.Errorf("a static IPv6 dry-run: %v", err)
 			}
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("the webhook never saw ServiceCIDR v6-ahead: %v", err)
-			}
-		}
+			return nil
+		})
 		manifest := strings.Replace(kubeDNSWithoutIP, "spec:\n", "spec:\n  ipFamilyPolicy: PreferDualStack\n", 1)
 		if _, _, err := c.Kubectl(ctx, manifest, "apply", "-f", "-"); err != nil {
 			t.Fatalf("cluster DNS cannot be created: %v", err)
@@ -198,20 +196,15 @@ func createClusterServiceCIDR(t *testing.T, ctx context.Context, cs kubernetes.I
 func requireKubernetesServiceBack(t *testing.T, ctx context.Context, cs kubernetes.Interface, ip string, within time.Duration) {
 	t.Helper()
 	start := time.Now()
-	for {
-		got, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err == nil {
-			if got.Spec.ClusterIP != ip {
-				t.Fatalf("default/kubernetes came back with %s, want %s", got.Spec.ClusterIP, ip)
-			}
-			t.Logf("e2e: default/kubernetes is back on %s, %s after the check began (managed by %v)", ip, time.Since(start).Round(time.Millisecond), managers(got))
-			return
-		}
-		if time.Since(start) > within {
-			t.Fatalf("default/kubernetes not recreated within %s: %v", within, err)
-		}
-		time.Sleep(250 * time.Millisecond)
+	var got *corev1.Service
+	fixtures.EventuallyNil(t, "default/kubernetes to be recreated", within, func() (err error) {
+		got, err = cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		return err
+	})
+	if got.Spec.ClusterIP != ip {
+		t.Fatalf("default/kubernetes came back with %s, want %s", got.Spec.ClusterIP, ip)
 	}
+	t.Logf("e2e: default/kubernetes is back on %s, %s after the check began (managed by %v)", ip, time.Since(start).Round(time.Millisecond), managers(got))
 }
 
 func managers(s *corev1.Service) []string {

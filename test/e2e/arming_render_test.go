@@ -22,6 +22,7 @@ import (
 	"clusterip-policy/internal/testutil"
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // fieldDiff lists the paths where a and b differ: maps by key, lists of
@@ -265,7 +266,7 @@ func TestRenderedConfigurationsDifferOnlyInTheLeadersFields(t *testing.T) {
 	settled := func(base map[string]map[string]any) []string {
 		t.Helper()
 		var got []string
-		eventually(t, ctx, 60*time.Second, func() error {
+		fixtures.EventuallyNil(t, "the configurations to differ from the render in the managed fields only", 60*time.Second, func() error {
 			if got = differs(base); !slices.Equal(got, want) {
 				return fmt.Errorf("fields differing from the render: %q", got)
 			}

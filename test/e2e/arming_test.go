@@ -20,6 +20,7 @@ import (
 
 	"clusterip-policy/docs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // loopbackGate is a TCP forwarder on loopback that the webhook
@@ -260,7 +261,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with the webhook unreachable and not armed, the create should be admitted unchecked: %v", err)
 	}
-	eventually(t, ctx, 60*time.Second, func() error {
+	fixtures.EventuallyNil(t, "WebhookReachable False naming the webhooks not armed", 60*time.Second, func() error {
 		if got := reachableCondition(ctx, c); !strings.HasPrefix(got, "False Unreachable: ") || !strings.Contains(got, "(failurePolicy Ignore: not armed)") {
 			return fmt.Errorf("WebhookReachable %q, want False/Unreachable naming the webhooks not armed", got)
 		}
@@ -274,7 +275,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	// 3. The first ready replica becomes reachable.
 	opened := time.Now()
 	gate.open(w.Addr())
-	eventually(t, ctx, 60*time.Second, func() error {
+	fixtures.EventuallyNil(t, "the leader to arm both webhooks (failurePolicy Fail)", 60*time.Second, func() error {
 		m, v, err := failurePolicies(ctx, cs)
 		if err != nil || m != "Fail" || v != "Fail" {
 			return fmt.Errorf("mutating %s validating %s (%v)", m, v, err)
@@ -288,7 +289,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	if failed != 0 || ok == 0 {
 		t.Fatalf("%d of %d allowed creates failed (want 0): %q", failed, ok+failed, errs)
 	}
-	eventually(t, ctx, 60*time.Second, func() error {
+	fixtures.EventuallyNil(t, "the periodic audit's Event on the squatter", 60*time.Second, func() error {
 		if n := policyEvents(t, ctx, cs)[ns+"/"+squatter.Name]; n == 0 {
 			return fmt.Errorf("no %s Event on %s/%s", auditEventReason, ns, squatter.Name)
 		}
@@ -318,7 +319,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, shipped.Validating, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, 60*time.Second, func() error {
+	fixtures.EventuallyNil(t, "the leader to arm the re-applied configurations", 60*time.Second, func() error {
 		m, v, err := failurePolicies(ctx, cs)
 		if err != nil || m != "Fail" || v != "Fail" {
 			return fmt.Errorf("mutating %s validating %s (%v)", m, v, err)
@@ -335,7 +336,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	// 5. The apiserver loses the webhook.
 	closed := time.Now()
 	gate.close()
-	eventually(t, ctx, 60*time.Second, func() error {
+	fixtures.EventuallyNil(t, "WebhookReachable False naming the webhooks armed, the gauge at 0", 60*time.Second, func() error {
 		got := reachableCondition(ctx, c)
 		if !strings.HasPrefix(got, "False Unreachable: ") || !strings.Contains(got, "(failurePolicy Fail)") {
 			return fmt.Errorf("WebhookReachable %q, want False/Unreachable naming the webhooks armed", got)
@@ -361,12 +362,12 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
 	}
 	outOfPath := time.Now()
-	eventually(t, ctx, 30*time.Second, func() error {
+	fixtures.EventuallyNil(t, "a create through after the emergency command", 30*time.Second, func() error {
 		_, err := create(ctx, cs, service(ns, fmt.Sprintf("out-of-path-%d", time.Now().UnixNano()%1e6)))
 		return err
 	})
 	t.Logf("e2e: emergency: a create went through %s after the documented command, the webhook still unreachable", time.Since(outOfPath).Round(100*time.Millisecond))
-	eventually(t, ctx, 60*time.Second, func() error {
+	fixtures.EventuallyNil(t, "WebhookReachable False NotRegistered", 60*time.Second, func() error {
 		if got := reachableCondition(ctx, c); !strings.HasPrefix(got, "False NotRegistered: ") {
 			return fmt.Errorf("WebhookReachable %q, want False/NotRegistered", got)
 		}
@@ -384,7 +385,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 
 	// 6. Back.
 	gate.open(w.Addr())
-	eventually(t, ctx, 60*time.Second, func() error {
+	fixtures.EventuallyNil(t, "WebhookReachable True again", 60*time.Second, func() error {
 		if got := reachableCondition(ctx, c); !strings.HasPrefix(got, "True Reachable: ") {
 			return fmt.Errorf("WebhookReachable %q, want True", got)
 		}

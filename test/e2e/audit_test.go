@@ -273,11 +273,12 @@ func TestAuditReportsExistingServicesThatBreakThePolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The authorizer sees the new binding through its informer.
-		deadline := time.Now().Add(10 * time.Second)
-		for code == 3 && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond)
-			code, out, stderr = runAudit(t, c, nil, "--kubeconfig", kubeconfig, "--policy", policyFile)
-		}
+		_ = fixtures.Wait(10*time.Second, func() bool {
+			if code == 3 {
+				code, out, stderr = runAudit(t, c, nil, "--kubeconfig", kubeconfig, "--policy", policyFile)
+			}
+			return code != 3
+		})
 		if code != 1 || !strings.Contains(out, "5 findings") {
 			t.Fatalf("with list on the three resources: exit %d, want 1 and 5 findings; stderr %s\n%s", code, stderr, out)
 		}

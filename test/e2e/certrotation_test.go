@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // The webhook reloads its serving certificate from --cert-dir: replacing the
@@ -140,8 +141,10 @@ func requireHandshakeThrough(t *testing.T, ctx context.Context, c *framework.Clu
 	}
 	defer cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), check.Name, metav1.DeleteOptions{})
 	start := time.Now()
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("fresh-handshake-%d", i)
+	tries := 0
+	fixtures.EventuallyNil(t, "a request to reach the webhook through a new connection", 30*time.Second, func() error {
+		tries++
+		name := fmt.Sprintf("fresh-handshake-%d", tries)
 		svc := service(ns, name)
 		svc.Labels = map[string]string{"e2e-fresh-handshake": "true"}
 		_, err := dryRunCreate(ctx, cs, svc)
@@ -151,13 +154,10 @@ func requireHandshakeThrough(t *testing.T, ctx context.Context, c *framework.Clu
 				validations++
 			}
 		}
-		if err == nil && validations == 2 {
-			t.Logf("e2e: the apiserver completed a new TLS handshake %s (%s)", what, time.Since(start).Round(time.Millisecond))
-			return
+		if err != nil || validations != 2 {
+			return fmt.Errorf("last error %v, %d validate decisions", err, validations)
 		}
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("no request reached the webhook through a new connection within 30s: last error %v, %d validate decisions", err, validations)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
+	t.Logf("e2e: the apiserver completed a new TLS handshake %s (%s)", what, time.Since(start).Round(time.Millisecond))
 }

@@ -589,6 +589,7 @@ func (l leftover) String() string { return l.IP + " for " + l.Service }
 // Service was deleted (nil for those still there).
 func waitLeftoversGone(ctx context.Context, cs kubernetes.Interface, list []leftover, timeout time.Duration) map[leftover]time.Duration {
 	lived := map[leftover]time.Duration{}
+	// A pass a second, not fixtures.Wait: each pass gets every leftover.
 	deadline := time.Now().Add(timeout)
 	for len(lived) < len(list) && time.Now().Before(deadline) && ctx.Err() == nil {
 		for _, l := range list {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // The managed conditions never outlive the policy they encode: turned off,
@@ -63,17 +65,12 @@ func TestManagementTurnedOffRemovesTheConditionWithNothingElseOn(t *testing.T) {
 	c, ctx, _ := managedCluster(t, "10.96.0.0/27")
 	restartWith(t, c, 0, without("--manage-match-conditions"))
 	start := time.Now()
-	for {
-		m, v, d, err := managedConditions(ctx, c)
-		if err == nil && m == "" && v == "" && d == "" {
-			break
+	fixtures.EventuallyNil(t, "the managed condition to go after a restart with management off", 30*time.Second, func() error {
+		if m, v, d, err := managedConditions(ctx, c); err != nil || m != "" || v != "" || d != "" {
+			return fmt.Errorf("mutating %t, validating %t, policy annotation %q, %v", m != "", v != "", d, err)
 		}
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("%s after a restart with management off the managed condition is still there (mutating %t, validating %t, policy annotation %q, %v)",
-				time.Since(start).Round(time.Second), m != "", v != "", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("e2e: management off, no holds, no audit: the managed condition was removed from both configurations %s after the restart", time.Since(start).Round(10*time.Millisecond))
 	if err := c.Webhooks[0].WaitReady(ctx, 60*time.Second); err != nil {
 		t.Fatal(err)
@@ -105,20 +102,15 @@ func TestAnUnreadyLeaderSendsEveryCreate(t *testing.T) {
 	})
 	failSafe := matchconditions.Compute(nil, allocview.RangeSet{})
 	start := time.Now()
-	for {
-		m, v, d, err := managedConditions(ctx, c)
-		if err == nil && m == "true" && v == failSafe.Validating && d == "" {
-			break
-		}
+	fixtures.EventuallyNil(t, "the unready leader to write the fail-safe conditions", 45*time.Second, func() error {
 		if exited, _ := c.Webhooks[0].Exited(); exited {
 			t.Fatalf("the unready replica exited: %s", c.Webhooks[0].Tail(20))
 		}
-		if time.Since(start) > 45*time.Second {
-			t.Fatalf("%s after the leader became unready the conditions are still selective (mutating %.40q, validating is fail-safe %t, policy annotation %q, %v)",
-				time.Since(start).Round(time.Second), m, v == failSafe.Validating, d, err)
+		if m, v, d, err := managedConditions(ctx, c); err != nil || m != "true" || v != failSafe.Validating || d != "" {
+			return fmt.Errorf("still selective: mutating %.40q, validating is fail-safe %t, policy annotation %q, %v", m, v == failSafe.Validating, d, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("e2e: an unready leader wrote the fail-safe conditions (every create sent) %s after its restart", time.Since(start).Round(10*time.Millisecond))
 	if synced, err := c.WebhookMetric(ctx, 0, "clusterip_policy_match_conditions_synced"); err != nil || synced != 0 {
 		t.Fatalf("clusterip_policy_match_conditions_synced = %v (%v) on an unready leader, want 0", synced, err)

@@ -3,8 +3,10 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // TestARefusedConditionsWriteIsReported shows what an operator sees when
@@ -59,16 +62,14 @@ func TestARefusedConditionsWriteIsReported(t *testing.T) {
 	waitCondition := func(t *testing.T, prefix string, timeout time.Duration) (string, time.Duration) {
 		t.Helper()
 		start := time.Now()
-		for {
-			got := conditionOf()
-			if strings.HasPrefix(got, prefix) {
-				return got, time.Since(start)
+		var got string
+		fixtures.EventuallyNil(t, "MatchConditionsInForce to start with "+strconv.Quote(prefix), timeout, func() error {
+			if got = conditionOf(); !strings.HasPrefix(got, prefix) {
+				return fmt.Errorf("it is %q", got)
 			}
-			if time.Since(start) > timeout {
-				t.Fatalf("MatchConditionsInForce is %q %s on, want it to start with %q", got, timeout, prefix)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
+		return got, time.Since(start)
 	}
 	waitCondition(t, "True InForce", 30*time.Second)
 

@@ -17,6 +17,7 @@ import (
 	"clusterip-policy/certs"
 	"clusterip-policy/internal/testutil"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // helmPolicy is the policy the chart installs in TestHelmChart: the
@@ -199,11 +200,10 @@ func TestHelmChart(t *testing.T) {
 		bad := strings.Replace(helmPolicy, "  enforcement:", "  - ip: 10.96.0.53\n    service: default/impostor\n  enforcement:", 1)
 		// The last re-pointing may reach the apiserver after the Service
 		// webhooks answered: server-side dry runs until the check refuses.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if _, _, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-"); err != nil || time.Now().After(deadline) {
-				break
-			}
-		}
+		_ = fixtures.Wait(10*time.Second, func() bool {
+			_, _, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-")
+			return err != nil
+		})
 		out, errOut, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--force-conflicts", "-f", "-")
 		if err == nil || !strings.Contains(errOut, `admission webhook "validate-clusterippolicies.clusterip-policy.io" denied the request`) || !strings.Contains(errOut, "and default/impostor; an IP has one owner") {
 			t.Errorf("kubectl apply of a duplicate owner through the chart's check: %v\n%s%s", err, out, errOut)

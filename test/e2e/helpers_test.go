@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 const (
@@ -210,15 +211,12 @@ func decisionsFor(c *framework.Cluster, namespace, name string) []framework.Deci
 // requires webhook's denial with every part.
 func eventuallyDenied(t *testing.T, webhook string, do func() error, parts ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := do()
-		if err == nil || deniedBy(err, webhook) || time.Now().After(deadline) {
-			requireDenied(t, err, webhook, parts...)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var err error
+	_ = fixtures.Wait(5*time.Second, func() bool {
+		err = do()
+		return err == nil || deniedBy(err, webhook)
+	})
+	requireDenied(t, err, webhook, parts...)
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

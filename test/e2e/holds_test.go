@@ -173,16 +173,10 @@ func TestReservationHolds(t *testing.T) {
 		c.Webhooks[lead].Stop(10 * time.Second) // SIGTERM: the Lease is released on the way out
 		stopped := time.Now()
 		other := 1 - lead
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if v, err := c.WebhookMetric(ctx, other, "clusterip_policy_holds_leader"); err == nil && v == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the remaining replica did not take the lead within 30s")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		fixtures.Eventually(t, "the remaining replica to take the lead", 30*time.Second, func() bool {
+			v, err := c.WebhookMetric(ctx, other, "clusterip_policy_holds_leader")
+			return err == nil && v == 1
+		})
 		t.Logf("e2e: holds: replica %d took the lead %s after replica %d stopped", other+1, time.Since(stopped).Round(10*time.Millisecond), lead+1)
 		time.Sleep(3 * time.Second) // a few passes of the new leader
 		b := waitHold(t, ctx, cs, "10.96.0.10", time.Second)
@@ -203,20 +197,16 @@ func TestReservationHolds(t *testing.T) {
 		}
 		// The apiserver drops the configurations from its admission chain
 		// within a moment; until then the webhook would deny first.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		fixtures.EventuallyNil(t, "the apiserver's own refusal", 10*time.Second, func() error {
 			_, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.10")))
-			if err != nil && strings.Contains(err.Error(), "provided IP is already allocated") && !deniedBy(err, mutating) {
-				break
-			}
 			if err == nil {
 				t.Fatal("squatter got the held 10.96.0.10")
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("want the apiserver's own refusal, got %v", err)
+			if !strings.Contains(err.Error(), "provided IP is already allocated") || deniedBy(err, mutating) {
+				return err
 			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return nil
+		})
 	})
 
 	t.Run("a reservation that moves loses its hold, and an address someone else holds is never touched", func(t *testing.T) {
@@ -238,13 +228,9 @@ func TestReservationHolds(t *testing.T) {
 		if err := certs.WriteFileAtomic(c.PolicyFile, []byte(p), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(15 * time.Second)
-		for ipAddressExists(t, ctx, cs, "10.96.0.10") {
-			if time.Now().After(deadline) {
-				t.Fatal("the hold on 10.96.0.10 outlived its reservation by 15s")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		fixtures.Eventually(t, "the hold on 10.96.0.10 to go with its reservation", 15*time.Second, func() bool {
+			return !ipAddressExists(t, ctx, cs, "10.96.0.10")
+		})
 		eventuallyMetric(t, ctx, c, "clusterip_policy_holds", `state="other"`, 1)
 		time.Sleep(3 * time.Second) // passes of the leader, past the grace
 		after, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
@@ -315,17 +301,12 @@ func metricSum(t *testing.T, ctx context.Context, c *framework.Cluster, name str
 // eventuallyMetric waits up to 5s for the sum of a metric to be want.
 func eventuallyMetric(t *testing.T, ctx context.Context, c *framework.Cluster, name, match string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := metricSum(t, ctx, c, name, match)
-		if got == want {
-			return
+	fixtures.EventuallyNil(t, fmt.Sprintf("%s{%s} to be %v", name, match, want), 5*time.Second, func() error {
+		if got := metricSum(t, ctx, c, name, match); got != want {
+			return fmt.Errorf("it is %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s{%s} = %v, want %v", name, match, got, want)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestDefaultKubernetesComesBackWithHoldsOn writes the reservation of
@@ -357,26 +338,20 @@ reservations:
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	deadline := deleted.Add(45 * time.Second) // the apiserver reconciles every 10 s
-	for {
+	// The apiserver reconciles default/kubernetes every 10 s.
+	fixtures.Eventually(t, "default/kubernetes to be recreated, with holds on and its reservation written out", 45*time.Second, func() bool {
 		if a, err := cs.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.1", metav1.GetOptions{}); err == nil && a.Labels["ipaddress.kubernetes.io/managed-by"] == "clusterip-policy.io" {
 			t.Fatalf("the webhook holds 10.96.0.1 for %s/%s while default/kubernetes is absent: the apiserver cannot recreate it", a.Spec.ParentRef.Namespace, a.Spec.ParentRef.Name)
 		}
 		svc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err == nil {
-			if svc.Spec.ClusterIP != "10.96.0.1" {
-				t.Fatalf("default/kubernetes came back on %s, want 10.96.0.1", svc.Spec.ClusterIP)
-			}
-			break
-		}
-		if !apierrors.IsNotFound(err) {
+		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("default/kubernetes was not recreated within %s of its deletion, with holds on and its reservation written out", time.Since(deleted).Round(time.Second))
+		if err == nil && svc.Spec.ClusterIP != "10.96.0.1" {
+			t.Fatalf("default/kubernetes came back on %s, want 10.96.0.1", svc.Spec.ClusterIP)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil
+	})
 	t.Logf("e2e: holds: default/kubernetes came back on 10.96.0.1 %s after its deletion, with holds on and its reservation written out", time.Since(deleted).Round(10*time.Millisecond))
 	// Not held by design, as the gauge says.
 	eventuallyMetric(t, ctx, c, "clusterip_policy_holds", `state="not-applied"`, 1)

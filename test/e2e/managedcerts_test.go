@@ -23,6 +23,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 const (
@@ -398,22 +399,21 @@ func measureBundleLoad(t *testing.T, c *framework.Cluster, ns string) {
 			return err
 		}
 		// The unrelated CA is in force: a call fails the handshake.
-		deadline := time.Now().Add(20 * time.Second)
-		for i := 0; ; i++ {
-			err := probe(i)
-			if err != nil && strings.Contains(err.Error(), "failed calling webhook") {
-				break
+		tries := 0
+		fixtures.EventuallyNil(t, fmt.Sprintf("round %d: a webhook trusting an unrelated CA to fail the call", round), 20*time.Second, func() error {
+			tries++
+			if err := probe(tries); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+				return fmt.Errorf("the call: %v", err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: a webhook trusting an unrelated CA never failed the call (last %v)", round, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 		created.Webhooks[0].ClientConfig.CABundle = managed
 		t0 := time.Now()
 		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// A measurement, not a wait: probed every 10ms (fixtures.Wait
+		// backs off to 200ms), so took is the time to trust to 10ms.
 		for i := 1000; ; i++ {
 			if err := probe(i); err == nil {
 				took = append(took, time.Since(t0))

@@ -311,16 +311,10 @@ func TestUnmanagedConditionsStayStatic(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	for {
+	fixtures.Eventually(t, "the leftover managed condition to be removed after the restart", 45*time.Second, func() bool {
 		_, v, _, err := managedConditions(ctx, c)
-		if err == nil && v == "" {
-			break
-		}
-		if time.Since(start) > 45*time.Second {
-			t.Fatalf("the leftover managed condition is still there %s after the restart", time.Since(start).Round(time.Second))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && v == ""
+	})
 	t.Logf("e2e: unmanaged: the leftover managed condition was removed %s after the restarted replica was ready", time.Since(start).Round(10*time.Millisecond))
 	v, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
 	if err != nil {

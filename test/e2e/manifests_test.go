@@ -30,6 +30,7 @@ import (
 	"clusterip-policy/certs"
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // myPolicyPatch is what a user's overlay adds to the base's policy before
@@ -348,16 +349,13 @@ func TestDeploymentManifests(t *testing.T) {
 	})
 
 	t.Run("the applied policy object is in force, and the applied policy-object check refuses a bad edit", func(t *testing.T) {
-		var status string
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			status, _, _ = c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.metadata.generation} {.status.generationInForce}`)
-			if status == "True 1 1" || time.Now().After(deadline) {
-				break
+		fixtures.EventuallyNil(t, "ClusterIPPolicy default Ready with generation 1 in force", 15*time.Second, func() error {
+			status, _, _ := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.metadata.generation} {.status.generationInForce}`)
+			if status != "True 1 1" {
+				return fmt.Errorf("Ready, generation, in force = %q, want True 1 1", status)
 			}
-		}
-		if status != "True 1 1" {
-			t.Fatalf("ClusterIPPolicy default: Ready, generation, in force = %q, want True 1 1", status)
-		}
+			return nil
+		})
 		v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -380,11 +378,10 @@ spec:
 		// The apiserver picks up the re-pointed configuration
 		// asynchronously: server-side dry runs (which call the check too)
 		// until it is refused, then the real apply.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if _, _, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--dry-run=server", "-f", "-"); err != nil || time.Now().After(deadline) {
-				break
-			}
-		}
+		_ = fixtures.Wait(10*time.Second, func() bool {
+			_, _, err := c.Kubectl(ctx, bad, "apply", "--server-side", "--dry-run=server", "-f", "-")
+			return err != nil
+		})
 		out, errOut, err := c.Kubectl(ctx, bad, "apply", "--server-side", "-f", "-")
 		if err == nil {
 			t.Fatalf("kubectl apply accepted a duplicate owner through the overlay's check:\n%s", out)

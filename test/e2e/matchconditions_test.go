@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // Every matchCondition must evaluate on every request the apiserver can
@@ -66,10 +67,10 @@ spec:
 			if !strings.HasPrefix(name, "e2e-generated-") {
 				t.Fatalf("created %q", out)
 			}
-			for start := time.Now(); dynamicCalled && len(decisionsFor(c, ns, name)) == 0; time.Sleep(100 * time.Millisecond) {
-				if time.Since(start) > 5*time.Second {
-					t.Fatalf("the validating webhook never saw the generateName create of %s/%s", ns, name)
-				}
+			if dynamicCalled {
+				fixtures.Eventually(t, fmt.Sprintf("the validating webhook to see the generateName create of %s/%s", ns, name), 5*time.Second, func() bool {
+					return len(decisionsFor(c, ns, name)) > 0
+				})
 			}
 			_, _, err = c.Kubectl(ctx, "", "-n", ns, "label", "service", name, "e2e=labelled")
 			noEvalError(t, "kubectl label (UPDATE by merge patch)", err)

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // Every metric that the alerts (manifests/monitoring/prometheusrule.yaml)
@@ -43,15 +45,12 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		t.Fatalf("create kube-dns: %v: %s", err, stderr)
 	}
 	// The audit's gauges are set by its first successful pass (1 s apart).
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		n, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`)
-		if err == nil && n >= 1 {
-			break
+	fixtures.EventuallyNil(t, "a successful periodic audit pass", 10*time.Second, func() error {
+		if n, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`); err != nil || n < 1 {
+			return fmt.Errorf("%v passes (%v)", n, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no successful periodic audit pass within 10s (%v passes, %v)", n, err)
-		}
-	}
+		return nil
+	})
 
 	webhookText, err := c.Webhooks[0].Metrics()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"clusterip-policy/docs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // TestNodeKustomizeBase runs docs/install.md's kustomize block for the base
@@ -70,7 +71,7 @@ func TestNodeKustomizeBase(t *testing.T) {
 	// The base's policy warns: a static address in the dynamic band is
 	// admitted with the rule's warning, from a pod serving the managed
 	// certificate (a TLS failure would be a denial or, unarmed, silence).
-	eventually(t, ctx, time.Minute, func() error {
+	fixtures.EventuallyNil(t, "the base's warning on a dynamic-band create", time.Minute, func() error {
 		_, stderr, err := n.kubectlOut(ctx, kubectl, "create", "service", "clusterip", "kustomize-base-probe", "--tcp=80", "--clusterip=10.96.200.7", "--dry-run=server")
 		if err != nil {
 			return err
@@ -205,7 +206,7 @@ func (n *realNode) breakGlassAsDocumented(t *testing.T, ctx context.Context, wra
 	// want waits until every webhook named has the failurePolicy given.
 	want := func(what, policy string, names ...string) {
 		t.Helper()
-		eventually(t, ctx, time.Minute, func() error {
+		fixtures.EventuallyNil(t, what, time.Minute, func() error {
 			now, err := n.failurePolicies(ctx)
 			if err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"clusterip-policy/test/fixtures"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -237,21 +238,16 @@ func (w *leaveWatch) goWatch(ctx context.Context, wi watch.Interface, on func(an
 // and left the endpoints, then stops the watch and returns the pods that
 // were deleted, in the order they were.
 func (w *leaveWatch) settle(within time.Duration) []leaving {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	_ = fixtures.Wait(within, func() bool {
 		w.mu.Lock()
-		open := 0
+		defer w.mu.Unlock()
 		for _, l := range w.byUID {
 			if l.deleted != 0 && (l.exited == 0 || l.notReady == 0) {
-				open++
+				return false
 			}
 		}
-		w.mu.Unlock()
-		if open == 0 {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return true
+	})
 	w.cancel()
 	w.wg.Wait()
 	var out []leaving

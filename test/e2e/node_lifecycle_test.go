@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // previousChartRef is the commit whose chart the upgrade scenario starts
@@ -112,7 +113,7 @@ func TestNodeLifecycle(t *testing.T) {
 		// and a 90-day certificate, and nothing falls due in the window
 		// (seen: the 45 s renewal never came). Wait for a new pod to lead.
 		leadStart := time.Now()
-		eventually(t, ctx, 2*time.Minute, func() error {
+		fixtures.EventuallyNil(t, "a new pod to lead the holds", 2*time.Minute, func() error {
 			lease, err := n.cs.CoordinationV1().Leases(ns).Get(ctx, "clusterip-policy-holds", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -217,7 +218,7 @@ func TestNodeLifecycle(t *testing.T) {
 			}
 		}
 		defer restore()
-		eventually(t, ctx, time.Minute, func() error {
+		fixtures.EventuallyNil(t, "WebhookReachable False with the Service pointing nowhere", time.Minute, func() error {
 			out, err := n.try(ctx, framework.DefaultBinaries(n.root).Kubectl, "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="WebhookReachable")].status}`)
 			if err != nil {
 				return err
@@ -229,7 +230,7 @@ func TestNodeLifecycle(t *testing.T) {
 		})
 		t.Logf("e2e: node lifecycle unreachable: the ClusterIPPolicy status said WebhookReachable=False %s after the webhook Service pointed nowhere", time.Since(cut).Round(time.Second))
 		var gauge string
-		eventually(t, ctx, time.Minute, func() error {
+		fixtures.EventuallyNil(t, "a pod's webhook_reachable gauge at 0", time.Minute, func() error {
 			for _, p := range n.checkPods(t, ctx, ns, 3) {
 				body, err := httpGet(ctx, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/metrics")
 				if err != nil {
@@ -246,7 +247,7 @@ func TestNodeLifecycle(t *testing.T) {
 		})
 		t.Logf("e2e: node lifecycle unreachable: %s (the alert ClusterIPPolicyWebhookUnreachable reads it; its promtool tests are in manifests/testdata)", gauge)
 		restore()
-		eventually(t, ctx, time.Minute, func() error {
+		fixtures.EventuallyNil(t, "WebhookReachable True after the Service was restored", time.Minute, func() error {
 			out, err := n.try(ctx, framework.DefaultBinaries(n.root).Kubectl, "get", "clusterippolicy", "default", "-o", `jsonpath={.status.conditions[?(@.type=="WebhookReachable")].status}`)
 			if err != nil {
 				return err
@@ -302,7 +303,7 @@ func TestNodeLifecycle(t *testing.T) {
 			t.Errorf("the CRD carries no clusterip-policy.io/applied-by-version after the upgrade: the pre-upgrade hook did not apply it; its pods said:\n%s", out)
 			n.dumpPods(t, ctx, ns)
 		}
-		eventually(t, ctx, 30*time.Second, func() error {
+		fixtures.EventuallyNil(t, "spec.exemptions kept by the upgraded CRD", 30*time.Second, func() error {
 			if _, err := n.try(ctx, kubectl, "patch", "clusterippolicy", "default", "--type=merge", "-p", `{"spec":{"exemptions":{"namespaces":["e2e-upgrade"]}}}`); err != nil {
 				return err
 			}
@@ -316,7 +317,7 @@ func TestNodeLifecycle(t *testing.T) {
 		// of its own in the caBundle, then its serving certificate, and the
 		// Secret labelled its own (the chart stops rendering it then).
 		took := time.Now()
-		eventually(t, ctx, 2*time.Minute, func() error {
+		fixtures.EventuallyNil(t, "the webhook to manage its serving Secret", 2*time.Minute, func() error {
 			s, err := n.cs.CoreV1().Secrets(ns).Get(ctx, "clusterip-policy-webhook-tls", metav1.GetOptions{})
 			if err != nil {
 				return err

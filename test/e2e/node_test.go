@@ -31,6 +31,7 @@ import (
 
 	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // realNode is a node `make node-up` started (hack/node-up.sh): its
@@ -176,7 +177,7 @@ func TestNodeChartFromRegistry(t *testing.T) {
 
 	t.Run("the hold on the DNS address, then kube-dns created without an address gets it", func(t *testing.T) {
 		var hold string
-		eventually(t, ctx, time.Minute, func() error {
+		fixtures.EventuallyNil(t, "the hold on 10.96.0.10 for kube-system/kube-dns", time.Minute, func() error {
 			a, err := n.cs.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.10", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -204,7 +205,7 @@ func TestNodeChartFromRegistry(t *testing.T) {
 	})
 
 	t.Run("the leader writes the managed matchCondition", func(t *testing.T) {
-		eventually(t, ctx, time.Minute, func() error {
+		fixtures.EventuallyNil(t, "the leader's managed matchCondition", time.Minute, func() error {
 			m, err := n.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -263,7 +264,7 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 	if _, err := n.cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "platform-second"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, time.Minute, func() error {
+	fixtures.EventuallyNil(t, "ServiceCIDR platform-second Ready", time.Minute, func() error {
 		sc, err := n.cs.NetworkingV1().ServiceCIDRs().Get(ctx, "platform-second", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -556,8 +557,7 @@ func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
 		}
 		t.Logf("e2e: node: evicted %s; the second eviction was refused: %v", pods[0].Name, err)
 		// The replacement becomes ready; then a drain could go on.
-		deadline := time.Now().Add(90 * time.Second)
-		for time.Now().Before(deadline) {
+		err = fixtures.Wait(90*time.Second, func() bool {
 			ready := 0
 			list, err := n.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=clusterip-policy-webhook"})
 			for _, p := range list.Items {
@@ -565,13 +565,13 @@ func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
 					ready++
 				}
 			}
-			if ready == 3 {
-				t.Logf("e2e: node: the evicted pod's replacement was ready %s after the eviction", time.Since(evicted).Round(100*time.Millisecond))
-				return nil
-			}
-			time.Sleep(500 * time.Millisecond)
+			return ready == 3
+		})
+		if err != nil {
+			return fmt.Errorf("the evicted pod's replacement was not ready within 90s")
 		}
-		return fmt.Errorf("the evicted pod's replacement was not ready within 90s")
+		t.Logf("e2e: node: the evicted pod's replacement was ready %s after the eviction", time.Since(evicted).Round(100*time.Millisecond))
+		return nil
 	})
 }
 
@@ -817,6 +817,8 @@ func (n *realNode) readyEndpoint(ctx context.Context, ns, ip string) bool {
 // the kubelet, as `kubectl logs` does); it returns the pod and the line.
 func (n *realNode) decisionInPodLogs(t *testing.T, ctx context.Context, ns, name string, within time.Duration) (string, string) {
 	t.Helper()
+	// Once a second, not with fixtures.Wait: each pass reads up to 8 MiB
+	// of every pod's log through the kubelet.
 	deadline := time.Now().Add(within)
 	var lastErr error
 	for {
@@ -906,20 +908,4 @@ func (n *realNode) dumpPods(t *testing.T, ctx context.Context, ns string) {
 	t.Logf("pods and events in %s:\n%s", ns, out)
 	out, _ = n.try(ctx, kubectl, "-n", ns, "logs", "-l", "app.kubernetes.io/name=clusterip-policy-webhook", "--tail=20", "--prefix")
 	t.Logf("pod logs:\n%s", out)
-}
-
-// eventually retries check every 500ms until it returns nil or within passes.
-func eventually(t *testing.T, ctx context.Context, within time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("not within %s: %v", within, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }

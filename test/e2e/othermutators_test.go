@@ -23,6 +23,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // Another mutating admission that sets spec.clusterIP after ours must not
@@ -124,16 +125,15 @@ func serviceCreateRule() admissionregistrationv1.RuleWithOperations {
 func waitMutatingCondition(t *testing.T, ctx context.Context, c *framework.Cluster, sendsEvery bool, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
-		m, _, _, err := managedConditions(ctx, c)
-		if err == nil && m != "" && (m == "true") == sendsEvery {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("after %s the mutating managed condition is %.60q (err %v); want one that sends every create: %v", timeout, m, err, sendsEvery)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var m string
+	var err error
+	if fixtures.Wait(timeout, func() bool {
+		m, _, _, err = managedConditions(ctx, c)
+		return err == nil && m != "" && (m == "true") == sendsEvery
+	}) != nil {
+		t.Fatalf("after %s the mutating managed condition is %.60q (err %v); want one that sends every create: %v", timeout, m, err, sendsEvery)
 	}
+	return time.Since(start)
 }
 
 func labelledService(ns, name, ip string) *corev1.Service {
@@ -259,22 +259,23 @@ func TestAMutatingAdmissionPolicyForServicesMakesEveryCreateReachOurs(t *testing
 
 	// The policy is compiled by the apiserver's own informer: retry a
 	// moment until it acts, then its address must be denied.
-	deadline := time.Now().Add(15 * time.Second)
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("map-dynamic-%d", i)
+	tries := 0
+	fixtures.EventuallyNil(t, "the MutatingAdmissionPolicy to act", 15*time.Second, func() error {
+		tries++
+		name := fmt.Sprintf("map-dynamic-%d", tries)
 		svc, err := cs.CoreV1().Services(ns).Create(ctx, labelledService(ns, name, "10.96.200.72"), metav1.CreateOptions{})
 		if err != nil && strings.Contains(err.Error(), "dynamic band") {
 			t.Logf("e2e: other mutators: a MutatingAdmissionPolicy set 10.96.200.72 on a plain create: denied: %v", err)
-			break
+			return nil
 		}
 		if err == nil && svc.Spec.ClusterIP == "10.96.200.72" {
 			t.Fatalf("a MutatingAdmissionPolicy put the dynamic-band address %s on %s and it was admitted", svc.Spec.ClusterIP, name)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the MutatingAdmissionPolicy never acted within 15s (last: ip %v, err %v)", svc, err)
+		if err != nil {
+			return err
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("%s created with %s", name, svc.Spec.ClusterIP)
+	})
 	if err := cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // auditEventReason is the reason of the periodic audit's Events (public API).
@@ -110,21 +112,17 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 
 	t.Run("the leader's gauge counts the violations per rule", func(t *testing.T) {
 		want := map[string]float64{"invalid-ip": 0, "outside-service-cidrs": 1, "reserved-for-other": 1, "already-allocated": 0, "reservation-not-held": 1}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		fixtures.EventuallyNil(t, fmt.Sprintf("a pass with the gauge at %v", want), 30*time.Second, func() error {
 			ok := metricSum(t, ctx, c, "clusterip_policy_audit_passes_total", `result="success"`) > 0
 			for rule, w := range want {
 				ok = ok && metricSum(t, ctx, c, "clusterip_policy_existing_violations", `rule="`+rule+`"`) == w
 			}
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
+			if !ok {
 				m, _ := c.Webhooks[0].Metrics()
-				t.Fatalf("no pass with the gauge at %v within 30s; metrics of replica 1:\n%s", want, auditMetricLines(m))
+				return fmt.Errorf("metrics of replica 1:\n%s", auditMetricLines(m))
 			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return nil
+		})
 		t.Logf("e2e: periodic audit: gauge at its values %s after the replicas were started (%s to ready)", time.Since(start).Round(10*time.Millisecond), ready.Round(10*time.Millisecond))
 		// Only the leader exposes the gauge: one replica's series, not two.
 		series := 0
@@ -148,13 +146,10 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 
 	t.Run("each offending Service has one Warning Event, shown by kubectl describe", func(t *testing.T) {
 		var got map[string]int
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			if got = policyEvents(t, ctx, cs); len(got) == len(offending) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		_ = fixtures.Wait(20*time.Second, func() bool {
+			got = policyEvents(t, ctx, cs)
+			return len(got) == len(offending)
+		})
 		if !maps.Equal(got, offending) {
 			t.Fatalf("Events by Service = %v, want %v", got, offending)
 		}
@@ -180,13 +175,9 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 
 	t.Run("later passes and the other replica add no Event", func(t *testing.T) {
 		before := metricSum(t, ctx, c, "clusterip_policy_audit_passes_total", `result="success"`)
-		deadline := time.Now().Add(30 * time.Second)
-		for metricSum(t, ctx, c, "clusterip_policy_audit_passes_total", `result="success"`) < before+3 {
-			if time.Now().After(deadline) {
-				t.Fatalf("fewer than 3 passes in 30s with --audit-interval=2s")
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		fixtures.Eventually(t, "3 more passes with --audit-interval=2s", 30*time.Second, func() bool {
+			return metricSum(t, ctx, c, "clusterip_policy_audit_passes_total", `result="success"`) >= before+3
+		})
 		if got := policyEvents(t, ctx, cs); !maps.Equal(got, offending) {
 			t.Fatalf("after 3 more passes: Events by Service = %v, want still %v", got, offending)
 		}
@@ -210,21 +201,15 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 		stopped := time.Now()
 		other := 1 - lead
 		deadline := time.Now().Add(30 * time.Second)
-		for {
+		fixtures.Eventually(t, "the remaining replica to report the gauge", time.Until(deadline), func() bool {
 			v, err := c.WebhookMetric(ctx, other, "clusterip_policy_existing_violations", `rule="reserved-for-other"`)
-			if err == nil && v == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the remaining replica did not report the gauge within 30s")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err == nil && v == 1
+		})
 		t.Logf("e2e: periodic audit: replica %d reported the gauge %s after replica %d stopped", other+1, time.Since(stopped).Round(10*time.Millisecond), lead+1)
 		// A pass sets the gauge before it looks at the Events: wait until
 		// the new leader has looked at all three offending Services.
 		var existing float64
-		for {
+		_ = fixtures.Wait(time.Until(deadline), func() bool {
 			var err error
 			if existing, err = c.WebhookMetric(ctx, other, "clusterip_policy_audit_events_total", `result="existing"`); err != nil {
 				t.Fatal(err)
@@ -233,11 +218,8 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if existing+created >= 3 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return existing+created >= 3
+		})
 		got := policyEvents(t, ctx, cs)
 		if time.Now().Truncate(time.Hour).Equal(hour) {
 			if !maps.Equal(got, offending) || existing != 3 {
@@ -252,13 +234,9 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 		if err := cs.CoreV1().Services("default").Delete(ctx, "early-bird", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for metricSum(t, ctx, c, "clusterip_policy_existing_violations", `rule="reserved-for-other"`) != 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("reserved-for-other still counted 20s after default/early-bird was deleted")
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		fixtures.Eventually(t, "reserved-for-other to leave the gauge after default/early-bird was deleted", 20*time.Second, func() bool {
+			return metricSum(t, ctx, c, "clusterip_policy_existing_violations", `rule="reserved-for-other"`) == 0
+		})
 		if v := metricSum(t, ctx, c, "clusterip_policy_existing_violations", `rule="reservation-not-held"`); v != 1 {
 			t.Errorf("reservation-not-held = %v, want 1 (kube-dns still holds 10.96.0.11)", v)
 		}

@@ -3,8 +3,10 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 const policyObjectWebhook = "validate-clusterippolicies.clusterip-policy.io"
@@ -58,17 +61,14 @@ func TestPolicyObject(t *testing.T) {
 	}
 	waitStatus := func(t *testing.T, prefix string) string {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			got := readyOf(t)
-			if strings.HasPrefix(got, prefix) {
-				return got
+		var got string
+		fixtures.EventuallyNil(t, "the status to start with "+strconv.Quote(prefix), 15*time.Second, func() error {
+			if got = readyOf(t); !strings.HasPrefix(got, prefix) {
+				return fmt.Errorf("status %q", got)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("status %q 15s on, want it to start with %q", got, prefix)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return got
 	}
 
 	if out, err := kubectl(t, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
@@ -151,6 +151,8 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatalf("apply the edit: %v\n%s", err, out)
 		}
 		start := time.Now()
+		// Probed every 20ms, not with fixtures.Wait (which backs off to
+		// 200ms): the figure is to the 20ms.
 		for {
 			_, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
 			if deniedBy(err, mutating) {
@@ -266,17 +268,12 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The apiserver picks the change up asynchronously.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			out, err := kubectl(t, dupOwner, "apply", "--dry-run=server", "-f", "-")
-			if err == nil {
-				break
+		fixtures.EventuallyNil(t, "kubectl apply --dry-run=server to pass with the check cut off", 10*time.Second, func() error {
+			if out, err := kubectl(t, dupOwner, "apply", "--dry-run=server", "-f", "-"); err != nil {
+				return fmt.Errorf("%v\n%s", err, out)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("kubectl apply --dry-run=server still refused 10s after the check was cut off: %v\n%s", err, out)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 	})
 
 	t.Run("without the check (as while the webhook is down: failurePolicy Ignore), a duplicate owner is accepted, refused by the webhook, the last good generation stays in force and kubectl get says so", func(t *testing.T) {

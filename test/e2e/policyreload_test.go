@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,12 +82,9 @@ func TestPolicyReload(t *testing.T) {
 	waitMetric := func(t *testing.T, sample string, above float64) time.Duration {
 		t.Helper()
 		start := time.Now()
-		for metricValue(t, w, sample) <= above {
-			if time.Since(start) > 15*time.Second {
-				t.Fatalf("%s still %v 15s after the policy file changed", sample, above)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		fixtures.Eventually(t, fmt.Sprintf("%s to pass %v after the policy file changed", sample, above), 15*time.Second, func() bool {
+			return metricValue(t, w, sample) > above
+		})
 		return time.Since(start)
 	}
 	t.Cleanup(func() {

@@ -18,6 +18,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // secondAddressAnnotation names the IPv6 address the test's mutator adds
@@ -113,28 +114,24 @@ func TestAnotherMutatingWebhookCannotGiveALabelOnlyUpdateASecondAddress(t *testi
 			// until the other webhook acts, the annotation only is written.
 			// Retried on a fresh Service name each time, so the first try
 			// that the other webhook changes is the one judged.
-			deadline := time.Now().Add(15 * time.Second)
 			var err error
 			var got *corev1.Service
-			for {
+			fixtures.Eventually(t, "the other mutating webhook to change an UPDATE (else the test proves nothing)", 15*time.Second, func() bool {
 				before := changed.Load()
 				got, err = annotate("grows-dynamic", "fd00:10:96::5000")
 				if changed.Load() > before {
-					break
+					return true
 				}
 				if err != nil {
 					t.Fatalf("annotation-only update before the other webhook acted: %v", err)
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the other mutating webhook never changed an UPDATE; the test proves nothing")
 				}
 				// Undo, so that the next try is judged from single-stack.
 				if err := cs.CoreV1().Services(ns).Delete(ctx, "grows-dynamic", metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}
 				mustCreate(t, ctx, cs, service(ns, "grows-dynamic", clusterIP("10.96.0.40")))
-				time.Sleep(200 * time.Millisecond)
-			}
+				return false
+			})
 			if err == nil || !strings.Contains(err.Error(), "dynamic band") {
 				t.Fatalf("a dynamic-band IPv6 address added by a later mutating webhook on an annotation-only UPDATE: err %v (admitted with %v), want the static-ip-in-dynamic-band denial", err, got.Spec.ClusterIPs)
 			}

@@ -32,6 +32,7 @@ import (
 	"clusterip-policy/certs"
 	"clusterip-policy/pkg/policy"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -178,37 +179,31 @@ func waitSettled(ctx context.Context, c *framework.Cluster, path string, logf fu
 		return err
 	}
 	start := time.Now()
-	deadline := start.Add(time.Minute)
-	for {
-		missing := ""
+	missing := ""
+	settled := func() bool {
 		for _, r := range p.Reservations {
 			if _, _, err := c.Kubectl(ctx, "", "get", "ipaddress", r.IP.String(), "-o", "name"); err != nil {
 				missing = "no IPAddress holds " + r.IP.String()
-				break
+				return false
 			}
 		}
-		if missing == "" {
-			for _, kind := range []string{"mutatingwebhookconfiguration", "validatingwebhookconfiguration"} {
-				out, _, err := c.Kubectl(ctx, "", "get", kind, "clusterip-policy", "-o", "jsonpath={.webhooks[0].matchConditions[*].name}")
-				if err != nil || !strings.Contains(out, "policy-may-apply") {
-					missing = "the managed matchCondition is not in the " + kind + " yet"
-					break
-				}
+		for _, kind := range []string{"mutatingwebhookconfiguration", "validatingwebhookconfiguration"} {
+			out, _, err := c.Kubectl(ctx, "", "get", kind, "clusterip-policy", "-o", "jsonpath={.webhooks[0].matchConditions[*].name}")
+			if err != nil || !strings.Contains(out, "policy-may-apply") {
+				missing = "the managed matchCondition is not in the " + kind + " yet"
+				return false
 			}
 		}
-		if missing == "" {
-			logf("holds and managed matchConditions in place %s after registration", time.Since(start).Round(time.Millisecond))
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s after %s: see the webhook's log", missing, time.Since(start).Round(time.Second))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return true
 	}
+	if err := fixtures.WaitContext(ctx, time.Minute, settled); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%s after %s: see the webhook's log", missing, time.Since(start).Round(time.Second))
+	}
+	logf("holds and managed matchConditions in place %s after registration", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // applyPolicy installs the ClusterIPPolicy CRD from manifests/base and
