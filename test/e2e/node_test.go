@@ -260,6 +260,16 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 	t.Cleanup(func() {
 		_ = n.cs.SchedulingV1().PriorityClasses().Delete(context.Background(), "platform-admission", metav1.DeleteOptions{})
 		_ = n.cs.NetworkingV1().ServiceCIDRs().Delete(context.Background(), "platform-second", metav1.DeleteOptions{})
+		// Until a deleted ServiceCIDR is gone (the controller-manager
+		// removes its finalizer), the apiserver's dry-run allocator, which
+		// picks one range at random, may pick it and answer "allocator not
+		// ready": the next test's dry-run create would fail now and then.
+		if err := fixtures.Wait(time.Minute, func() bool {
+			_, err := n.cs.NetworkingV1().ServiceCIDRs().Get(context.Background(), "platform-second", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}); err != nil {
+			t.Errorf("ServiceCIDR platform-second still there a minute after its deletion")
+		}
 	})
 	if _, err := n.cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "platform-second"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
