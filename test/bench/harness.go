@@ -199,18 +199,16 @@ func (b *Bench) startNop(ctx context.Context) error {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(b.c.WebhookCA.Cert)
-	var dialErr error
-	serving := false
+	var dialErr error // the last dial's: nil once the nop webhook serves
 	_ = fixtures.WaitContext(ctx, 30*time.Second, func() bool {
 		var conn *tls.Conn
 		if conn, dialErr = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", b.nopAddr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}); dialErr == nil {
 			conn.Close()
-			serving = true
 		}
 		exited, _ := b.nop.Exited()
-		return serving || exited
+		return dialErr == nil || exited
 	})
-	if serving {
+	if dialErr == nil {
 		b.o.Logf("bench: nop webhook serving on %s (pid %d)", b.nopAddr, b.nop.Pid())
 		return nil
 	}
