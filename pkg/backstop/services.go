@@ -1,0 +1,377 @@
+package backstop
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/policy"
+)
+
+// The Service policies' variables. Each is evaluated at most once per
+// request. They mirror pkg/policy: requestedIPs (ips), oldIPs (old), the
+// addresses eachNewIP checks (fresh: not held before, as spelled), those
+// the backstop can judge (checked: valid IPs in canonical form, without a
+// dry run's placeholder; an invalid spelling is the webhook's invalid-ip,
+// and with StrictIPCIDRValidation the apiserver refuses it itself).
+const (
+	varIPs = `(has(object.spec.clusterIPs) && size(object.spec.clusterIPs) > 0 ? object.spec.clusterIPs : ` +
+		`(has(object.spec.clusterIP) && object.spec.clusterIP != '' ? [object.spec.clusterIP] : [])).filter(i, i != 'None' && i != '')`
+	varOld = `request.operation == 'UPDATE' && oldObject != null && has(oldObject.spec) && ` +
+		`!(has(oldObject.spec.type) && oldObject.spec.type == 'ExternalName') ? ` +
+		`(has(oldObject.spec.clusterIPs) && size(oldObject.spec.clusterIPs) > 0 ? oldObject.spec.clusterIPs : ` +
+		`(has(oldObject.spec.clusterIP) && oldObject.spec.clusterIP != '' ? [oldObject.spec.clusterIP] : [])).filter(i, i != 'None' && i != '') : []`
+	varFresh = `size(variables.ips) > 2 ? [] : variables.ips.filter(i, !(i in variables.old))`
+	varSelf  = `request.namespace + '/' + (has(object.metadata.name) ? object.metadata.name : '')`
+	// varRecorded is the record's addresses that are new in this request.
+	varRecorded = `has(object.metadata.annotations) && '` + RecordAnnotation + `' in object.metadata.annotations ? ` +
+		`variables.fresh.filter(i, i in object.metadata.annotations['` + RecordAnnotation + `'].split(',') && isIP(i)).map(i, string(ip(i))) : []`
+)
+
+// services builds the Service policies' rules.
+func (c compiler) services() group {
+	g := group{
+		resource:   Services,
+		namespaced: true,
+		rules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{Services}},
+		}}},
+		// The webhooks' own conditions (manifests/base/webhook-
+		// configurations.yaml), then the stages' skips of pkg/policy.
+		matchConditions: append([]admissionregistrationv1.MatchCondition{
+			{Name: "not-default-kubernetes", Expression: `!(has(request.namespace) && request.namespace == 'default' && ` +
+				`has(request.name) && request.name == 'kubernetes' && ` +
+				`has(request.userInfo.username) && request.userInfo.username == 'system:apiserver' && ` +
+				`has(request.userInfo.groups) && 'system:masters' in request.userInfo.groups)`},
+			{Name: "not-external-name", Expression: `!has(object.spec) || !has(object.spec.type) || object.spec.type != 'ExternalName'`},
+			{Name: "not-headless", Expression: `!has(object.spec) || (!(has(object.spec.clusterIP) && object.spec.clusterIP == 'None') && ` +
+				`!(has(object.spec.clusterIPs) && size(object.spec.clusterIPs) > 0 && object.spec.clusterIPs[0] == 'None'))`},
+		}, c.exemptions(true)...),
+		variables: []admissionregistrationv1.Variable{
+			{Name: "ips", Expression: varIPs},
+			{Name: "old", Expression: varOld},
+			{Name: "fresh", Expression: varFresh},
+			{Name: "self", Expression: varSelf},
+		},
+	}
+	rangesOK := len(c.rs.Active) <= MaxRanges
+	nets, netsOK := c.networks()
+	if netsOK {
+		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "checked",
+			Expression: fmt.Sprintf(`variables.fresh.filter(i, isIP(i)).map(i, string(ip(i))).filter(i, !(has(request.dryRun) && request.dryRun && i in %s))`, quoteList(nets))})
+	}
+	leftNets := func(rule policy.RuleID) string {
+		return fmt.Sprintf("%s on services: the cluster has more than %d ServiceCIDR ranges whose network address a dry run may show", rule, MaxNetworks)
+	}
+	leftRanges := func(rule policy.RuleID) string {
+		return fmt.Sprintf("%s on services: more than %d active ranges to encode", rule, MaxRanges)
+	}
+
+	// outside-service-cidrs: outside allowedCIDRs. Every address outside
+	// them is outside every active range too (the ranges are narrowed to
+	// them), which is what the webhook refuses; an address inside them but
+	// outside the active ranges is left to the webhook and to the
+	// apiserver, which refuses an address no ServiceCIDR holds.
+	switch {
+	case len(c.p.AllowedCIDRs) == 0:
+		g.left = append(g.left, "outside-service-cidrs on services: the policy lists no allowedCIDRs")
+	case !netsOK:
+		g.left = append(g.left, leftNets(policy.RuleOutsideServiceCIDRs))
+	default:
+		g.add(c.p, validation{
+			rule:       policy.RuleOutsideServiceCIDRs,
+			expression: fmt.Sprintf("variables.checked.all(i, %s)", inPrefixes("i", c.p.AllowedCIDRs)),
+			message: fmt.Sprintf(`'ClusterIP "' + variables.checked.filter(i, !(%s))[0] + '" is outside the policy\'s allowedCIDRs %s; '`,
+				inPrefixes("i", c.p.AllowedCIDRs), policy.JoinListed(prefixStrings(c.p.AllowedCIDRs), ", ")) +
+				` + ` + c.staticAdvice("variables.checked.filter(i, !("+inPrefixes("i", c.p.AllowedCIDRs)+"))[0]") +
+				` + ' (clusterip-policy backstop, rule outside-service-cidrs)'`,
+		})
+	}
+
+	reserved := c.reservations()
+	if len(reserved) > 0 || len(c.p.ReservedRanges) > 0 {
+		chunks := chunkReservations(reserved)
+		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "reserved", Expression: "[" + strings.Join(chunks, ", ") + "]"})
+	}
+	usable, usableOK := c.usable("i")
+
+	// reserved-for-other: the address is usable in an active range (an
+	// address outside them is outside-service-cidrs first, in the
+	// webhook's order) and reserved for another Service.
+	switch {
+	case len(reserved) == 0:
+		g.left = append(g.left, "reserved-for-other on services: the policy reserves no address")
+	case !netsOK:
+		g.left = append(g.left, leftNets(policy.RuleReservedForOther))
+	case !rangesOK || !usableOK:
+		g.left = append(g.left, leftRanges(policy.RuleReservedForOther))
+	default:
+		taken := fmt.Sprintf("(%s) && variables.reserved.exists(m, i in m && m[i] != variables.self)", usable)
+		g.add(c.p, validation{
+			rule:       policy.RuleReservedForOther,
+			expression: fmt.Sprintf("variables.checked.all(i, !(%s))", taken),
+			message: fmt.Sprintf(`variables.checked.filter(i, %s).map(i, 'ClusterIP "' + i + '" is reserved for Service ' + variables.reserved.filter(m, i in m)[0][i] + '; ')[0]`, taken) +
+				` + ` + c.staticAdvice("variables.checked.filter(i, "+taken+")[0]") +
+				` + ' (clusterip-policy backstop, rule reserved-for-other)'`,
+		})
+	}
+
+	// reserved-range-for-other: usable, not reserved itself (a
+	// reservation wins over its range), in a range the Service may not use.
+	ranges, rangesExprOK := c.reservedRanges("i")
+	switch {
+	case len(c.p.ReservedRanges) == 0:
+		g.left = append(g.left, "reserved-range-for-other on services: the policy has no reservedRanges")
+	case !netsOK:
+		g.left = append(g.left, leftNets(policy.RuleReservedRangeForOther))
+	case !rangesOK || !usableOK || !rangesExprOK:
+		g.left = append(g.left, leftRanges(policy.RuleReservedRangeForOther))
+	default:
+		bad := fmt.Sprintf("(%s) && !variables.reserved.exists(m, i in m) && (%s)", usable, ranges.refused)
+		g.add(c.p, validation{
+			rule:       policy.RuleReservedRangeForOther,
+			expression: fmt.Sprintf("variables.checked.all(i, !(%s))", bad),
+			message: fmt.Sprintf(`variables.checked.filter(i, %s).map(i, 'ClusterIP "' + i + '" is in reserved range ' + %s + ', which namespace ' + request.namespace + ' (or this Service, by its labels) may not use; ')[0]`, bad, ranges.name) +
+				` + ` + c.staticAdvice("variables.checked.filter(i, "+bad+")[0]") +
+				` + ' outside the reserved ranges (clusterip-policy backstop, rule reserved-range-for-other)'`,
+		})
+	}
+
+	// static-ip-in-dynamic-band: an address the request named (the
+	// record) in a dynamic band, not reserved, not in a reserved range.
+	dynamic, dynamicOK := c.dynamic("i")
+	switch {
+	case !c.in.Mutating:
+		g.left = append(g.left, "static-ip-in-dynamic-band on services: the apiserver does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, which records the addresses a request names")
+	case !rangesOK || !dynamicOK:
+		g.left = append(g.left, leftRanges(policy.RuleStaticIPInDynamicBand))
+	case dynamic == "false":
+		g.left = append(g.left, "static-ip-in-dynamic-band on services: no active range has a dynamic band")
+	default:
+		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "recorded", Expression: varRecorded})
+		notReserved := "true"
+		if len(reserved) > 0 || len(c.p.ReservedRanges) > 0 {
+			notReserved = "!variables.reserved.exists(m, i in m)"
+		}
+		bad := fmt.Sprintf("(%s) && %s && !(%s)", dynamic, notReserved, ranges.any)
+		g.add(c.p, validation{
+			rule:       policy.RuleStaticIPInDynamicBand,
+			expression: fmt.Sprintf("variables.recorded.all(i, !(%s))", bad),
+			message: fmt.Sprintf(`'ClusterIP "' + variables.recorded.filter(i, %s)[0] + '" lies in a dynamic band, where the apiserver hands out addresses at random; '`, bad) +
+				` + ` + c.staticAdvice("variables.recorded.filter(i, "+bad+")[0]") +
+				` + ' or ask for a reservation (clusterip-policy backstop, rule static-ip-in-dynamic-band)'`,
+		})
+	}
+	return g
+}
+
+// networks are the network addresses of every known range, active or not:
+// a dry-run create shows validating admission one of them instead of an
+// allocated address (policy: RangeSet.IsNetworkAddress).
+func (c compiler) networks() ([]string, bool) {
+	var out []string
+	add := func(p netip.Prefix) {
+		if s := p.Addr().String(); !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	for _, r := range c.rs.Active {
+		add(r.Prefix)
+	}
+	for _, e := range c.rs.Excluded {
+		add(e.Range.Prefix)
+	}
+	slices.Sort(out)
+	return out, len(out) <= MaxNetworks
+}
+
+// reservations maps every reserved address (canonical) to its owner, with
+// the implicit one of default/kubernetes (policy: ReservedOwner).
+func (c compiler) reservations() map[string]string {
+	out := map[string]string{}
+	for _, r := range c.p.Reservations {
+		out[r.IP.String()] = r.Owner.String()
+	}
+	if c.p.ReserveKubernetesService {
+		if ip, _, ok := c.rs.KubernetesServiceIP(); ok {
+			if _, explicit := out[ip.String()]; !explicit {
+				out[ip.String()] = policy.KubernetesService.String()
+			}
+		}
+	}
+	return out
+}
+
+// chunkReservations writes the reservations as CEL maps of at most
+// MaxExpressionBytes each, in address order so that a policy compiles to
+// the same text every time.
+func chunkReservations(res map[string]string) []string {
+	keys := make([]string, 0, len(res))
+	for k := range res {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var chunks []string
+	var b strings.Builder
+	flush := func() {
+		chunks = append(chunks, "{"+b.String()+"}")
+		b.Reset()
+	}
+	for _, k := range keys {
+		entry := quote(k) + ": " + quote(res[k])
+		if b.Len() > 0 && b.Len()+len(entry)+2 > MaxExpressionBytes-2 {
+			flush()
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(entry)
+	}
+	if b.Len() > 0 || len(chunks) == 0 {
+		flush()
+	}
+	return chunks
+}
+
+// inRangeExpr is true when ipExpr lies in r and, if the policy narrows r,
+// in an allowed part of it (allocview.ActiveRange.Contains).
+func inRangeExpr(ipExpr string, r allocview.ActiveRange) string {
+	e := fmt.Sprintf("cidr(%s).containsIP(%s)", quote(r.Prefix.String()), ipExpr)
+	if r.Allowed != nil {
+		e += " && " + inPrefixes(ipExpr, r.Allowed)
+	}
+	return e
+}
+
+// usable is true when ipExpr (canonical) can be handed out by some active
+// range: Place gives Static or Dynamic, not Outside or Unusable.
+func (c compiler) usable(ipExpr string) (string, bool) {
+	var parts []string
+	for _, r := range c.rs.Active {
+		u := r.Usable()
+		if u.IsZero() {
+			continue
+		}
+		e := inRangeExpr(ipExpr, r) + fmt.Sprintf(" && %s != %s", ipExpr, quote(r.Prefix.Addr().String()))
+		if last := lastOf(r.Prefix); last != u.Last {
+			e += fmt.Sprintf(" && %s != %s", ipExpr, quote(last.String())) // the IPv4 broadcast
+		}
+		parts = append(parts, "("+e+")")
+	}
+	if len(parts) == 0 {
+		return "false", true
+	}
+	e := strings.Join(parts, " || ")
+	return e, len(e) <= MaxExpressionBytes
+}
+
+// dynamic is true when ipExpr (canonical) is in the dynamic band of some
+// active range (Place gives Dynamic). A range's addresses below its
+// dynamic band are its network address and static band: the aligned block
+// of offset addresses at the network address, and the one address after
+// it.
+func (c compiler) dynamic(ipExpr string) (string, bool) {
+	var parts []string
+	for _, r := range c.rs.Active {
+		d := r.Dynamic()
+		if d.IsZero() {
+			continue
+		}
+		e := inRangeExpr(ipExpr, r)
+		if r.Offset() == 0 {
+			e += fmt.Sprintf(" && %s != %s", ipExpr, quote(r.Prefix.Addr().String()))
+		} else {
+			block := blockAt(r.Prefix.Addr(), r.Offset())
+			edge := addrPlus(r.Prefix.Addr(), r.Offset())
+			e += fmt.Sprintf(" && !cidr(%s).containsIP(%s) && %s != %s", quote(block.String()), ipExpr, ipExpr, quote(edge.String()))
+		}
+		if last := lastOf(r.Prefix); last != d.Last {
+			e += fmt.Sprintf(" && %s != %s", ipExpr, quote(last.String()))
+		}
+		parts = append(parts, "("+e+")")
+	}
+	if len(parts) == 0 {
+		return "false", true
+	}
+	e := strings.Join(parts, " || ")
+	return e, len(e) <= MaxExpressionBytes
+}
+
+// rangeExprs are the reserved ranges' expressions over one address.
+type rangeExprs struct {
+	// any is true when the address is in some reserved range; refused
+	// when it is in one the Service may not use; name names the range
+	// holding it (as the policy writes it, with its note).
+	any, refused, name string
+}
+
+// reservedRanges writes the reserved ranges' tests (policy:
+// ReservedRangeOf, ReservedRange.Allows).
+func (c compiler) reservedRanges(ipExpr string) (rangeExprs, bool) {
+	if len(c.p.ReservedRanges) == 0 {
+		return rangeExprs{any: "false", refused: "false", name: "''"}, true
+	}
+	var anyParts, refusedParts []string
+	name := "''"
+	for k := len(c.p.ReservedRanges) - 1; k >= 0; k-- {
+		r := c.p.ReservedRanges[k]
+		in := inPrefixes(ipExpr, coverBand(r.Band))
+		may, err := c.mayUse(r)
+		if err != nil {
+			return rangeExprs{}, false
+		}
+		anyParts = append(anyParts, "("+in+")")
+		refusedParts = append(refusedParts, fmt.Sprintf("((%s) && !(%s))", in, may))
+		name = fmt.Sprintf("(%s ? %s : %s)", in, quote(policy.Clip(r.String(), policy.MaxEchoBytes*3)), name)
+	}
+	out := rangeExprs{any: strings.Join(anyParts, " || "), refused: strings.Join(refusedParts, " || "), name: name}
+	ok := len(out.any) <= MaxExpressionBytes && len(out.refused) <= MaxExpressionBytes && len(out.name) <= MaxExpressionBytes
+	return out, ok
+}
+
+// mayUse is ReservedRange.Allows in CEL: the Service's namespace is listed
+// or its Namespace object matches namespaceSelector, and the Service's
+// labels match serviceSelector. The apiserver gives the policy the real
+// Namespace object (namespaceObject), which always carries the
+// kubernetes.io/metadata.name label the webhook falls back on.
+func (c compiler) mayUse(r policy.ReservedRange) (string, error) {
+	var who []string
+	if len(r.Namespaces) > 0 {
+		who = append(who, fmt.Sprintf("request.namespace in %s", quoteList(r.Namespaces)))
+	}
+	if r.NamespaceSelector != nil {
+		sel, err := selectorCEL(r.NamespaceSelector, "namespaceObject.metadata.labels",
+			"(namespaceObject != null && has(namespaceObject.metadata) && has(namespaceObject.metadata.labels))")
+		if err != nil {
+			return "", err
+		}
+		who = append(who, sel)
+	}
+	if len(who) == 0 {
+		who = []string{"false"}
+	}
+	svc, err := selectorCEL(r.ServiceSelector, "object.metadata.labels", "has(object.metadata.labels)")
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("(%s) && %s", strings.Join(who, " || "), svc), nil
+}
+
+// staticAdvice is a CEL string that tells where to pick instead, for the
+// family of the address expression ipExpr: the static bands of the active
+// ranges, as the webhook's messages name them (RangeSet.StaticBands).
+func (c compiler) staticAdvice(ipExpr string) string {
+	advice := func(f allocview.Family) string {
+		bands := c.rs.StaticBands(f)
+		if len(bands) == 0 {
+			return "leave clusterIP empty to get one allocated"
+		}
+		return "choose a free address in the static band " + policy.JoinListed(bands, " or ") + " or leave clusterIP empty"
+	}
+	return fmt.Sprintf("(ip(%s).family() == 4 ? %s : %s)", ipExpr, quote(advice(allocview.IPv4)), quote(advice(allocview.IPv6)))
+}
