@@ -50,6 +50,7 @@ func (c compiler) serviceCIDRs() group {
 		inside = fmt.Sprintf("%s.exists(a, cidr(a).containsCIDR(cidr(c)))", quoteList(prefixStrings(c.p.AllowedCIDRs)))
 		g.add(c.p, validation{
 			rule:       policy.RuleOutsideServiceCIDRs,
+			needs:      []string{"added"},
 			expression: fmt.Sprintf("variables.added.all(c, %s)", inside),
 			message: fmt.Sprintf(`'spec.cidrs: Invalid value: "' + variables.added.filter(c, !(%s))[0] + '": is not inside the policy\'s allowedCIDRs %s; the apiserver would hand out its addresses at random: choose a range inside allowedCIDRs, or, if this range is approved, add it to allowedCIDRs first (clusterip-policy backstop, rule outside-service-cidrs)'`,
 				inside, policy.JoinListed(prefixStrings(c.p.AllowedCIDRs), ", ")),
@@ -80,8 +81,9 @@ func (c compiler) serviceCIDRs() group {
 		}
 		g.add(c.p, validation{
 			rule:       policy.RuleStaticIPInDynamicBand,
+			needs:      []string{"added"},
 			expression: fmt.Sprintf("variables.added.all(c, !(%s))", bad),
-			message: fmt.Sprintf(`'spec.cidrs: Invalid value: "' + variables.added.filter(c, %s)[0] + '": its dynamic band would cover the static band of an active Service range, whose addresses the apiserver would then hand out at random; choose a range that does not overlap it, or one with the same network address that is at least as large (clusterip-policy backstop, rule static-ip-in-dynamic-band)'`, bad),
+			message:    fmt.Sprintf(`'spec.cidrs: Invalid value: "' + variables.added.filter(c, %s)[0] + '": its dynamic band would cover the static band of an active Service range, whose addresses the apiserver would then hand out at random; choose a range that does not overlap it, or one with the same network address that is at least as large (clusterip-policy backstop, rule static-ip-in-dynamic-band)'`, bad),
 		})
 	}
 	return g

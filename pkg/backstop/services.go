@@ -77,26 +77,32 @@ func (c compiler) services() group {
 	// them), which is what the webhook refuses; an address inside them but
 	// outside the active ranges is left to the webhook and to the
 	// apiserver, which refuses an address no ServiceCIDR holds.
+	base := []string{"ips", "old", "fresh", "checked"}
 	switch {
 	case len(c.p.AllowedCIDRs) == 0:
 		g.left = append(g.left, "outside-service-cidrs on services: the policy lists no allowedCIDRs")
 	case !netsOK:
 		g.left = append(g.left, leftNets(policy.RuleOutsideServiceCIDRs))
 	default:
-		g.add(c.p, validation{
-			rule:       policy.RuleOutsideServiceCIDRs,
-			expression: fmt.Sprintf("variables.checked.all(i, %s)", inPrefixes("i", c.p.AllowedCIDRs)),
-			message: fmt.Sprintf(`'ClusterIP "' + variables.checked.filter(i, !(%s))[0] + '" is outside the policy\'s allowedCIDRs %s; '`,
-				inPrefixes("i", c.p.AllowedCIDRs), policy.JoinListed(prefixStrings(c.p.AllowedCIDRs), ", ")) +
-				` + ` + c.staticAdvice("variables.checked.filter(i, !("+inPrefixes("i", c.p.AllowedCIDRs)+"))[0]") +
-				` + ' (clusterip-policy backstop, rule outside-service-cidrs)'`,
-		})
+		g.add(c.p, c.listRule(policy.RuleOutsideServiceCIDRs, "outside", "checked", base, "true", []string{"!(" + inPrefixes("i", c.p.AllowedCIDRs) + ")"},
+			fmt.Sprintf(`'" is outside the policy\'s allowedCIDRs %s; '`, policy.JoinListed(prefixStrings(c.p.AllowedCIDRs), ", ")), "''"))
 	}
 
 	reserved := c.reservations()
 	if len(reserved) > 0 || len(c.p.ReservedRanges) > 0 {
-		chunks := chunkReservations(reserved)
-		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "reserved", Expression: "[" + strings.Join(chunks, ", ") + "]"})
+		// One variable per map, each under the parser's size limit;
+		// reserved is the list of them.
+		var names []string
+		for k, chunk := range chunkReservations(reserved) {
+			n := fmt.Sprintf("reserved%d", k)
+			g.variables = append(g.variables, admissionregistrationv1.Variable{Name: n, Expression: chunk})
+			names = append(names, "variables."+n)
+		}
+		g.parts = map[string][]string{"reserved": nil}
+		for _, n := range names {
+			g.parts["reserved"] = append(g.parts["reserved"], strings.TrimPrefix(n, "variables."))
+		}
+		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "reserved", Expression: "[" + strings.Join(names, ", ") + "]"})
 	}
 	usable, usableOK := c.usable("i")
 
@@ -111,14 +117,9 @@ func (c compiler) services() group {
 	case !rangesOK || !usableOK:
 		g.left = append(g.left, leftRanges(policy.RuleReservedForOther))
 	default:
-		taken := fmt.Sprintf("(%s) && variables.reserved.exists(m, i in m && m[i] != variables.self)", usable)
-		g.add(c.p, validation{
-			rule:       policy.RuleReservedForOther,
-			expression: fmt.Sprintf("variables.checked.all(i, !(%s))", taken),
-			message: fmt.Sprintf(`variables.checked.filter(i, %s).map(i, 'ClusterIP "' + i + '" is reserved for Service ' + variables.reserved.filter(m, i in m)[0][i] + '; ')[0]`, taken) +
-				` + ` + c.staticAdvice("variables.checked.filter(i, "+taken+")[0]") +
-				` + ' (clusterip-policy backstop, rule reserved-for-other)'`,
-		})
+		g.add(c.p, c.listRule(policy.RuleReservedForOther, "taken", "checked", append(base, "self", "reserved"), usable,
+			[]string{"variables.reserved.exists(m, i in m && m[i] != variables.self)"},
+			`'" is reserved for Service ' + variables.reserved.filter(m, variables.taken[0] in m)[0][variables.taken[0]] + '; '`, "''"))
 	}
 
 	// reserved-range-for-other: usable, not reserved itself (a
@@ -132,14 +133,15 @@ func (c compiler) services() group {
 	case !rangesOK || !usableOK || !rangesExprOK:
 		g.left = append(g.left, leftRanges(policy.RuleReservedRangeForOther))
 	default:
-		bad := fmt.Sprintf("(%s) && !variables.reserved.exists(m, i in m) && (%s)", usable, ranges.refused)
-		g.add(c.p, validation{
-			rule:       policy.RuleReservedRangeForOther,
-			expression: fmt.Sprintf("variables.checked.all(i, !(%s))", bad),
-			message: fmt.Sprintf(`variables.checked.filter(i, %s).map(i, 'ClusterIP "' + i + '" is in reserved range ' + %s + ', which namespace ' + request.namespace + ' (or this Service, by its labels) may not use; ')[0]`, bad, ranges.name) +
-				` + ` + c.staticAdvice("variables.checked.filter(i, "+bad+")[0]") +
-				` + ' outside the reserved ranges (clusterip-policy backstop, rule reserved-range-for-other)'`,
-		})
+		v := c.listRule(policy.RuleReservedRangeForOther, "inRange", "checked", append(base, "reserved"),
+			fmt.Sprintf("(%s) && !variables.reserved.exists(m, i in m)", usable), ranges.refused,
+			`'" is in reserved range ' + variables.inRange.map(i, `+ranges.name+`)[0] + ', which namespace ' + request.namespace + ' (or this Service, by its labels) may not use; '`,
+			"' outside the reserved ranges'")
+		if v.expression == "" {
+			g.left = append(g.left, leftRanges(policy.RuleReservedRangeForOther))
+			break
+		}
+		g.add(c.p, v)
 	}
 
 	// static-ip-in-dynamic-band: an address the request named (the
@@ -154,20 +156,63 @@ func (c compiler) services() group {
 		g.left = append(g.left, "static-ip-in-dynamic-band on services: no active range has a dynamic band")
 	default:
 		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "recorded", Expression: varRecorded})
+		needs := []string{"ips", "old", "fresh", "recorded"}
 		notReserved := "true"
 		if len(reserved) > 0 || len(c.p.ReservedRanges) > 0 {
 			notReserved = "!variables.reserved.exists(m, i in m)"
+			needs = append(needs, "reserved")
 		}
-		bad := fmt.Sprintf("(%s) && %s && !(%s)", dynamic, notReserved, ranges.any)
-		g.add(c.p, validation{
-			rule:       policy.RuleStaticIPInDynamicBand,
-			expression: fmt.Sprintf("variables.recorded.all(i, !(%s))", bad),
-			message: fmt.Sprintf(`'ClusterIP "' + variables.recorded.filter(i, %s)[0] + '" lies in a dynamic band, where the apiserver hands out addresses at random; '`, bad) +
-				` + ` + c.staticAdvice("variables.recorded.filter(i, "+bad+")[0]") +
-				` + ' or ask for a reservation (clusterip-policy backstop, rule static-ip-in-dynamic-band)'`,
-		})
+		v := c.listRule(policy.RuleStaticIPInDynamicBand, "dynamic", "recorded", needs,
+			fmt.Sprintf("(%s) && %s && !(%s)", dynamic, notReserved, ranges.any), []string{"true"},
+			`'" lies in a dynamic band, where the apiserver hands out addresses at random; '`, "' or ask for a reservation'")
+		if v.expression == "" {
+			g.left = append(g.left, leftRanges(policy.RuleStaticIPInDynamicBand))
+			break
+		}
+		g.add(c.p, v)
 	}
 	return g
+}
+
+// listRule builds a rule as a list variable, named list, of the addresses
+// of the list variable from that break it: those for which cond and one of
+// terms hold. When the terms do not fit one expression they are split over
+// several variables (list0, list1, ...) that the list joins. The rule
+// holds while the list is empty; the message names its first address, what
+// is wrong with it (what, a CEL string after the address) and what to
+// pick instead (advice then tail). needs are the group's variables read.
+// An empty expression means even one term does not fit.
+func (c compiler) listRule(rule policy.RuleID, list, from string, needs []string, cond string, terms []string, what, tail string) validation {
+	v := validation{rule: rule, needs: needs}
+	filter := func(ts []string) string {
+		return fmt.Sprintf("variables.%s.filter(i, (%s) && (%s))", from, cond, strings.Join(ts, " || "))
+	}
+	var chunks [][]string
+	for _, t := range terms {
+		if n := len(chunks); n > 0 && len(filter(append(chunks[n-1], t))) <= MaxExpressionBytes {
+			chunks[n-1] = append(chunks[n-1], t)
+			continue
+		}
+		if len(filter([]string{t})) > MaxExpressionBytes {
+			return validation{}
+		}
+		chunks = append(chunks, []string{t})
+	}
+	if len(chunks) == 1 {
+		v.vars = []admissionregistrationv1.Variable{{Name: list, Expression: filter(chunks[0])}}
+	} else {
+		var parts []string
+		for k, ch := range chunks {
+			n := fmt.Sprintf("%s%d", list, k)
+			v.vars = append(v.vars, admissionregistrationv1.Variable{Name: n, Expression: filter(ch)})
+			parts = append(parts, "variables."+n)
+		}
+		v.vars = append(v.vars, admissionregistrationv1.Variable{Name: list, Expression: strings.Join(parts, " + ")})
+	}
+	first := "variables." + list + "[0]"
+	v.expression = fmt.Sprintf("size(variables.%s) == 0", list)
+	v.message = fmt.Sprintf(`'ClusterIP "' + %s + %s + %s + %s + ' (clusterip-policy backstop, rule %s)'`, first, what, c.staticAdvice(first), tail, rule)
+	return v
 }
 
 // networks are the network addresses of every known range, active or not:
@@ -305,16 +350,17 @@ func (c compiler) dynamic(ipExpr string) (string, bool) {
 // rangeExprs are the reserved ranges' expressions over one address.
 type rangeExprs struct {
 	// any is true when the address is in some reserved range; refused
-	// when it is in one the Service may not use; name names the range
-	// holding it (as the policy writes it, with its note).
-	any, refused, name string
+	// (each term) when it is in one the Service may not use; name names
+	// the range holding it (as the policy writes it, with its note).
+	any, name string
+	refused   []string
 }
 
 // reservedRanges writes the reserved ranges' tests (policy:
 // ReservedRangeOf, ReservedRange.Allows).
 func (c compiler) reservedRanges(ipExpr string) (rangeExprs, bool) {
 	if len(c.p.ReservedRanges) == 0 {
-		return rangeExprs{any: "false", refused: "false", name: "''"}, true
+		return rangeExprs{any: "false", name: "''"}, true
 	}
 	var anyParts, refusedParts []string
 	name := "''"
@@ -329,8 +375,8 @@ func (c compiler) reservedRanges(ipExpr string) (rangeExprs, bool) {
 		refusedParts = append(refusedParts, fmt.Sprintf("((%s) && !(%s))", in, may))
 		name = fmt.Sprintf("(%s ? %s : %s)", in, quote(policy.Clip(r.String(), policy.MaxEchoBytes*3)), name)
 	}
-	out := rangeExprs{any: strings.Join(anyParts, " || "), refused: strings.Join(refusedParts, " || "), name: name}
-	ok := len(out.any) <= MaxExpressionBytes && len(out.refused) <= MaxExpressionBytes && len(out.name) <= MaxExpressionBytes
+	out := rangeExprs{any: strings.Join(anyParts, " || "), refused: refusedParts, name: name}
+	ok := len(out.any) <= MaxExpressionBytes && len(out.name) <= MaxExpressionBytes
 	return out, ok
 }
 
