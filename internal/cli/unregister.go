@@ -11,17 +11,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/internal/exitcode"
+	"clusterip-policy/pkg/backstop"
 )
 
 const unregisterLong = `Deletes the MutatingWebhookConfiguration and the ValidatingWebhookConfiguration
-that send Service and ServiceCIDR writes to the webhook, then waits --settle
-for every apiserver to drop them. The chart runs it as a pre-delete hook: helm
-uninstall deletes the webhook's Service before the configurations (it knows
-no order for their kind), and Service creates the configurations still send
-to a Service that is gone fail with failurePolicy Fail. Deleted first, they
-send nothing. A configuration already gone is not an error.
+that send Service and ServiceCIDR writes to the webhook, and the bindings of
+the backstop (the admission policies the leader writes with --backstop),
+then waits --settle for every apiserver to drop them, and deletes the
+backstop's policies. The chart runs it as a pre-delete hook: helm uninstall
+deletes the webhook's Service before the configurations (it knows no order
+for their kind), and Service creates the configurations still send to a
+Service that is gone fail with failurePolicy Fail. Deleted first, they send
+nothing; and the backstop enforces nothing of a policy being uninstalled.
+An object already gone is not an error.
 
-Needs get and delete on the two configurations, by name.
+Needs get and delete on the two configurations, and delete on the
+backstop's policies and bindings, by name.
 
 Exit status: 0 both are gone; 2 a flag or an argument cannot be used, or no
 kubeconfig; 3 a configuration could not be deleted (unreachable, not
@@ -83,27 +88,55 @@ func runUnregister(ctx context.Context, kube kubeFlags, o unregisterOptions, arg
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	adm := client.AdmissionregistrationV1()
-	for _, d := range []struct {
+	type deletion struct {
 		kind, name string
 		del        func(context.Context, string, metav1.DeleteOptions) error
-	}{
+	}
+	// The configurations and the backstop's bindings first: once they
+	// are gone the leader writes no binding again (it counts the
+	// backstop lifted) and deletes its policies itself.
+	first := []deletion{
 		{"MutatingWebhookConfiguration", o.mutating, adm.MutatingWebhookConfigurations().Delete},
 		{"ValidatingWebhookConfiguration", o.validating, adm.ValidatingWebhookConfigurations().Delete},
-	} {
-		err := d.del(ctx, d.name, metav1.DeleteOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			fmt.Fprintf(stdout, "%s %s: already gone\n", d.kind, d.name)
-		case err != nil:
-			return fail(exitcode.Unreadable, "delete %s %s: %v", d.kind, d.name, err)
-		default:
-			fmt.Fprintf(stdout, "%s %s: deleted\n", d.kind, d.name)
+	}
+	var last []deletion
+	for _, n := range backstop.Names() {
+		if n == backstop.RecordName {
+			first = append(first, deletion{"MutatingAdmissionPolicyBinding", n, adm.MutatingAdmissionPolicyBindings().Delete})
+			last = append(last, deletion{"MutatingAdmissionPolicy", n, adm.MutatingAdmissionPolicies().Delete})
+			continue
 		}
+		first = append(first, deletion{"ValidatingAdmissionPolicyBinding", n, adm.ValidatingAdmissionPolicyBindings().Delete})
+		last = append(last, deletion{"ValidatingAdmissionPolicy", n, adm.ValidatingAdmissionPolicies().Delete})
+	}
+	del := func(ds []deletion, quiet bool) int {
+		for _, d := range ds {
+			err := d.del(ctx, d.name, metav1.DeleteOptions{})
+			switch {
+			case apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err):
+				if !quiet {
+					fmt.Fprintf(stdout, "%s %s: already gone\n", d.kind, d.name)
+				}
+			case err != nil:
+				return fail(exitcode.Unreadable, "delete %s %s: %v", d.kind, d.name, err)
+			default:
+				fmt.Fprintf(stdout, "%s %s: deleted\n", d.kind, d.name)
+			}
+		}
+		return exitcode.OK
+	}
+	// The backstop's objects are many and most never exist (one policy
+	// per action): only those deleted are named.
+	if code := del(first[:2], false); code != exitcode.OK {
+		return code
+	}
+	if code := del(first[2:], true); code != exitcode.OK {
+		return code
 	}
 	select {
 	case <-time.After(o.settle):
 	case <-ctx.Done():
 	}
 	fmt.Fprintf(stdout, "waited %s for every apiserver to drop them\n", o.settle)
-	return exitcode.OK
+	return del(last, true)
 }

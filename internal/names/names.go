@@ -31,6 +31,12 @@ const (
 	ValidatingServiceWebhook = "validate-services.clusterip-policy.io"
 )
 
+// AppName is the app.kubernetes.io/name label of every object the
+// manifests and the leader make: the break-glass command of
+// docs/emergency.md selects the webhook configurations and the backstop's
+// bindings by it.
+const AppName = "clusterip-policy-webhook"
+
 // AuditEventReason is the reason of the periodic audit's Warning Events;
 // public API: alerts and `kubectl get events --field-selector` use it, and
 // the ClusterIPPolicy status names it.

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"clusterip-policy/internal/controllers/arming"
+	"clusterip-policy/internal/controllers/backstop"
 	"clusterip-policy/internal/controllers/holds"
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
@@ -65,9 +66,10 @@ type leaderParts struct {
 	conditions *matchconditions.Keeper
 	// status is the ClusterIPPolicy status writer, the sink the other
 	// loops report to.
-	status        *policystatus.Writer
-	certMetrics   *servingcerts.Metrics
-	armingMetrics *arming.Metrics
+	status          *policystatus.Writer
+	certMetrics     *servingcerts.Metrics
+	armingMetrics   *arming.Metrics
+	backstopMetrics *backstop.Metrics
 }
 
 var roles = []role{
@@ -121,6 +123,13 @@ var roles = []role{
 			audit := p.audit
 			armed := func() { time.AfterFunc(time.Second, audit.Soon) }
 			return arming.New(probeClient, p.o.arming, p.log.WithName("arming"), p.armingMetrics, p.status, armed).Work(), nil
+		},
+	},
+	{
+		name: "backstop", flag: "--backstop",
+		on: func(o *serveOptions) bool { return o.backstop.Enabled },
+		work: func(p *leaderParts) (leader.Work, error) {
+			return backstop.New(p.client, p.gate, p.o.backstop, p.log.WithName("backstop"), p.backstopMetrics, p.status).Work(), nil
 		},
 	},
 	{

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"clusterip-policy/internal/controllers/arming"
+	"clusterip-policy/internal/controllers/backstop"
 	"clusterip-policy/internal/controllers/holds"
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
@@ -24,7 +25,7 @@ import (
 )
 
 // everyRoleArgs turns on every leader role.
-var everyRoleArgs = []string{"--policy-source=crd", "--hold-reservations", "--audit-interval=5m", "--manage-match-conditions", "--certificate-source=managed", "--arm-failure-policy"}
+var everyRoleArgs = []string{"--policy-source=crd", "--hold-reservations", "--audit-interval=5m", "--manage-match-conditions", "--certificate-source=managed", "--arm-failure-policy", "--backstop"}
 
 func parseServeFlags(t *testing.T, args ...string) *serveOptions {
 	t.Helper()
@@ -117,9 +118,10 @@ func TestEveryRoleIsTurnedOnByItsFlagAndYieldsAWork(t *testing.T) {
 		o: o, cfg: &rest.Config{Host: "https://127.0.0.1:1"}, client: client, log: logr.Discard(), gate: r.Gate, status: status,
 		skip:       judged.NewScope(client, "m", "v", []string{"clusterip-policy"}, logr.Discard()),
 		holdClient: client, holdWatch: holds.NewWatch(client), holdMetrics: holds.NewMetrics(reg),
-		conditions:    matchconditions.New(client, r.Gate, o.conditions, logr.Discard(), matchconditions.NewMetrics(reg), status),
-		certMetrics:   servingcerts.NewMetrics(reg),
-		armingMetrics: arming.NewMetrics(reg),
+		conditions:      matchconditions.New(client, r.Gate, o.conditions, logr.Discard(), matchconditions.NewMetrics(reg), status),
+		certMetrics:     servingcerts.NewMetrics(reg),
+		armingMetrics:   arming.NewMetrics(reg),
+		backstopMetrics: backstop.NewMetrics(reg),
 	}
 	p.audit = periodicaudit.New(client, r.Gate, p.skip, o.audit.Interval, "test", logr.Discard(), periodicaudit.NewMetrics(reg), status)
 	works, err := leaderWorkList(p)

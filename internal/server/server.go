@@ -36,6 +36,7 @@ import (
 
 	"clusterip-policy/internal/admission"
 	"clusterip-policy/internal/controllers/arming"
+	"clusterip-policy/internal/controllers/backstop"
 	"clusterip-policy/internal/controllers/holds"
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
@@ -79,6 +80,7 @@ type serveOptions struct {
 	certs          servingcerts.Options
 	certDirSet     bool // --cert-dir given on the command line
 	arming         arming.Options
+	backstop       backstop.Options
 }
 
 func serveFlags(o *serveOptions) *pflag.FlagSet {
@@ -118,6 +120,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.DurationVar(&o.conditions.Settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
 	fs.BoolVar(&o.arming.Arm, "arm-failure-policy", false, "Arm the Service webhooks: the manifests register them with failurePolicy Ignore, so that no Service create fails while no replica is ready (an install, a GitOps sync that renders them again), and the leader sets failurePolicy Fail on each once the apiserver has reached a ready replica through it: a server-side dry-run create of a headless Service in namespace default that both webhooks answer with a warning naming the probe. It repeats every --reachability-probe-interval and reports the result (the ClusterIPPolicy status condition WebhookReachable, clusterip_policy_webhook_reachable, the alert ClusterIPPolicyWebhookUnreachable); once armed, an unreachable webhook stays Fail and is reported. A webhook found at Ignore again is probed and armed within seconds. Needs --audit-interval (what is admitted unchecked while not armed is named by the audit, which runs at once after arming), get and update on the two configurations, and create on services in namespace default (a dry run; manifests/base/rbac.yaml). docs/design.md, \"Arming the failurePolicy\". Off (the default; manifests/base and the chart turn it on): the failurePolicy is the manifests'.")
 	fs.DurationVar(&o.arming.ProbeInterval, "reachability-probe-interval", 10*time.Second, "How often the leader probes, with --arm-failure-policy, that the apiservers reach both Service webhooks (±20% jitter; at once while one is not armed). 2s-5m; at 10s the alert ClusterIPPolicyWebhookUnreachable fires within a minute of the webhook becoming unreachable, with 15s scrape and rule intervals.")
+	fs.BoolVar(&o.backstop.Enabled, "backstop", false, "Keep the backstop written: ValidatingAdmissionPolicies (and, where the apiserver serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, one that records the addresses a request names) compiled from the policy and the active ranges, which the apiserver enforces in-process whether or not it can reach the webhook: unapproved ServiceCIDRs and ones whose dynamic band covers another range's static band, addresses outside allowedCIDRs, reserved addresses and reserved ranges taken by others, and named addresses in a dynamic band (docs/backstop.md). One replica, elected with the Lease, writes them; the bindings exist while the Service webhook configurations do (the break-glass deletes both). Needs get, patch and delete on those policies and bindings by name (manifests/base/rbac.yaml). Off (the default; manifests/base and the chart turn it on): nothing of the policy holds while the apiservers cannot reach a replica.")
 	fs.StringVar(&o.conditions.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the validating one's, which namespaces the holds and the periodic audit cover.")
 	fs.StringVar(&o.conditions.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the mutating one's, which namespaces the holds and the periodic audit cover.")
 	return fs
@@ -189,6 +192,10 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	}
 	o.arming.Mutating, o.arming.Validating = o.conditions.Mutating, o.conditions.Validating
 	if err := o.arming.Validate(); err != nil {
+		return nil, err
+	}
+	o.backstop.Mutating, o.backstop.Validating, o.backstop.Namespace = o.conditions.Mutating, o.conditions.Validating, o.lease.Namespace
+	if err := o.backstop.Validate(); err != nil {
 		return nil, err
 	}
 	if o.arming.Arm && o.audit.Interval == 0 {
@@ -280,7 +287,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	// The ClusterIPPolicy status writer (its role runs with
 	// --policy-source=crd) is the sink the other loops report to: built
 	// first, handed to their constructors.
-	status := policystatus.New(dyn, policystatus.Options{Audit: o.audit.Interval > 0, Conditions: o.conditions.Manage, Probe: o.arming.Arm}, log.WithName("policy-status"))
+	status := policystatus.New(dyn, policystatus.Options{Audit: o.audit.Interval > 0, Conditions: o.conditions.Manage, Probe: o.arming.Arm, Backstop: o.backstop.Enabled}, log.WithName("policy-status"))
 	var object *policysource.ObjectSource
 	var policies *policysource.Store
 	if o.policySource == policysource.SourceCRD {
@@ -336,6 +343,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	// Registered whatever the flag, as -1 (nothing known here): a
 	// dashboard or alert reads the same series on every replica.
 	parts.armingMetrics = arming.NewMetrics(defaultRegistry)
+	parts.backstopMetrics = backstop.NewMetrics(defaultRegistry)
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
 	// only from inside --cert-dir (see internal/tlsauth).

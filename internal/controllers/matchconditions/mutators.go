@@ -20,6 +20,7 @@ import (
 
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/pkg/backstop"
 	"clusterip-policy/pkg/matchconditions"
 )
 
@@ -205,6 +206,9 @@ func listPolicies[P any, R namedRule](list func(labels.Selector) ([]P, error), r
 		out := make([]matchconditions.Mutator, 0, len(ps))
 		for _, p := range ps {
 			name, rules, constrained := rulesOf(p)
+			if name == backstop.RecordName {
+				continue // ours: it writes an annotation, never an address
+			}
 			m := matchconditions.Mutator{Name: "MutatingAdmissionPolicy " + name}
 			if !constrained {
 				m.Rules = []admissionregistrationv1.RuleWithOperations{everything}

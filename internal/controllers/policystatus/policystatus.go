@@ -58,6 +58,9 @@ type Options struct {
 	// Probe: the leader probes that the apiservers reach the webhook
 	// (--arm-failure-policy), so the status carries WebhookReachable.
 	Probe bool
+	// Backstop: the leader writes the backstop's admission policies
+	// (--backstop), so the status carries BackstopInForce.
+	Backstop bool
 }
 
 // Writer collects what the status reports and, on the leader, writes
@@ -84,11 +87,21 @@ type Writer struct {
 	condDig   string                     // digest the matchConditions encode, "" while unknown
 	condErr   string                     // why the last write of the matchConditions failed, "" if it did not
 	probe     *metav1.Condition          // the last reachability probe's condition, nil before one
+	backstop  backstopReport             // what the backstop's keeper last reported
 
 	poke chan struct{} // a buffered slot: something changed
 }
 
 var _ policysource.Observer = (*Writer)(nil)
+
+// backstopReport is the backstop keeper's last report.
+type backstopReport struct {
+	// state is "" before any report, else the condition's reason:
+	// InForce, Lifted, WriteFailed or CompileFailed.
+	state, message string
+	digest         string // the policy digest written, for InForce and Lifted
+	rules, left    []string
+}
 
 // New writes the status of the object client serves, with the conditions
 // o turns on.
@@ -171,6 +184,36 @@ func (s *Writer) WebhookProbed(reachable bool, reason, message string) {
 	s.mu.Lock()
 	changed := s.probe == nil || s.probe.Status != c.Status || s.probe.Reason != c.Reason || s.probe.Message != c.Message
 	s.probe = &c
+	s.mu.Unlock()
+	if changed {
+		s.changed()
+	}
+}
+
+// BackstopInForce records that the backstop's policies and bindings encode
+// the policy of digest policyDigest, carrying rules and leaving left to
+// the webhook (backstop.Reporter).
+func (s *Writer) BackstopInForce(policyDigest string, rules, left []string) {
+	s.setBackstop(backstopReport{state: "InForce", digest: policyDigest, rules: rules, left: left})
+}
+
+// BackstopLifted records that the bindings are gone on purpose (the
+// break-glass deleted them with the webhook configurations), so the
+// apiserver enforces nothing of the backstop (backstop.Reporter).
+func (s *Writer) BackstopLifted(message string) {
+	s.setBackstop(backstopReport{state: "Lifted", message: message})
+}
+
+// BackstopFailed records why the leader could not write the backstop:
+// reason WriteFailed or CompileFailed (backstop.Reporter).
+func (s *Writer) BackstopFailed(reason, message string) {
+	s.setBackstop(backstopReport{state: reason, message: message})
+}
+
+func (s *Writer) setBackstop(r backstopReport) {
+	s.mu.Lock()
+	changed := !reflect.DeepEqual(s.backstop, r)
+	s.backstop = r
 	s.mu.Unlock()
 	if changed {
 		s.changed()
@@ -298,7 +341,49 @@ func (s *Writer) desired() (*unstructured.Unstructured, *v1alpha1.ClusterIPPolic
 	} else {
 		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionWebhookReachable)
 	}
+	if s.o.Backstop {
+		meta.SetStatusCondition(&next.Conditions, s.backstopCondition(gen, inForce, digest))
+		if b := s.backstop; b.state == "InForce" {
+			next.Backstop = &v1alpha1.BackstopStatus{Generation: s.digestGen[b.digest], PolicyDigest: b.digest,
+				Rules: clipList(b.rules, 16, 128), Left: clipList(b.left, 16, 512)}
+		}
+	} else {
+		meta.RemoveStatusCondition(&next.Conditions, v1alpha1.ConditionBackstopInForce)
+	}
 	return s.obj, &old, next
+}
+
+// backstopCondition is BackstopInForce for the keeper's last report.
+func (s *Writer) backstopCondition(gen, inForce int64, digest string) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionBackstopInForce, ObservedGeneration: gen}
+	b := s.backstop
+	switch {
+	case b.state == "":
+		c.Status, c.Reason = metav1.ConditionUnknown, "Pending"
+		c.Message = "the leader has not written the backstop's admission policies yet"
+	case b.state == "InForce" && b.digest != digest:
+		c.Status, c.Reason = metav1.ConditionFalse, "Lagging"
+		c.Message = fmt.Sprintf("the backstop encodes policy digest %s, not generation %d (digest %s) in force; the leader writes it again", b.digest, inForce, digest)
+	case b.state == "InForce":
+		c.Status, c.Reason = metav1.ConditionTrue, "InForce"
+		c.Message = fmt.Sprintf("the apiserver enforces %d rules of generation %d in-process, with or without the webhook", len(b.rules), inForce)
+		if len(b.left) > 0 {
+			c.Message += fmt.Sprintf("; %d left to the webhook alone (status.backstop.left)", len(b.left))
+		}
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, b.state, policy.Clip(b.message, policy.MaxMessageBytes)
+	}
+	return c
+}
+
+// clipList keeps at most n entries of at most size bytes each, as the
+// CRD's schema allows.
+func clipList(l []string, n, size int) []string {
+	var out []string
+	for _, x := range l[:min(len(l), n)] {
+		out = append(out, policy.Clip(x, size))
+	}
+	return out
 }
 
 // write updates the status unless it already says the same, so the update

@@ -37,6 +37,7 @@ const (
 // +kubebuilder:printcolumn:name="In-Force",type=integer,JSONPath=`.status.generationInForce`,description="The generation of the spec the webhook enforces; behind Generation while a refused spec waits for a fix."
 // +kubebuilder:printcolumn:name="Violations",type=integer,JSONPath=`.status.audit.violatingServices`,description="Existing Services that break the policy, as the last periodic audit counted them."
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Backstop",type=string,JSONPath=`.status.conditions[?(@.type=="BackstopInForce")].status`,description="True while the apiserver enforces the policy's backstop in-process (ValidatingAdmissionPolicies), with or without the webhook."
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterIPPolicy struct {
 	metav1.TypeMeta `json:",inline"`
@@ -269,6 +270,14 @@ const (
 	// dry run itself failed), the message saying which webhook and whether
 	// its failurePolicy is armed (Fail) or still Ignore.
 	ConditionWebhookReachable = "WebhookReachable"
+	// ConditionBackstopInForce is True while the ValidatingAdmissionPolicies
+	// the leader compiles from the policy (the backstop, --backstop) are
+	// written and bound and encode the generation in force; False while
+	// they lag (Lagging), while the leader cannot write them
+	// (WriteFailed, CompileFailed), or while they are lifted on purpose
+	// (Lifted: the break-glass deleted their bindings with the webhook
+	// configurations).
+	ConditionBackstopInForce = "BackstopInForce"
 )
 
 // ClusterIPPolicyStatus is what the webhook reports. One replica writes it:
@@ -309,6 +318,41 @@ type ClusterIPPolicyStatus struct {
 	// (--manage-match-conditions) encode; absent while they are not managed.
 	// +optional
 	MatchConditions *MatchConditionsStatus `json:"matchConditions,omitempty"`
+
+	// backstop says what the ValidatingAdmissionPolicies the leader writes
+	// (--backstop) encode: the rules the apiserver enforces in-process,
+	// whether or not it can reach the webhook. Absent while the backstop
+	// is off or not yet written.
+	// +optional
+	Backstop *BackstopStatus `json:"backstop,omitempty"`
+}
+
+// BackstopStatus says what the backstop encodes.
+type BackstopStatus struct {
+	// generation is the generation of the spec the backstop encodes, 0 if
+	// it encodes a policy this object never had in force.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+
+	// policyDigest is the digest of the policy it encodes, as on the
+	// policies' annotation clusterip-policy.io/policy-digest.
+	// +optional
+	PolicyDigest string `json:"policyDigest,omitempty"`
+
+	// rules are the rules it carries, each as "resource/rule=action"
+	// (services/reserved-for-other=deny).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=128
+	Rules []string `json:"rules,omitempty"`
+
+	// left are the rules the webhook alone enforces, and why (the
+	// policy has nothing for the rule, a bound was reached, the apiserver
+	// does not serve MutatingAdmissionPolicy).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=512
+	Left []string `json:"left,omitempty"`
 }
 
 // AuditStatus is the result of one periodic audit of the existing Services.

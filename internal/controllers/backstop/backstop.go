@@ -1,0 +1,425 @@
+// Package backstop is the leader's loop that keeps the backstop written: the
+// ValidatingAdmissionPolicies (and, where the apiserver serves it, the
+// record MutatingAdmissionPolicy) that pkg/backstop compiles from the policy
+// in force and the active ranges, with their bindings. The apiserver
+// enforces them in-process, so the policy's door rules hold while the
+// apiservers cannot reach a replica (unarmed, break-glass, a provider's
+// firewall); docs/backstop.md.
+//
+// Lifting it on purpose: the bindings are created only while the Service
+// webhook configurations exist. The break-glass command deletes the
+// configurations and the backstop's bindings together, and the leader then
+// leaves the bindings deleted (and says so: BackstopInForce False, reason
+// Lifted) until the configurations are back. A tool that deletes only the
+// configurations (a GitOps prune, before the rest) leaves the bindings,
+// which stay in force and are kept current.
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"clusterip-policy/internal/leader"
+	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/readiness"
+	"clusterip-policy/pkg/backstop"
+)
+
+const (
+	// pollInterval is how often the leader compiles the backstop and
+	// compares it with what it last wrote: a policy or ServiceCIDR change
+	// reaches the apiservers within it (plus the writes).
+	pollInterval = time.Second
+	// verifyInterval is how often it writes everything again even when
+	// nothing changed, so that a policy edited or a binding deleted by
+	// hand is put back (server-side apply: an unchanged object costs the
+	// apiserver no write).
+	verifyInterval = 30 * time.Second
+	// discoveryInterval is how often it asks whether the apiserver serves
+	// MutatingAdmissionPolicy (an upgrade or a feature gate turns it on).
+	discoveryInterval = time.Minute
+	// maxBackoff bounds the wait between failed writes.
+	maxBackoff = 30 * time.Second
+	// writeTimeout bounds one object's write.
+	writeTimeout = 10 * time.Second
+	// FieldManager is the manager of everything it writes.
+	FieldManager = "clusterip-policy-backstop"
+	// Label marks every object it writes.
+	Label = "clusterip-policy.io/backstop"
+)
+
+// Options are the backstop's flags.
+type Options struct {
+	// Enabled is --backstop.
+	Enabled bool
+	// Mutating and Validating name the Service webhook configurations:
+	// the bindings exist while they do, and copy their namespaceSelector.
+	Mutating, Validating string
+	// Namespace is the webhook's own, which the Service webhooks never
+	// judge: the bindings leave it out while no configuration says more.
+	Namespace string
+}
+
+// Validate checks the flags, naming the flag, the value and the fix.
+func (o *Options) Validate() error {
+	if !o.Enabled {
+		return nil
+	}
+	if o.Mutating == "" || o.Validating == "" {
+		return errors.New("--backstop needs --mutating-webhook-configuration and --validating-webhook-configuration to name the configurations (clusterip-policy in manifests/base)")
+	}
+	return nil
+}
+
+// Metrics are the backstop's.
+type Metrics struct {
+	enabled, inForce, lifted, rules prometheus.Gauge
+	writes                          *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics in reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		enabled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_backstop_enabled",
+			Help: "1 on every replica running with --backstop, 0 otherwise: with clusterip_policy_backstop_in_force it tells an alert that the backstop is on but no leader has it in force.",
+		}),
+		inForce: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_backstop_in_force",
+			Help: "1 on the leader while the backstop's admission policies and bindings are written and encode the policy in force; 0 while they are not (a write failing, lifted) and on other replicas.",
+		}),
+		lifted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_backstop_lifted",
+			Help: "1 on the leader while the backstop is lifted on purpose: its bindings and the Service webhook configurations were deleted (docs/emergency.md); 0 otherwise.",
+		}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clusterip_policy_backstop_rules",
+			Help: "On the leader: the rules the backstop carries (resource and rule), as last written; 0 on other replicas.",
+		}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clusterip_policy_backstop_writes_total",
+			Help: "Passes of the leader writing the backstop (result: written, failed).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.enabled, m.inForce, m.lifted, m.rules, m.writes)
+	for _, r := range []string{"written", "failed"} {
+		m.writes.WithLabelValues(r)
+	}
+	return m
+}
+
+// Reporter is told what became of the leader's writes: the ClusterIPPolicy
+// status (internal/controllers/policystatus) says whether the backstop is
+// in force and what it encodes. Serve hands it to New.
+type Reporter interface {
+	BackstopInForce(policyDigest string, rules, left []string)
+	BackstopLifted(message string)
+	BackstopFailed(reason, message string)
+}
+
+// Keeper writes the backstop while its replica leads.
+type Keeper struct {
+	client kubernetes.Interface
+	gate   *readiness.Gate
+	o      Options
+	log    logr.Logger
+	m      *Metrics
+	report Reporter
+	now    func() time.Time
+}
+
+// New keeps the backstop for the gate's policy and view, and tells report
+// what became of its writes.
+func New(client kubernetes.Interface, gate *readiness.Gate, o Options, log logr.Logger, m *Metrics, report Reporter) *Keeper {
+	m.enabled.Set(1)
+	return &Keeper{client: client, gate: gate, o: o, log: log, m: m, report: report, now: time.Now}
+}
+
+// Work keeps the backstop while this replica leads; at the term's end the
+// gauges say nothing is kept here.
+func (k *Keeper) Work() leader.Work {
+	return leader.Term(k.log, "leading: writing the backstop's admission policies", nil, k.lead, func() {
+		k.m.inForce.Set(0)
+		k.m.lifted.Set(0)
+		k.m.rules.Set(0)
+	})
+}
+
+// state is what one pass read of the cluster.
+type state struct {
+	// registered: both Service webhook configurations exist.
+	registered bool
+	// selector is the validating Service webhook's namespaceSelector.
+	selector *metav1.LabelSelector
+	// bindings are the backstop's bindings that exist now, by name.
+	bindings map[string]bool
+}
+
+func (k *Keeper) lead(ctx context.Context) {
+	var (
+		lastKey       string
+		lastWrite     time.Time
+		mutating      bool
+		lastDiscovery time.Time
+		lastErr       string
+		selector      = k.defaultSelector()
+		backoff       = pollInterval
+	)
+	for poll.Sleep(ctx, backoff) {
+		now := k.now()
+		st, err := k.gate.ForLoop(now)
+		if err != nil {
+			backoff = pollInterval
+			continue // no policy loaded or no synced view yet
+		}
+		if now.Sub(lastDiscovery) >= discoveryInterval {
+			if served, err := k.servesMutatingPolicies(ctx); err == nil {
+				mutating, lastDiscovery = served, now
+			} else if ctx.Err() == nil {
+				k.log.Error(err, "cannot tell whether the apiserver serves MutatingAdmissionPolicy; the backstop carries static-ip-in-dynamic-band only where it does")
+			}
+		}
+		cs, err := k.read(ctx)
+		if err != nil {
+			k.failed(ctx, "WriteFailed", fmt.Errorf("read the webhook configurations and the backstop's bindings: %w", err), &lastErr)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		if cs.selector != nil {
+			selector = cs.selector
+		}
+		set, err := backstop.Compile(backstop.Input{Policy: st.Env.Policy, Ranges: st.Env.Ranges(), NamespaceSelector: selector, Mutating: mutating,
+			Labels: map[string]string{Label: "true", "app.kubernetes.io/name": names.AppName, "app.kubernetes.io/managed-by": FieldManager}})
+		if err != nil {
+			k.failed(ctx, "CompileFailed", err, &lastErr)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		key := fmt.Sprintf("%s/%v/%v", set.Digest, cs.registered, cs.bindings)
+		if key == lastKey && now.Sub(lastWrite) < verifyInterval {
+			backoff = pollInterval
+			continue
+		}
+		lifted, err := k.write(ctx, set, cs)
+		if err != nil {
+			k.failed(ctx, "WriteFailed", err, &lastErr)
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		k.m.writes.WithLabelValues("written").Inc()
+		if lastErr != "" {
+			k.log.Info("the backstop is written again")
+			lastErr = ""
+		}
+		lastKey, lastWrite, backoff = key, now, pollInterval
+		k.m.rules.Set(float64(len(set.Carried)))
+		if lifted {
+			k.m.inForce.Set(0)
+			k.m.lifted.Set(1)
+			if k.report != nil {
+				k.report.BackstopLifted("neither the Service webhook configurations nor the backstop's bindings exist (deleted by the break-glass, or not applied yet): the apiserver enforces nothing of the policy; the bindings are written again once the configurations exist (docs/emergency.md)")
+			}
+			continue
+		}
+		k.m.inForce.Set(1)
+		k.m.lifted.Set(0)
+		if k.report != nil {
+			k.report.BackstopInForce(st.Env.Policy.Digest, carried(set), set.Left)
+		}
+	}
+}
+
+// failed counts a failed pass, logs its error once while it lasts, and
+// reports it.
+func (k *Keeper) failed(ctx context.Context, reason string, err error, last *string) {
+	if ctx.Err() != nil {
+		return
+	}
+	k.m.writes.WithLabelValues("failed").Inc()
+	k.m.inForce.Set(0)
+	if msg := err.Error(); msg != *last {
+		k.log.Error(err, "cannot write the backstop; the apiserver enforces what was written before, or nothing of it", "reason", reason)
+		*last = msg
+	}
+	if k.report != nil {
+		k.report.BackstopFailed(reason, err.Error())
+	}
+}
+
+func carried(s backstop.Set) []string {
+	out := make([]string, 0, len(s.Carried))
+	for _, c := range s.Carried {
+		out = append(out, fmt.Sprintf("%s/%s=%s", c.Resource, c.Rule, c.Action))
+	}
+	return out
+}
+
+// defaultSelector is the Service webhooks' namespaceSelector as the
+// manifests write it: every namespace but the webhook's own.
+func (k *Keeper) defaultSelector() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{k.o.Namespace},
+	}}}
+}
+
+// servesMutatingPolicies reports whether the apiserver serves
+// admissionregistration.k8s.io/v1 mutatingadmissionpolicies (GA and on by
+// default from Kubernetes 1.36).
+func (k *Keeper) servesMutatingPolicies(ctx context.Context) (bool, error) {
+	res, err := k.client.Discovery().ServerResourcesForGroupVersion(admissionregistrationv1.SchemeGroupVersion.String())
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "mutatingadmissionpolicies" }), ctx.Err()
+}
+
+// read gets the two configurations and the backstop's bindings, by name:
+// the RBAC of the webhook grants these names only.
+func (k *Keeper) read(ctx context.Context) (state, error) {
+	var s state
+	_, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Mutating, metav1.GetOptions{})
+	mutatingThere := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return s, err
+	}
+	vwc, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Validating, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return s, err
+	}
+	if err == nil {
+		for _, w := range vwc.Webhooks {
+			if w.Name == names.ValidatingServiceWebhook && w.NamespaceSelector != nil {
+				s.selector = w.NamespaceSelector.DeepCopy()
+			}
+		}
+	}
+	s.registered = mutatingThere && err == nil
+	s.bindings = map[string]bool{}
+	for _, n := range backstop.Names() {
+		if n == backstop.RecordName {
+			continue // a MutatingAdmissionPolicyBinding, read where written
+		}
+		_, err := k.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, n, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			s.bindings[n] = true
+		case !apierrors.IsNotFound(err):
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// write applies set: the policies, then the bindings while the
+// configurations exist, or while the bindings exist themselves (the
+// configurations deleted alone, as a GitOps prune does: still in force);
+// then it deletes what set no longer holds. When neither the
+// configurations nor a binding exists, the backstop is lifted (the
+// break-glass, or an uninstall's pre-delete hook): it deletes the rest of
+// its objects and writes nothing until the configurations are back.
+func (k *Keeper) write(ctx context.Context, set backstop.Set, s state) (lifted bool, err error) {
+	ar := k.client.AdmissionregistrationV1()
+	if !s.registered && len(s.bindings) == 0 {
+		return true, deleteAll(ctx, k.client)
+	}
+	keep := map[string]bool{}
+	for i := range set.Policies {
+		p := &set.Policies[i]
+		keep[p.Name] = true
+		if err := apply(ctx, ar.ValidatingAdmissionPolicies().Patch, p.Name, p); err != nil {
+			return false, err
+		}
+	}
+	for i := range set.MutatingPolicies {
+		p := &set.MutatingPolicies[i]
+		keep[p.Name] = true
+		if err := apply(ctx, ar.MutatingAdmissionPolicies().Patch, p.Name, p); err != nil {
+			return false, err
+		}
+	}
+	for i := range set.Bindings {
+		b := &set.Bindings[i]
+		if !s.registered && !s.bindings[b.Name] {
+			continue // never created while the configurations are gone
+		}
+		if err := apply(ctx, ar.ValidatingAdmissionPolicyBindings().Patch, b.Name, b); err != nil {
+			return false, err
+		}
+	}
+	for i := range set.MutatingBindings {
+		if b := &set.MutatingBindings[i]; s.registered {
+			if err := apply(ctx, ar.MutatingAdmissionPolicyBindings().Patch, b.Name, b); err != nil {
+				return false, err
+			}
+		}
+	}
+	for _, n := range backstop.Names() {
+		if !keep[n] {
+			if err := deleteNamed(ctx, k.client, n); err != nil {
+				return false, err
+			}
+		}
+	}
+	return false, nil
+}
+
+// deleteAll deletes every object of the backstop, bindings first.
+func deleteAll(ctx context.Context, client kubernetes.Interface) error {
+	for _, n := range backstop.Names() {
+		if err := deleteNamed(ctx, client, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteNamed deletes the backstop's binding and policy named n, the
+// binding first so that no binding ever names a missing policy. A
+// resource the apiserver does not serve (MutatingAdmissionPolicy before
+// 1.36) holds nothing to delete.
+func deleteNamed(ctx context.Context, client kubernetes.Interface, n string) error {
+	ar := client.AdmissionregistrationV1()
+	dels := []func(context.Context, string, metav1.DeleteOptions) error{ar.ValidatingAdmissionPolicyBindings().Delete, ar.ValidatingAdmissionPolicies().Delete}
+	if n == backstop.RecordName {
+		dels = []func(context.Context, string, metav1.DeleteOptions) error{ar.MutatingAdmissionPolicyBindings().Delete, ar.MutatingAdmissionPolicies().Delete}
+	}
+	for _, del := range dels {
+		dctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		err := del(dctx, n, metav1.DeleteOptions{})
+		cancel()
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
+			return fmt.Errorf("delete %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// apply server-side applies obj (a typed object with apiVersion and kind
+// set) through a typed client's Patch, as FieldManager, taking over the
+// fields another manager set (a hand edit is undone).
+func apply[T any](ctx context.Context, patch func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (T, error), name string, obj any) error {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return fmt.Errorf("render %s: %w", name, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	force := true
+	if _, err := patch(pctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
+		return fmt.Errorf("apply %s: %w", name, err)
+	}
+	return nil
+}
