@@ -363,6 +363,7 @@ func TestAlertsCoverWhatOperatorsWatch(t *testing.T) {
 		"ClusterIPPolicyMatchConditionsNotWritten": "clusterip_policy_match_conditions_updates_total",
 		"ClusterIPPolicyMatchConditionsNotInStep":  "clusterip_policy_match_conditions_synced",
 		"ClusterIPPolicyMatchConditionsLeftBehind": "clusterip_policy_match_conditions_left_behind",
+		"ClusterIPPolicyBackstopNotInForce":        "clusterip_policy_backstop_in_force",
 	} {
 		names, ok := reads[alert]
 		if !ok {
