@@ -89,7 +89,7 @@ func serviceCIDRObject(name, cidr string) *networkingv1.ServiceCIDR {
 // backstop, and putting the configurations back restores it.
 func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 	c := own(t, framework.Options{Webhooks: 0, ArmByLeader: true, NoRegister: true,
-		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m", "--backstop"}})
+		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m"}})
 	cs := c.Client(0)
 	ctx := testContext(t, 6*time.Minute)
 	if out, _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {

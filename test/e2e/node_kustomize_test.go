@@ -82,10 +82,12 @@ func TestNodeKustomizeBase(t *testing.T) {
 		return nil
 	})
 
-	// docs/install.md, "Uninstall": the configurations first, then what
-	// kustomize applied (namespace, Lease and CRD with it), then the holds.
-	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "clusterip-policy")
+	// docs/install.md, "Uninstall": the configurations and the
+	// backstop's bindings first, then what kustomize applied (namespace,
+	// Lease and CRD with it), then the backstop's policies, then the holds.
+	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration,validatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
 	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--ignore-not-found", "--wait", "--timeout=3m")
+	n.run(t, ctx, kubectl, "delete", "validatingadmissionpolicy,mutatingadmissionpolicy,mutatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
 	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
 	n.nothingLeft(t, ctx, ns)
 }

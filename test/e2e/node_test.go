@@ -398,10 +398,12 @@ func TestNodeKustomizeSelfSigned(t *testing.T) {
 	}
 	n.breakGlassAsDocumented(t, ctx, wrap)
 	n.rotateCAAsDocumented(t, ctx, wrap, overlay)
-	// docs/install.md, "Uninstall": the configurations first, then the
-	// overlay (namespace, Lease and CRD with it), then the holds.
-	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "clusterip-policy")
+	// docs/install.md, "Uninstall": the configurations and the
+	// backstop's bindings first, then the overlay (namespace, Lease and
+	// CRD with it), then the backstop's policies, then the holds.
+	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration,validatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
 	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--ignore-not-found", "--wait", "--timeout=3m")
+	n.run(t, ctx, kubectl, "delete", "validatingadmissionpolicy,mutatingadmissionpolicy,mutatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
 	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
 	n.nothingLeft(t, ctx, ns)
 }
@@ -893,7 +895,7 @@ func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
 func (n *realNode) nothingLeft(t *testing.T, ctx context.Context, ns string) {
 	t.Helper()
 	kubectl := framework.DefaultBinaries(n.root).Kubectl
-	left := n.run(t, ctx, kubectl, "get", "mutatingwebhookconfigurations,validatingwebhookconfigurations,clusterroles,clusterrolebindings,ipaddresses,crd", "-o", "name")
+	left := n.run(t, ctx, kubectl, "get", "mutatingwebhookconfigurations,validatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings,clusterroles,clusterrolebindings,ipaddresses,crd", "-o", "name")
 	var ours []string
 	for _, l := range strings.Fields(left) {
 		if strings.Contains(l, "clusterip-policy") {

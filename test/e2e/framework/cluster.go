@@ -57,6 +57,11 @@ type Options struct {
 	// WebhookArgs are extra `clusterip-policy serve` flags for every webhook the
 	// cluster starts (for example --hold-reservations).
 	WebhookArgs []string
+	// NoBackstop starts the webhooks without --backstop, which every
+	// cluster's webhooks otherwise run with, as the manifests ship them:
+	// for a test of what the webhook alone does while it cannot answer,
+	// or a measurement of the webhook alone.
+	NoBackstop bool
 
 	// WebhookClientAuth makes every apiserver present a client certificate
 	// to the webhooks and every webhook require it (see clientauth.go).
@@ -330,6 +335,9 @@ func (c *Cluster) startWebhooks(ctx context.Context, n int, wait bool) error {
 		}
 		start := time.Now()
 		o := WebhookOptions{Name: name, Kubeconfig: kubeconfig, Policy: c.PolicyFile, ExtraArgs: append(c.ClientAuth.WebhookArgs(), c.opts.WebhookArgs...), ManagedCerts: c.opts.ManagedCerts}
+		if !c.opts.NoBackstop && !slices.Contains(o.ExtraArgs, "--backstop") {
+			o.ExtraArgs = append(o.ExtraArgs, "--backstop")
+		}
 		if slices.Contains(c.opts.WebhookArgs, "--policy-source=crd") {
 			o.Policy = "" // the webhook refuses --policy with the policy object
 		}
