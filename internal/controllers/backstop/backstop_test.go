@@ -1,0 +1,143 @@
+package backstop
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/backstop"
+	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
+)
+
+// The apiserver's own handling of the objects (server-side apply creating
+// one, RBAC by name, the policies refusing requests) is proved by
+// test/e2e/backstop_test.go; here, with a fake clientset, what the keeper
+// writes and deletes in each state of the configurations and bindings.
+
+func compiled(t *testing.T, spec string) backstop.Set {
+	t.Helper()
+	p := fixtures.MustPolicy(t, policy.ParseDocument, spec)
+	rs := allocview.StaticRanges("--service-cidr", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, p.AllowedCIDRs)
+	s, err := backstop.Compile(backstop.Input{Policy: p, Ranges: rs, Mutating: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func bindingsOf(t *testing.T, cs kubernetes.Interface) []string {
+	t.Helper()
+	l, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, b := range l.Items {
+		out = append(out, b.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func policiesOf(t *testing.T, cs kubernetes.Interface) []string {
+	t.Helper()
+	l, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range l.Items {
+		out = append(out, p.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+const (
+	denyAll  = "allowedCIDRs: [10.96.0.0/16]\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n"
+	warnSome = denyAll + "enforcement:\n  rules:\n    reserved-for-other: warn\n"
+)
+
+func TestTheKeeperWritesWhileRegisteredKeepsWhatExistsAndLiftsWithBoth(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset()
+	k := &Keeper{client: cs}
+	set := compiled(t, denyAll)
+
+	// Registered: every policy and binding is written.
+	lifted, err := k.write(ctx, set, state{registered: true, bindings: map[string]bool{}})
+	if err != nil || lifted {
+		t.Fatalf("write: lifted %v, %v", lifted, err)
+	}
+	want := []string{"clusterip-policy-backstop-servicecidrs-deny", "clusterip-policy-backstop-services-deny"}
+	if got := bindingsOf(t, cs); !slices.Equal(got, want) {
+		t.Fatalf("bindings %v, want %v", got, want)
+	}
+	if got := policiesOf(t, cs); !slices.Equal(got, want) {
+		t.Fatalf("policies %v, want %v", got, want)
+	}
+	if _, err := cs.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Get(ctx, backstop.RecordName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the record's binding: %v", err)
+	}
+
+	// The policy changes one rule to warn: its policy and binding come,
+	// and the deny ones stay with the rest.
+	set2 := compiled(t, warnSome)
+	if _, err := k.write(ctx, set2, state{registered: true, bindings: map[string]bool{want[0]: true, want[1]: true}}); err != nil {
+		t.Fatal(err)
+	}
+	want2 := []string{"clusterip-policy-backstop-servicecidrs-deny", "clusterip-policy-backstop-services-deny", "clusterip-policy-backstop-services-warn"}
+	if got := bindingsOf(t, cs); !slices.Equal(got, want2) {
+		t.Fatalf("after the change, bindings %v, want %v", got, want2)
+	}
+
+	// The configurations deleted alone (a GitOps prune): the bindings
+	// that exist are kept; none is created.
+	if err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, want2[2], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lifted, err = k.write(ctx, set2, state{registered: false, bindings: map[string]bool{want[0]: true, want[1]: true}})
+	if err != nil || lifted {
+		t.Fatalf("configurations gone, bindings there: lifted %v, %v", lifted, err)
+	}
+	if got := bindingsOf(t, cs); !slices.Equal(got, want) {
+		t.Fatalf("configurations gone: bindings %v, want %v (none created)", got, want)
+	}
+
+	// Both gone (the break-glass): lifted, and everything of ours deleted.
+	for _, n := range want {
+		if err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lifted, err = k.write(ctx, set2, state{registered: false, bindings: map[string]bool{}})
+	if err != nil || !lifted {
+		t.Fatalf("both gone: lifted %v, %v", lifted, err)
+	}
+	if got := policiesOf(t, cs); len(got) != 0 {
+		t.Fatalf("lifted, policies left: %v", got)
+	}
+	if _, err := cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(ctx, backstop.RecordName, metav1.GetOptions{}); err == nil {
+		t.Fatal("lifted, the record's policy is left")
+	}
+
+	// A policy of someone else's is never touched.
+	other := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "someone-elses"}}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.write(ctx, set, state{registered: true, bindings: map[string]bool{}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := policiesOf(t, cs); !slices.Contains(got, "someone-elses") {
+		t.Fatalf("someone else's policy deleted: %v", got)
+	}
+}
