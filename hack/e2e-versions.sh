@@ -30,6 +30,7 @@ smoke=(
 	TestPolicyObject
 	TestHelmChart
 	TestARefusedConditionsWriteIsReported
+	TestBackstopHoldsWhileTheWebhookCannotAnswer
 )
 run_re="^($(IFS='|'; echo "${smoke[*]}"))\$"
 
