@@ -23,6 +23,10 @@ import (
 // written "~1").
 var recordPath = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(RecordAnnotation, "~", "~0"), "/", "~1")
 
+// recordShape leaves out a request with more than two addresses: the
+// apiserver refuses it after admission, and the record would only walk it.
+const recordShape = `!has(object.spec) || !has(object.spec.clusterIPs) || size(object.spec.clusterIPs) <= 2`
+
 // recordMatch sends the record only the requests that can allocate: every
 // CREATE, and an UPDATE that changes the addresses (the validating
 // webhook's allocating-requests-only) or leaves ExternalName.
@@ -40,12 +44,10 @@ var recordPatch = fmt.Sprintf(`size(variables.named) > 0 ? `+
 	`(has(object.metadata.annotations) && %[2]s in object.metadata.annotations ? `+
 	`[JSONPatch{op: 'remove', path: %[1]s}] : [])`, quote(recordPath), quote(RecordAnnotation))
 
-// varNamed is what the request names (pkg/policy requestedIPs); a list
-// longer than two, which the apiserver refuses after admission, records
-// nothing rather than something of unbounded size.
-const varNamed = `[(has(object.spec.clusterIPs) && size(object.spec.clusterIPs) > 0 ? object.spec.clusterIPs : ` +
-	`(has(object.spec.clusterIP) && object.spec.clusterIP != '' ? [object.spec.clusterIP] : [])).filter(i, i != 'None' && i != '')]` +
-	`.map(l, size(l) > 2 || l.exists(i, size(i) > 64) ? [] : l)[0]`
+// varNamed is what the request names (pkg/policy requestedIPs), at most
+// two entries (recordShape); one longer than any address is not recorded.
+const varNamed = `(has(object.spec.clusterIPs) && size(object.spec.clusterIPs) > 0 ? object.spec.clusterIPs : ` +
+	`(has(object.spec.clusterIP) && object.spec.clusterIP != '' ? [object.spec.clusterIP] : [])).filter(i, i != 'None' && i != '' && size(i) <= 64)`
 
 func (c compiler) recordPolicy() admissionregistrationv1.MutatingAdmissionPolicy {
 	fail := admissionregistrationv1.Fail
@@ -63,6 +65,10 @@ func (c compiler) recordPolicy() admissionregistrationv1.MutatingAdmissionPolicy
 				}}},
 			},
 			MatchConditions: []admissionregistrationv1.MatchCondition{
+				// First, and costing one size(): a hostile list of
+				// 50,000 addresses (which the apiserver's validation
+				// refuses after admission) must not be walked here.
+				{Name: "at-most-two-addresses", Expression: recordShape},
 				{Name: "allocating-requests-only", Expression: recordMatch},
 			},
 			Variables: []admissionregistrationv1.Variable{

@@ -143,6 +143,12 @@ func deniedBy(err error, webhook string) bool {
 	return err != nil && strings.Contains(err.Error(), fmt.Sprintf("admission webhook %q denied the request", webhook))
 }
 
+// deniedByBackstop reports whether err is a refusal by one of the
+// backstop's ValidatingAdmissionPolicies (docs/backstop.md).
+func deniedByBackstop(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'clusterip-policy-backstop-")
+}
+
 // requireDenied fails the test unless err is webhook's denial and its
 // message holds every part.
 func requireDenied(t *testing.T, err error, webhook string, parts ...string) {

@@ -29,6 +29,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/manifests"
+	"clusterip-policy/pkg/backstop"
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
 )
@@ -423,6 +424,17 @@ spec:
 			// ClusterIP after ours.
 			"mutatingwebhookconfigurations.admissionregistration.k8s.io [] []": {resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io", nonResource: "[]", names: "[]", verbs: "[list watch]"},
 			"mutatingadmissionpolicies.admissionregistration.k8s.io [] []":     {resource: "mutatingadmissionpolicies.admissionregistration.k8s.io", nonResource: "[]", names: "[]", verbs: "[list watch]"},
+		}
+		// --backstop: the leader's admission policies and bindings, by name.
+		for _, n := range backstop.Names() {
+			kinds := []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}
+			if n == backstop.RecordName {
+				kinds = []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"}
+			}
+			for _, k := range kinds {
+				r := canIRow{resource: k + ".admissionregistration.k8s.io", nonResource: "[]", names: "[" + n + "]", verbs: "[get create patch delete]"}
+				everywhere[r.resource+" [] "+r.names] = r
+			}
 		}
 		// In its own namespace, the Lease electing the replica that keeps
 		// the holds; no Secret: the self-signed overlay mounts its

@@ -310,6 +310,7 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatalf("apply: %v\n%s", err, out)
 		}
 		waitStatus(t, "True 4 4 generation 4 is in force")
+		waitBackstopPolicy(t, ctx, c, "")
 		if _, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77"))); err != nil {
 			t.Fatalf("10.96.0.77 is still reserved after the reservation was removed: %v", err)
 		}

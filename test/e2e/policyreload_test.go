@@ -128,6 +128,10 @@ func TestPolicyReload(t *testing.T) {
 		warnings := &warningRecorder{}
 		cfg := c.RESTConfig(0)
 		cfg.WarningHandler = warnings
+		// The backstop follows the reload too: the leader writes it
+		// within a tenth of a second, and the apiserver reloads admission
+		// policies once a second.
+		waitBackstopPolicy(t, ctx, c, policyDigest(t, readText(t, c.PolicyFile)))
 		got := mustCreate(t, ctx, kubernetes.NewForConfigOrDie(cfg), service(ns, "warned", clusterIP("10.96.200.9")))
 		if got.Spec.ClusterIP != "10.96.200.9" {
 			t.Fatalf("clusterIP %s, want 10.96.200.9", got.Spec.ClusterIP)

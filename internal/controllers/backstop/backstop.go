@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,22 +36,32 @@ import (
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
 	"clusterip-policy/internal/readiness"
+	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/backstop"
 )
 
 const (
-	// pollInterval is how often the leader compiles the backstop and
-	// compares it with what it last wrote: a policy or ServiceCIDR change
-	// reaches the apiservers within it (plus the writes).
-	pollInterval = time.Second
-	// verifyInterval is how often it writes everything again even when
-	// nothing changed, so that a policy edited or a binding deleted by
-	// hand is put back (server-side apply: an unchanged object costs the
-	// apiserver no write).
+	// pollInterval is how often the leader compares the policy digest and
+	// the active ranges with those it last compiled, in memory: a change
+	// reaches the apiservers within it plus the writes (the webhook
+	// reloads a changed policy at the same time, so the two disagree
+	// only for that long).
+	pollInterval = 100 * time.Millisecond
+	// verifyInterval is how often it reads the configurations and the
+	// bindings and writes everything again even when nothing changed, so
+	// that a policy edited or a binding deleted by hand is put back
+	// (server-side apply: an unchanged object costs the apiserver no
+	// write), and a lift or the configurations' return is seen. In
+	// between it makes no API call.
 	verifyInterval = 30 * time.Second
 	// discoveryInterval is how often it asks whether the apiserver serves
 	// MutatingAdmissionPolicy (an upgrade or a feature gate turns it on).
 	discoveryInterval = time.Minute
+	// settle is how long after a write the leader waits before it reports
+	// the backstop in force: the apiserver reloads admission policies
+	// once a second (k8s.io/apiserver admission/plugin/policy/generic,
+	// policyRefreshInterval), so until then it may enforce the older ones.
+	settle = 1500 * time.Millisecond
 	// maxBackoff bounds the wait between failed writes.
 	maxBackoff = 30 * time.Second
 	// writeTimeout bounds one object's write.
@@ -171,6 +182,7 @@ type state struct {
 func (k *Keeper) lead(ctx context.Context) {
 	var (
 		lastKey       string
+		reported      string // the inputs last reported in force
 		lastWrite     time.Time
 		mutating      bool
 		lastDiscovery time.Time
@@ -192,6 +204,11 @@ func (k *Keeper) lead(ctx context.Context) {
 				k.log.Error(err, "cannot tell whether the apiserver serves MutatingAdmissionPolicy; the backstop carries static-ip-in-dynamic-band only where it does")
 			}
 		}
+		inputs := inputsKey(st.Env.Policy.Digest, st.Env.Ranges(), mutating)
+		if inputs == lastKey && lastErr == "" && now.Sub(lastWrite) < verifyInterval {
+			backoff = pollInterval
+			continue
+		}
 		cs, err := k.read(ctx)
 		if err != nil {
 			k.failed(ctx, "WriteFailed", fmt.Errorf("read the webhook configurations and the backstop's bindings: %w", err), &lastErr)
@@ -208,11 +225,6 @@ func (k *Keeper) lead(ctx context.Context) {
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		key := fmt.Sprintf("%s/%v/%v", set.Digest, cs.registered, cs.bindings)
-		if key == lastKey && now.Sub(lastWrite) < verifyInterval {
-			backoff = pollInterval
-			continue
-		}
 		lifted, err := k.write(ctx, set, cs)
 		if err != nil {
 			k.failed(ctx, "WriteFailed", err, &lastErr)
@@ -224,9 +236,10 @@ func (k *Keeper) lead(ctx context.Context) {
 			k.log.Info("the backstop is written again")
 			lastErr = ""
 		}
-		lastKey, lastWrite, backoff = key, now, pollInterval
+		lastKey, lastWrite, backoff = inputs, now, pollInterval
 		k.m.rules.Set(float64(len(set.Carried)))
 		if lifted {
+			reported = ""
 			k.m.inForce.Set(0)
 			k.m.lifted.Set(1)
 			if k.report != nil {
@@ -234,12 +247,33 @@ func (k *Keeper) lead(ctx context.Context) {
 			}
 			continue
 		}
+		if inputs != reported {
+			if !poll.Sleep(ctx, settle) {
+				return
+			}
+			reported = inputs
+		}
 		k.m.inForce.Set(1)
 		k.m.lifted.Set(0)
 		if k.report != nil {
 			k.report.BackstopInForce(st.Env.Policy.Digest, carried(set), set.Left)
 		}
 	}
+}
+
+// inputsKey says what a compilation reads besides the configurations'
+// namespaceSelector (read with them, every verifyInterval): the policy and
+// the active and excluded ranges.
+func inputsKey(policyDigest string, rs allocview.RangeSet, mutating bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %v %s %v", policyDigest, mutating, rs.Primary, rs.Configured)
+	for _, r := range rs.Active {
+		fmt.Fprintf(&b, " %s%v", r.Prefix, r.Allowed)
+	}
+	for _, e := range rs.Excluded {
+		fmt.Fprintf(&b, " -%s", e.Range.Prefix)
+	}
+	return b.String()
 }
 
 // failed counts a failed pass, logs its error once while it lasts, and

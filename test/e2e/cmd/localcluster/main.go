@@ -102,7 +102,7 @@ func up(args []string, stdout io.Writer) error {
 		Logf:       logf,
 		// The serve flags of manifests/base/deployment.yaml that change what
 		// the webhook does (the others are its ports and paths).
-		WebhookArgs: []string{"--policy-source=crd", "--hold-reservations", "--audit-interval=5m", "--manage-match-conditions"},
+		WebhookArgs: []string{"--policy-source=crd", "--hold-reservations", "--audit-interval=5m", "--manage-match-conditions", "--backstop"},
 
 		WebhookClientAuth: *clientAuth,
 	})
