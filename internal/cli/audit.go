@@ -84,7 +84,7 @@ func newAuditCommand(streams IOStreams) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file (or object manifest, clusterip-policy.io/v1alpha1) to audit against, the one you mean to enforce. Without it: the default policy (first address of the primary range reserved for default/kubernetes).")
+	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file (or object manifest, clusterip-policy.io/v1alpha1) to audit against, the one you mean to enforce. Without it: the cluster's ClusterIPPolicy default, as the webhook enforces it; where the cluster has none, the default policy (first address of the primary range reserved for default/kubernetes).")
 	o.kube.addFlags(fs)
 	fs.StringArrayVar(&o.serviceCIDRs, "service-cidr", nil, "Service CIDR of the cluster, as --service-cluster-ip-range (repeatable, primary family first); only for a cluster that serves no ServiceCIDR objects (before 1.33). Replaces the policy's serviceCIDRs.")
 	fs.StringVarP(&o.output, "output", "o", "text", outputHelp)
@@ -118,13 +118,18 @@ func (o *auditOptions) run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}
-	pol := env.Policy
 	client, err := toolClient(o.kube, "audit", o.timeout)
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
+	if o.policyPath == "" {
+		if code := useClusterPolicy(ctx, client, "audit", &env, stderr); code != exitcode.OK {
+			return code
+		}
+	}
+	pol := env.Policy
 	services, snap, err := clusterread.Cluster(ctx, client)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -163,6 +168,31 @@ func (o *auditOptions) run(args []string, stdout, stderr io.Writer) int {
 	if len(report.Findings) > 0 {
 		return exitcode.Denied
 	}
+	return exitcode.OK
+}
+
+// useClusterPolicy puts the cluster's ClusterIPPolicy into env when it has
+// one (a command given no --policy judges as the installed webhook does),
+// says on stderr which policy is used, and returns the exit code of a
+// failure: a policy object that does not load is one, not a reason to
+// judge against another policy silently.
+func useClusterPolicy(ctx context.Context, client kubernetes.Interface, command string, env *policy.Env, stderr io.Writer) int {
+	p, gen, found, err := clusterread.Policy(ctx, client)
+	switch {
+	case err != nil && found:
+		fmt.Fprintf(stderr, "%s: %v\n(the webhook keeps enforcing its last good generation; fix the object, or give --policy FILE)\n", command, err)
+		return exitcode.BadData
+	case err != nil:
+		// Unreachable or not allowed: the reads that follow say which;
+		// the judgement is against the default policy, and says so.
+		fmt.Fprintf(stderr, "%s: note: %v: judging against the default policy; give --policy FILE for the one you enforce\n", command, err)
+		return exitcode.OK
+	case !found:
+		fmt.Fprintf(stderr, "%s: note: the cluster has no ClusterIPPolicy %s: judging against the default policy (the first address of the primary range reserved for default/kubernetes); give --policy FILE for another\n", command, policy.ObjectName)
+		return exitcode.OK
+	}
+	env.Policy = p
+	fmt.Fprintf(stderr, "%s: judging against the cluster's ClusterIPPolicy %s, generation %d (policy digest %s)\n", command, policy.ObjectName, gen, p.Digest)
 	return exitcode.OK
 }
 

@@ -91,7 +91,7 @@ func newBandsCommand(streams IOStreams) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVarP(&o.output, "output", "o", "text", outputHelp+" The document: ranges (one object per CIDR, in order), with --policy also reservedRanges; with --usage, usage (one object per band).")
 	fs.BoolVar(&o.usage, "usage", false, "Read the cluster's ServiceCIDRs and IPAddresses and print how each band is used, instead of the bands of CIDRs given.")
-	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file or object manifest whose reservedRanges to show against the CIDRs; with --usage, the policy in force, whose reservedRanges are counted apart (reserved-range).")
+	fs.StringVar(&o.policyPath, "policy", "", "ClusterIPPolicy file or object manifest whose reservedRanges to show against the CIDRs; with --usage, the policy whose reservedRanges are counted apart (reserved-range); without it, the cluster's ClusterIPPolicy default.")
 	o.kube.addFlags(fs)
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "With --usage: time allowed for reading the cluster (1s-1h).")
 	completeOutput(cmd)
@@ -121,16 +121,21 @@ func (o *bandsOptions) runUsage(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}
-	reserved := make([]allocview.Band, 0, len(env.Policy.ReservedRanges))
-	for _, r := range env.Policy.ReservedRanges {
-		reserved = append(reserved, r.Band)
-	}
 	client, err := toolClient(o.kube, "bands", o.timeout)
 	if err != nil {
 		return fail(exitcode.BadData, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
+	if o.policyPath == "" {
+		if code := useClusterPolicy(ctx, client, "bands", &env, stderr); code != exitcode.OK {
+			return code
+		}
+	}
+	reserved := make([]allocview.Band, 0, len(env.Policy.ReservedRanges))
+	for _, r := range env.Policy.ReservedRanges {
+		reserved = append(reserved, r.Band)
+	}
 	snap, err := clusterread.Allocations(ctx, client)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):

@@ -193,10 +193,10 @@ func Commands(root *cobra.Command) []string {
 // before cobra: no command, or a flag first, is serve; --help alone is the
 // root's help; --version (or -version) with serve prints the version.
 func Run(root *cobra.Command, args []string) int {
-	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help") ||
-		len(args) == 0 && root.DisplayName() != Name {
-		// As a kubectl plugin, no command lists the commands: nobody runs
-		// the webhook through kubectl.
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "-help") || len(args) == 0 {
+		// No command lists the commands: someone who runs the binary (or
+		// the kubectl plugin) to see what it is gets the help, not a
+		// webhook refusing its missing --policy. The manifests name serve.
 		args = []string{"help"}
 	}
 	// Go's flag package spells it -help, and the commands took it before

@@ -7,6 +7,7 @@ package clusterread
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 
@@ -17,6 +18,7 @@ import (
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/policy"
 )
 
 // pageSize and maxPages bound each list, as kubesource's do: a page of 500
@@ -151,4 +153,36 @@ func Pages(ctx context.Context, resource string, list func(context.Context, meta
 		opts.Continue = meta.Continue
 	}
 	return fmt.Errorf("list %s: more than %d pages of %d; the apiserver kept answering \"continue\"", resource, maxPages, pageSize)
+}
+
+// PolicyObjectPath is where the apiserver serves the ClusterIPPolicy the
+// webhook enforces (--policy-source=crd).
+const PolicyObjectPath = "/apis/" + policy.ObjectGroup + "/" + policy.ObjectVersion + "/" + policy.ObjectResource + "/" + policy.ObjectName
+
+// Policy reads the cluster's ClusterIPPolicy and loads its spec as the
+// webhook does. found is false when the cluster has none (the object or
+// its CRD absent): the caller then decides what to judge against. A spec
+// the loader refuses is an error naming the object and the entry.
+func Policy(ctx context.Context, client kubernetes.Interface) (p *policy.Policy, generation int64, found bool, err error) {
+	raw, err := client.Discovery().RESTClient().Get().AbsPath(PolicyObjectPath).DoRaw(ctx)
+	if apierrors.IsNotFound(err) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("get ClusterIPPolicy %s: %w", policy.ObjectName, err)
+	}
+	var obj struct {
+		Metadata struct {
+			Generation int64 `json:"generation"`
+		} `json:"metadata"`
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, 0, true, fmt.Errorf("ClusterIPPolicy %s: %w", policy.ObjectName, err)
+	}
+	p, err = policy.ParseObjectSpec(obj.Spec)
+	if err != nil {
+		return nil, obj.Metadata.Generation, true, fmt.Errorf("ClusterIPPolicy %s (generation %d): %w", policy.ObjectName, obj.Metadata.Generation, err)
+	}
+	return p, obj.Metadata.Generation, true, nil
 }

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -166,6 +167,25 @@ func TestPolicyObject(t *testing.T) {
 		}
 		t.Logf("e2e: policy object: the edit was enforced %s after kubectl apply returned, %s after it started", time.Since(start).Round(time.Millisecond), time.Since(before).Round(time.Millisecond))
 		waitStatus(t, "True 2 2 generation 2 is in force")
+	})
+
+	t.Run("audit and bands --usage without --policy judge against the cluster's object", func(t *testing.T) {
+		digest, _, _ := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.status.policyDigest}")
+		kubeconfig := "--kubeconfig=" + c.AdminKubeconfig
+		for _, args := range [][]string{{"audit", kubeconfig}, {"bands", "--usage", kubeconfig}} {
+			code, _, stderr := runForExit(t, []string{"HOME=" + t.TempDir()}, c.Bin.Webhook, args...)
+			want := fmt.Sprintf("%s: judging against the cluster's ClusterIPPolicy default, generation 2 (policy digest %s)", args[0], digest)
+			if code != 0 || !strings.Contains(stderr, want) {
+				t.Errorf("%v: exit %d, stderr %q; want 0 and %q", args, code, stderr, want)
+			}
+		}
+		file := filepath.Join(t.TempDir(), "policy.yaml")
+		if err := os.WriteFile(file, []byte(policyObject("")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := runForExit(t, []string{"HOME=" + t.TempDir()}, c.Bin.Webhook, "audit", kubeconfig, "--policy", file); code != 0 || strings.Contains(stderr, "judging against the cluster's") {
+			t.Errorf("audit --policy: exit %d, stderr %q; want the file, not the cluster's object", code, stderr)
+		}
 	})
 
 	dupOwner := policyObject("  - ip: 10.96.0.77\n    service: " + ns + "/payments\n    note: added by an edit\n  - ip: 10.96.0.10\n    service: default/impostor\n")
