@@ -53,6 +53,8 @@ type objects struct {
 	CRDs                []*apiextensionsv1.CustomResourceDefinition
 	Policies            []*policyObject               // ClusterIPPolicy (policysource_test.go)
 	NetworkPolicies     []*networkingv1.NetworkPolicy // the chart's optional one
+	AdmissionPolicies   []*admv1.ValidatingAdmissionPolicy
+	AdmissionBindings   []*admv1.ValidatingAdmissionPolicyBinding
 }
 
 func add[T any](list *[]*T, doc []byte) error {
@@ -100,6 +102,10 @@ func (o *objects) decode(doc []byte) error {
 		return add(&o.Policies, doc)
 	case "networking.k8s.io/v1 NetworkPolicy":
 		return add(&o.NetworkPolicies, doc)
+	case "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy":
+		return add(&o.AdmissionPolicies, doc)
+	case "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding":
+		return add(&o.AdmissionBindings, doc)
 	}
 	return fmt.Errorf("%s %s: the safety tests do not know this kind; teach manifests_test.go about it", tm.APIVersion, tm.Kind)
 }

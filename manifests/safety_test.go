@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -875,6 +876,40 @@ var safetyChecks = []struct {
 	{"sets resource requests and a memory limit", resourcesSet},
 	{"routes the webhook Service to the webhook port", serviceRoutesToWebhook},
 	{"labels the webhook configurations, and only them, for a two-step install", webhookConfigurationsApplyLast},
+	{"bounds the probe's create right to dry runs with an admission policy", probeDryRunOnly},
+}
+
+// probeDryRunOnly: where a Role lets the webhook create Services in
+// default (the reachability probe, a dry run; RBAC cannot grant a dry run
+// alone), a ValidatingAdmissionPolicy bound in default with Deny must
+// refuse every Service write of the webhook's service account that is not
+// a dry run.
+func probeDryRunOnly(o *objects) []string {
+	if !slices.ContainsFunc(o.Roles, func(r *rbacv1.Role) bool { return r.Namespace == names.ProbeNamespace }) {
+		return nil
+	}
+	sa := fmt.Sprintf("system:serviceaccount:%s:%s", ownNamespace, o.Deployments[0].Spec.Template.Spec.ServiceAccountName)
+	for _, p := range o.AdmissionPolicies {
+		namesSA := false
+		for _, m := range p.Spec.MatchConditions {
+			namesSA = namesSA || strings.Contains(m.Expression, "request.userInfo.username == '"+sa+"'")
+		}
+		dry := slices.ContainsFunc(p.Spec.Validations, func(v admv1.Validation) bool { return v.Expression == "has(request.dryRun) && request.dryRun" })
+		writes := p.Spec.MatchConstraints != nil && slices.ContainsFunc(p.Spec.MatchConstraints.ResourceRules, func(r admv1.NamedRuleWithOperations) bool {
+			return slices.Contains(r.Resources, "services") && slices.Contains(r.Operations, admv1.Create)
+		})
+		if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admv1.Fail || !namesSA || !dry || !writes {
+			continue
+		}
+		for _, b := range o.AdmissionBindings {
+			if b.Spec.PolicyName == p.Name && slices.Equal(b.Spec.ValidationActions, []admv1.ValidationAction{admv1.Deny}) &&
+				b.Spec.MatchResources != nil && b.Spec.MatchResources.NamespaceSelector != nil &&
+				b.Spec.MatchResources.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == names.ProbeNamespace {
+				return nil
+			}
+		}
+	}
+	return []string{problemf("a Role lets %s create Services in %s, and no ValidatingAdmissionPolicy (failurePolicy Fail, bound there with Deny) refuses its writes that are not dry runs: a stolen token could create real Services", sa, names.ProbeNamespace)}
 }
 
 func TestBaseIsSafe(t *testing.T) {
@@ -1187,6 +1222,10 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { delete(o.Validating[0].Labels, installLabel) }, "lacks"},
 		{"rejects a Deployment a two-step install would hold back", webhookConfigurationsApplyLast,
 			func(o *objects) { deploy(o).Labels[installLabel] = "webhook-configuration" }, "held back"},
+		{"rejects a probe Role without the dry-run-only policy", probeDryRunOnly,
+			func(o *objects) { o.AdmissionBindings = nil }, "no ValidatingAdmissionPolicy"},
+		{"rejects a dry-run-only policy that lets real creates through", probeDryRunOnly,
+			func(o *objects) { o.AdmissionPolicies[0].Spec.Validations[0].Expression = "true" }, "stolen token"},
 		{"rejects a Service that selects other pods", serviceRoutesToWebhook,
 			func(o *objects) { o.Services[0].Spec.Selector = map[string]string{"app": "other"} }, "does not select"},
 	}

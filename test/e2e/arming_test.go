@@ -232,8 +232,13 @@ func reachableCondition(ctx context.Context, c *framework.Cluster) string {
 //     WebhookReachable and clusterip_policy_webhook_reachable say so, and
 //     the webhooks stay Fail (fail-closed): a create fails calling them.
 //  6. The gate opens again: reachable again.
+//
+// Without the backstop, which would refuse the create of step 2 as soon as
+// the configurations exist: this test is about what the webhook alone does
+// while not armed (TestBackstopHoldsWhileTheWebhookCannotAnswer has the
+// backstop).
 func TestArmingTheFailurePolicy(t *testing.T) {
-	c := own(t, framework.Options{Webhooks: 0, ArmByLeader: true, NoRegister: true,
+	c := own(t, framework.Options{Webhooks: 0, ArmByLeader: true, NoRegister: true, NoBackstop: true,
 		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m"}})
 	cs := c.Client(0)
 	ctx := testContext(t, 6*time.Minute)

@@ -490,6 +490,15 @@ spec:
 				t.Logf("e2e: the webhook's service account may, beyond what every account may: %s", strings.Join(granted, "; "))
 			}
 		}
+		// The create right in default is bounded to dry runs by the
+		// shipped admission policy: a stolen token creates nothing.
+		_, stderr, err := c.Kubectl(ctx, "", "--as="+sa, "-n", "default", "create", "service", "clusterip", "probe-stolen", "--tcp=80", "--clusterip=None")
+		if err == nil || !strings.Contains(stderr, "clusterip-policy-webhook-probe-dry-run-only") || !strings.Contains(stderr, "may only send dry runs") {
+			t.Errorf("a real create by %s in default: %v\n%s; want the dry-run-only policy's refusal", sa, err, stderr)
+		}
+		if _, stderr, err := c.Kubectl(ctx, "", "--as="+sa, "-n", "default", "create", "service", "clusterip", "probe-dry", "--tcp=80", "--clusterip=None", "--dry-run=server"); err != nil {
+			t.Errorf("a dry-run create by %s in default: %v\n%s; want it allowed (the reachability probe)", sa, err, stderr)
+		}
 	})
 }
 

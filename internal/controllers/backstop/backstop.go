@@ -54,6 +54,10 @@ const (
 	// write), and a lift or the configurations' return is seen. In
 	// between it makes no API call.
 	verifyInterval = 30 * time.Second
+	// absentInterval replaces it while the configurations do not exist
+	// (an install that applies them after the pods, a lift): their
+	// arrival is seen, and the bindings written, within it.
+	absentInterval = 2 * time.Second
 	// discoveryInterval is how often it asks whether the apiserver serves
 	// MutatingAdmissionPolicy (an upgrade or a feature gate turns it on).
 	discoveryInterval = time.Minute
@@ -189,6 +193,7 @@ func (k *Keeper) lead(ctx context.Context) {
 		lastErr       string
 		selector      = k.defaultSelector()
 		backoff       = pollInterval
+		every         = verifyInterval // between reads of the configurations
 	)
 	for poll.Sleep(ctx, backoff) {
 		now := k.now()
@@ -205,7 +210,7 @@ func (k *Keeper) lead(ctx context.Context) {
 			}
 		}
 		inputs := inputsKey(st.Env.Policy.Digest, st.Env.Ranges(), mutating)
-		if inputs == lastKey && lastErr == "" && now.Sub(lastWrite) < verifyInterval {
+		if inputs == lastKey && lastErr == "" && now.Sub(lastWrite) < every {
 			backoff = pollInterval
 			continue
 		}
@@ -237,6 +242,10 @@ func (k *Keeper) lead(ctx context.Context) {
 			lastErr = ""
 		}
 		lastKey, lastWrite, backoff = inputs, now, pollInterval
+		every = verifyInterval
+		if !cs.registered {
+			every = absentInterval
+		}
 		k.m.rules.Set(float64(len(set.Carried)))
 		if lifted {
 			reported = ""

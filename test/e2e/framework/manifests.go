@@ -120,6 +120,10 @@ type RBAC struct {
 	ClusterRoleBindings []*rbacv1.ClusterRoleBinding
 	Roles               []*rbacv1.Role
 	RoleBindings        []*rbacv1.RoleBinding
+	// AdmissionPolicies and AdmissionBindings bound what a role cannot
+	// (the probe's create right to dry runs).
+	AdmissionPolicies []*admissionv1.ValidatingAdmissionPolicy
+	AdmissionBindings []*admissionv1.ValidatingAdmissionPolicyBinding
 }
 
 // UserName is the name the apiserver gives the service account.
@@ -173,6 +177,14 @@ func LoadRBAC(root string) (*RBAC, error) {
 				o := &rbacv1.RoleBinding{}
 				err = yaml.Unmarshal(doc, o)
 				r.RoleBindings = append(r.RoleBindings, o)
+			case "ValidatingAdmissionPolicy":
+				o := &admissionv1.ValidatingAdmissionPolicy{}
+				err = yaml.Unmarshal(doc, o)
+				r.AdmissionPolicies = append(r.AdmissionPolicies, o)
+			case "ValidatingAdmissionPolicyBinding":
+				o := &admissionv1.ValidatingAdmissionPolicyBinding{}
+				err = yaml.Unmarshal(doc, o)
+				r.AdmissionBindings = append(r.AdmissionBindings, o)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", f, err)

@@ -50,6 +50,16 @@ func (c *Cluster) ApplyRBAC(ctx context.Context) error {
 			return fmt.Errorf("create RoleBinding %s/%s: %w", o.Namespace, o.Name, err)
 		}
 	}
+	for _, o := range r.AdmissionPolicies {
+		if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ValidatingAdmissionPolicy %s: %w", o.Name, err)
+		}
+	}
+	for _, o := range r.AdmissionBindings {
+		if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ValidatingAdmissionPolicyBinding %s: %w", o.Name, err)
+		}
+	}
 	c.Logf("e2e: webhook runs as %s with the RBAC of %s", r.UserName(), r.Source)
 	return nil
 }
