@@ -195,7 +195,7 @@ var documented = map[string]how{
 	"kubectl label namespace clusterip-policy pod-security.kubernetes.io/enforce=restricted":  {test: "TestNodeReadmeInstall", evidence: "readmeInstallBlock(t, n.root)"},
 	"kubectl -n clusterip-policy rollout status deploy/clusterip-policy-webhook --timeout=3m": {test: "TestNodeReadmeInstall", evidence: "readmeInstallBlock(t, n.root)"},
 	"kubectl -n clusterip-policy rollout status deploy/clusterip-policy-webhook":              {test: "TestNodeKustomizeSelfSigned", evidence: "n.rotateCAAsDocumented(t, ctx, wrap, overlay)"},
-	"kubectl create service clusterip clusterip-policy-smoke --tcp=80 --dry-run=server":       {test: "TestNodeReadmeInstall", evidence: "readmeInstallBlock(t, n.root)"},
+	"kubectl wait --for=condition=WebhookReachable clusterippolicy/default --timeout=2m":      {test: "TestNodeReadmeInstall", evidence: "readmeInstallBlock(t, n.root)"},
 
 	// docs/install.md
 	"make certs": {test: "TestDeploymentManifests", evidence: "gencerts"},

@@ -275,6 +275,12 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	if m, v, err := failurePolicies(ctx, cs); err != nil || m != "Ignore" || v != "Ignore" {
 		t.Fatalf("unreachable, the leader armed anyway: mutating %s validating %s (%v)", m, v, err)
 	}
+	// The install check of the README and docs/install.md fails while the
+	// apiserver cannot reach the pods (they are Ready all the same).
+	check := readmeReachableCheck(t, c.Root)
+	if out, errOut, err := c.Kubectl(ctx, "", strings.Fields(strings.Replace(strings.TrimPrefix(check, "kubectl "), "--timeout=2m", "--timeout=5s", 1))...); err == nil {
+		t.Fatalf("the documented install check %q passed while the webhook is unreachable:\n%s%s", check, out, errOut)
+	}
 	t.Logf("e2e: not armed and unreachable: %s", reachableCondition(ctx, c))
 
 	// 3. The first ready replica becomes reachable.
@@ -288,6 +294,9 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		return nil
 	})
 	armedIn := time.Since(opened)
+	if out, errOut, err := c.Kubectl(ctx, "", strings.Fields(strings.TrimPrefix(check, "kubectl "))...); err != nil {
+		t.Fatalf("the documented install check %q failed once the webhook is reachable: %v\n%s%s", check, err, out, errOut)
+	}
 	time.Sleep(2 * time.Second) // creates keep running against the armed webhooks
 	ok, failed, errs := load.halt()
 	t.Logf("e2e: armed %s after the webhook became reachable; %d allowed creates from the moment the configurations existed, %d failed", armedIn.Round(100*time.Millisecond), ok, failed)
@@ -397,6 +406,21 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		return nil
 	})
 	mustCreate(t, ctx, cs, service(ns, "after"))
+}
+
+// readmeReachableCheck is the README install block's last command: the
+// check that the apiservers reach the webhook.
+func readmeReachableCheck(t *testing.T, root string) string {
+	t.Helper()
+	for _, b := range docs.Blocks(readText(t, filepath.Join(root, "README.md"))) {
+		for _, c := range docs.Commands(b) {
+			if strings.HasPrefix(c, "kubectl wait --for=condition=WebhookReachable ") {
+				return c
+			}
+		}
+	}
+	t.Fatal("README.md has no kubectl wait --for=condition=WebhookReachable command")
+	return ""
 }
 
 // emergencyCommand is the one command of docs/emergency.md's shell block.

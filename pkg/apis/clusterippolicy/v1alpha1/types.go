@@ -37,6 +37,7 @@ const (
 // +kubebuilder:printcolumn:name="In-Force",type=integer,JSONPath=`.status.generationInForce`,description="The generation of the spec the webhook enforces; behind Generation while a refused spec waits for a fix."
 // +kubebuilder:printcolumn:name="Violations",type=integer,JSONPath=`.status.audit.violatingServices`,description="Existing Services that break the policy, as the last periodic audit counted them."
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Reachable",type=string,JSONPath=`.status.conditions[?(@.type=="WebhookReachable")].status`,description="True while the leader's probe proves the apiservers reach both Service webhooks; the condition's message says whether they are armed (failurePolicy Fail) or still Ignore. Check an install with kubectl wait --for=condition=WebhookReachable clusterippolicy/default."
 // +kubebuilder:printcolumn:name="Backstop",type=string,JSONPath=`.status.conditions[?(@.type=="BackstopInForce")].status`,description="True while the apiserver enforces the policy's backstop in-process (ValidatingAdmissionPolicies), with or without the webhook."
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterIPPolicy struct {
