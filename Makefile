@@ -21,7 +21,7 @@ LDFLAGS := -s -w -X clusterip-policy/internal/version.version=$(VERSION) -X clus
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 
-.PHONY: generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release release-check version vulncheck e2e-versions node-tools node-up node-down node-e2e
+.PHONY: release-tools generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release release-check version vulncheck e2e-versions node-tools node-up node-down node-e2e
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -145,7 +145,12 @@ image: ## build the linux/amd64+arm64 image, the pause image and the SBOM into _
 # IMAGE_REPO is where the image will be pushed; the packaged chart's values
 # name it with the tag and the digest (docs/release.md).
 IMAGE_REPO ?= clusterip-policy
-release: image tools ## image, chart package, CLI binaries, SBOM and SHA256SUMS into _output/release/
+# The release needs helm only (hack/release.sh packages the chart with it):
+# not etcd, kube-apiserver or kubectl, which the tests run.
+release-tools:
+	hack/build-tools.sh helm
+
+release: image release-tools ## image, chart package, CLI binaries, SBOM and SHA256SUMS into _output/release/
 	VERSION=$(VERSION) COMMIT=$(COMMIT) IMAGE_REPO=$(IMAGE_REPO) hack/release.sh
 # make release, then a test of what it wrote (test/e2e/release_test.go):
 # sha256sum -c SHA256SUMS, the CLI's version and commit, the chart's

@@ -57,6 +57,13 @@ if [[ "${1:-}" == node ]]; then
 	exit 0
 fi
 
+# `hack/build-tools.sh helm` (make release) builds only helm, which the
+# release packages the chart with.
+if [[ "${1:-}" == helm ]]; then
+	build helm "$helm_version" "$root/tools/helm" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$helm_version"
+	exit 0
+fi
+
 build etcd "$etcd_version" "$root/tools/etcd" ./cmd/etcd
 build kube-apiserver "$k8s_version" "$root/tools/kube" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build kubectl "$k8s_version" "$root/tools/kube" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
