@@ -408,6 +408,9 @@ func rbacExact(o *objects) []string {
 		}
 	}
 	for _, r := range o.ClusterRoles {
+		if aggregated(r) {
+			continue // the tenants' roles: tenantRoles checks them
+		}
 		for _, rule := range r.Rules {
 			check("ClusterRole", "ClusterRole "+r.Name, rule)
 		}
@@ -443,6 +446,48 @@ func rbacRoleBinding(o *objects) []string {
 		}
 		if !bound {
 			p = append(p, problemf("no RoleBinding in %s binds a Role of the manifests (the holds' Lease) to ServiceAccount %s/%s", d.Namespace, d.Namespace, sa))
+		}
+	}
+	return p
+}
+
+// aggregated reports whether r is aggregated into a built-in role (a
+// tenant's role), rather than one the webhook is bound to.
+func aggregated(r *rbacv1.ClusterRole) bool {
+	for k := range r.Labels {
+		if strings.HasPrefix(k, "rbac.authorization.k8s.io/aggregate-to-") {
+			return true
+		}
+	}
+	return false
+}
+
+// tenantRoles: the roles aggregated into the built-in ones touch only the
+// policy object; what reaches view and edit only reads it; nothing binds
+// them to the webhook.
+func tenantRoles(o *objects) []string {
+	var p []string
+	for _, r := range o.ClusterRoles {
+		if !aggregated(r) {
+			continue
+		}
+		readOnly := r.Labels["rbac.authorization.k8s.io/aggregate-to-view"] == "true" || r.Labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+		for _, rule := range r.Rules {
+			for _, g := range rule.APIGroups {
+				if g != "clusterip-policy.io" {
+					p = append(p, problemf("ClusterRole %s, aggregated into the built-in roles, grants API group %q; it may grant only clusterip-policy.io", r.Name, g))
+				}
+			}
+			for _, v := range rule.Verbs {
+				if readOnly && !slices.Contains([]string{"get", "list", "watch"}, v) {
+					p = append(p, problemf("ClusterRole %s is aggregated into view or edit and grants %q: tenants may only read the policy", r.Name, v))
+				}
+			}
+		}
+		for _, b := range o.ClusterRoleBindings {
+			if b.RoleRef.Name == r.Name {
+				p = append(p, problemf("ClusterRoleBinding %s binds the tenants' ClusterRole %s", b.Name, r.Name))
+			}
 		}
 	}
 	return p
@@ -877,6 +922,7 @@ var safetyChecks = []struct {
 	{"routes the webhook Service to the webhook port", serviceRoutesToWebhook},
 	{"labels the webhook configurations, and only them, for a two-step install", webhookConfigurationsApplyLast},
 	{"bounds the probe's create right to dry runs with an admission policy", probeDryRunOnly},
+	{"gives tenants read access to the policy through the built-in roles, no more", tenantRoles},
 }
 
 // probeDryRunOnly: where a Role lets the webhook create Services in
@@ -1222,6 +1268,14 @@ func TestChecksCatchUnsafeManifests(t *testing.T) {
 			func(o *objects) { delete(o.Validating[0].Labels, installLabel) }, "lacks"},
 		{"rejects a Deployment a two-step install would hold back", webhookConfigurationsApplyLast,
 			func(o *objects) { deploy(o).Labels[installLabel] = "webhook-configuration" }, "held back"},
+		{"rejects a view role that may edit the policy", tenantRoles,
+			func(o *objects) {
+				for _, r := range o.ClusterRoles {
+					if r.Name == "clusterip-policy-view" {
+						r.Rules[0].Verbs = append(r.Rules[0].Verbs, "update")
+					}
+				}
+			}, "tenants may only read"},
 		{"rejects a probe Role without the dry-run-only policy", probeDryRunOnly,
 			func(o *objects) { o.AdmissionBindings = nil }, "no ValidatingAdmissionPolicy"},
 		{"rejects a dry-run-only policy that lets real creates through", probeDryRunOnly,
