@@ -565,7 +565,9 @@ func TestChartConventionalValues(t *testing.T) {
 func TestChartValues(t *testing.T) {
 	r := renderChart(t, "--set", "replicas=5", "--set", "image.repository=registry.example/cip", "--set", "image.tag=v1.2.3",
 		"--set", "webhook.failurePolicy=Ignore", "--set", "webhook.armFailurePolicy=false", "--set", "webhook.excludedNamespaces={ci,sandbox}",
-		"--set", "resources.limits.memory=512Mi", "--set", "webhook.holdReservations=false", "--set", "webhook.manageMatchConditions=false")
+		"--set", "resources.limits.memory=512Mi", "--set", "webhook.holdReservations=false", "--set", "webhook.manageMatchConditions=false",
+		"--set", "webhook.leaderElection.leaseDuration=30s", "--set", "webhook.leaderElection.renewDeadline=20s", "--set", "webhook.leaderElection.retryPeriod=4s",
+		"--set", "webhook.backstop=false")
 	o := r.objects
 	d := o.Deployments[0]
 	if *d.Spec.Replicas != 5 {
@@ -583,6 +585,14 @@ func TestChartValues(t *testing.T) {
 	}
 	if strings.Contains(strings.Join(ctr.Args, " "), "--manage-match-conditions") {
 		t.Error("--manage-match-conditions is still passed with webhook.manageMatchConditions=false")
+	}
+	if strings.Contains(strings.Join(ctr.Args, " "), "--backstop") {
+		t.Error("--backstop is still passed with webhook.backstop=false")
+	}
+	for flag, want := range map[string]string{"leader-election-lease-duration": "30s", "leader-election-renew-deadline": "20s", "leader-election-retry-period": "4s"} {
+		if got, _ := flagValue(&ctr, flag); got != want {
+			t.Errorf("--%s=%q, want %q from webhook.leaderElection", flag, got, want)
+		}
 	}
 	for _, w := range o.webhooks() {
 		if w.failurePolicy == nil || *w.failurePolicy != "Ignore" {

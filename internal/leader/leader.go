@@ -34,7 +34,21 @@ type Options struct {
 	Name      string
 	// Identity is this replica's name in the Lease.
 	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
+	// leader election timings (--leader-election-lease-duration,
+	// --leader-election-renew-deadline, --leader-election-retry-period):
+	// how long a dead leader's Lease holds off the others, how long the
+	// leader keeps trying to renew before it gives up the term, and how
+	// often every replica tries.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
+
+// The timings' defaults: client-go's and controller-runtime's.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
 
 // Validate checks the flags, naming the flag, the value and the fix. It is
 // called once, whenever any leader work is on; works names them (the flags
@@ -56,6 +70,23 @@ func (o Options) Validate(works []string) error {
 	}
 	if o.Identity == "" {
 		return fmt.Errorf("--leader-election-identity is empty, and %s; leave the flag out (the pod name, else the host name with a random suffix) or give this replica's name", why)
+	}
+	return o.validateTimings()
+}
+
+// validateTimings holds the three timings to what client-go requires
+// (the lease longer than the renew deadline, which is longer than 1.2
+// retry periods) and to bounds that keep a failover within minutes.
+func (o Options) validateTimings() error {
+	switch {
+	case o.RetryPeriod < 500*time.Millisecond || o.RetryPeriod > time.Minute:
+		return fmt.Errorf("--leader-election-retry-period %s is outside 500ms-1m; the default is %s", o.RetryPeriod, DefaultRetryPeriod)
+	case o.LeaseDuration > 5*time.Minute:
+		return fmt.Errorf("--leader-election-lease-duration %s is over 5m: a leader that dies would leave the holds, the audit and the backstop unkept that long; the default is %s", o.LeaseDuration, DefaultLeaseDuration)
+	case o.RenewDeadline <= time.Duration(float64(o.RetryPeriod)*leaderelection.JitterFactor):
+		return fmt.Errorf("--leader-election-renew-deadline %s must be longer than %.1f retry periods (--leader-election-retry-period %s); the defaults are %s and %s", o.RenewDeadline, leaderelection.JitterFactor, o.RetryPeriod, DefaultRenewDeadline, DefaultRetryPeriod)
+	case o.LeaseDuration <= o.RenewDeadline:
+		return fmt.Errorf("--leader-election-lease-duration %s must be longer than --leader-election-renew-deadline %s, or two replicas could lead at once; the defaults are %s and %s", o.LeaseDuration, o.RenewDeadline, DefaultLeaseDuration, DefaultRenewDeadline)
 	}
 	return nil
 }
@@ -103,7 +134,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options, log logr.L
 	var term sync.WaitGroup
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+			Lock: lock, LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
 			ReleaseOnCancel: true, Name: o.Name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {

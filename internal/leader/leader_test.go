@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 )
@@ -11,7 +12,8 @@ import (
 // The Lease's flags are checked once, whatever leader work is on, and the
 // message names the flag, the value, why a Lease is needed and the fix.
 func TestValidateNamesTheFlagTheValueTheWorkAndTheFix(t *testing.T) {
-	good := Options{Namespace: "clusterip-policy", Name: "clusterip-policy-holds", Identity: "webhook-0"}
+	good := Options{Namespace: "clusterip-policy", Name: "clusterip-policy-holds", Identity: "webhook-0",
+		LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
 	works := []string{"the ClusterIPPolicy status (--policy-source=crd)"}
 	if err := good.Validate(works); err != nil {
 		t.Fatalf("good options: %v", err)
@@ -31,6 +33,14 @@ func TestValidateNamesTheFlagTheValueTheWorkAndTheFix(t *testing.T) {
 			[]string{`--leader-election-lease "Holds/1" is not a Lease name`, "such as clusterip-policy-holds"}},
 		{"empty identity", func(o *Options) { o.Identity = "" },
 			[]string{"--leader-election-identity is empty", "leave the flag out"}},
+		{"a lease no longer than the renew deadline", func(o *Options) { o.LeaseDuration = o.RenewDeadline },
+			[]string{"--leader-election-lease-duration 10s must be longer than --leader-election-renew-deadline 10s", "two replicas could lead at once"}},
+		{"a renew deadline within a retry period", func(o *Options) { o.RenewDeadline = 2 * time.Second },
+			[]string{"--leader-election-renew-deadline 2s must be longer than 1.2 retry periods"}},
+		{"a retry period of zero", func(o *Options) { o.RetryPeriod = 0 },
+			[]string{"--leader-election-retry-period 0s is outside 500ms-1m"}},
+		{"a lease of an hour", func(o *Options) { o.LeaseDuration = time.Hour },
+			[]string{"--leader-election-lease-duration 1h0m0s is over 5m"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := good
