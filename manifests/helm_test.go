@@ -745,3 +745,31 @@ func TestChartLints(t *testing.T) {
 		}
 	}
 }
+
+// commonLabels reach every rendered object and every pod template (the
+// hooks' too); a key of the chart's own is refused naming it.
+func TestChartCommonLabelsReachEveryObjectAndPod(t *testing.T) {
+	r := renderChart(t, "--set", "commonLabels.team=net", "--set", "commonLabels.cost-center=a1",
+		"--set", "unregisterOnUninstall=true", "--set", "monitoring.podMonitor.enabled=true")
+	for _, m := range r.all {
+		md, _ := m["metadata"].(map[string]any)
+		labels, _ := md["labels"].(map[string]any)
+		if labels["team"] != "net" || labels["cost-center"] != "a1" {
+			t.Errorf("%v %v lacks the commonLabels: %v", m["kind"], md["name"], labels)
+		}
+		spec, _ := m["spec"].(map[string]any)
+		if tpl, ok := spec["template"].(map[string]any); ok {
+			tmd, _ := tpl["metadata"].(map[string]any)
+			tl, _ := tmd["labels"].(map[string]any)
+			if tl["team"] != "net" {
+				t.Errorf("%v %v: its pods lack the commonLabels: %v", m["kind"], md["name"], tl)
+			}
+		}
+	}
+	for _, key := range []string{"app.kubernetes.io/name", "helm.sh/chart"} {
+		_, err := helmTemplate(t, "--set", "commonLabels."+strings.ReplaceAll(key, ".", `\.`)+"=x")
+		if err == nil || !strings.Contains(err.Error(), "commonLabels."+key+": the chart sets this label itself") {
+			t.Errorf("commonLabels.%s: %v, want the refusal naming it", key, err)
+		}
+	}
+}

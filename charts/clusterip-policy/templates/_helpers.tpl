@@ -1,9 +1,27 @@
 {{/* Labels every object carries, as the base's kustomization adds them. */}}
 {{- define "clusterip-policy.labels" -}}
+{{- with include "clusterip-policy.commonLabels" . }}{{ . }}
+{{ end -}}
 app.kubernetes.io/name: clusterip-policy-webhook
 app.kubernetes.io/part-of: clusterip-policy
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/*
+commonLabels go on every object and every pod (admission policies of other
+tools often require a team or cost-center label). The chart's own keys stay
+its own: one of them among commonLabels is refused with the fix.
+*/}}
+{{- define "clusterip-policy.commonLabels" -}}
+{{- $lines := list }}
+{{- range $k, $v := .Values.commonLabels }}
+{{- if has $k (list "app.kubernetes.io/name" "app.kubernetes.io/part-of" "app.kubernetes.io/managed-by" "app.kubernetes.io/component" "helm.sh/chart") }}
+{{- fail (printf "commonLabels.%s: the chart sets this label itself (selectors and the emergency command rely on it); choose another key" $k) }}
+{{- end }}
+{{- $lines = append $lines (printf "%s: %s" $k ($v | toString | quote)) }}
+{{- end }}
+{{- join "\n" $lines }}
 {{- end -}}
 
 {{/*
