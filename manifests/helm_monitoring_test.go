@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -79,5 +80,54 @@ func TestChartMonitoringToggles(t *testing.T) {
 	}
 	if cm["metadata"].(map[string]any)["labels"].(map[string]any)["grafana_dashboard"] != "1" {
 		t.Error("the dashboard ConfigMap lacks the Grafana sidecar's label grafana_dashboard=1")
+	}
+}
+
+// monitoring.serviceMonitor renders a ServiceMonitor with its scrape
+// settings and a headless Service of the pods' metrics port that it
+// selects, as job clusterip-policy-webhook (the alerts' job); beside the
+// PodMonitor it is refused (every series would be scraped twice).
+func TestChartServiceMonitor(t *testing.T) {
+	r := renderChart(t, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.serviceMonitor.namespace=monitoring",
+		"--set", "monitoring.serviceMonitor.interval=30s", "--set", "monitoring.serviceMonitor.scrapeTimeout=20s",
+		"--set", "monitoring.serviceMonitor.labels.release=kps",
+		"--set", "monitoring.serviceMonitor.relabelings[0].targetLabel=cluster", "--set", "monitoring.serviceMonitor.relabelings[0].replacement=prod")
+	var sm, svc map[string]any
+	for _, m := range r.all {
+		md := m["metadata"].(map[string]any)
+		switch {
+		case m["kind"] == "ServiceMonitor":
+			sm = m
+		case m["kind"] == "Service" && md["name"] == "clusterip-policy-webhook-metrics":
+			svc = m
+		}
+	}
+	if sm == nil || svc == nil {
+		t.Fatalf("ServiceMonitor %v, metrics Service %v", sm != nil, svc != nil)
+	}
+	md := sm["metadata"].(map[string]any)
+	if md["namespace"] != "monitoring" || md["labels"].(map[string]any)["release"] != "kps" {
+		t.Errorf("ServiceMonitor metadata %v", md)
+	}
+	spec := sm["spec"].(map[string]any)
+	ep := spec["endpoints"].([]any)[0].(map[string]any)
+	if ep["port"] != "metrics" || ep["interval"] != "30s" || ep["scrapeTimeout"] != "20s" || spec["jobLabel"] != "app.kubernetes.io/name" {
+		t.Errorf("ServiceMonitor spec %v", spec)
+	}
+	if rl := ep["relabelings"].([]any)[0].(map[string]any); rl["targetLabel"] != "cluster" || rl["replacement"] != "prod" {
+		t.Errorf("relabelings %v", ep["relabelings"])
+	}
+	sel := spec["selector"].(map[string]any)["matchLabels"].(map[string]any)
+	labels := svc["metadata"].(map[string]any)["labels"].(map[string]any)
+	for k, v := range sel {
+		if labels[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%v; the metrics Service has %v", k, v, labels[k])
+		}
+	}
+	if labels["app.kubernetes.io/name"] != "clusterip-policy-webhook" {
+		t.Errorf("job label: the metrics Service's app.kubernetes.io/name is %v, want the alerts' job clusterip-policy-webhook", labels["app.kubernetes.io/name"])
+	}
+	if _, err := helmTemplate(t, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.podMonitor.enabled=true"); err == nil || !strings.Contains(err.Error(), "scraped twice") {
+		t.Errorf("serviceMonitor beside podMonitor: %v, want the refusal", err)
 	}
 }
