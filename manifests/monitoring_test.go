@@ -364,6 +364,9 @@ func TestAlertsCoverWhatOperatorsWatch(t *testing.T) {
 		"ClusterIPPolicyMatchConditionsNotInStep":  "clusterip_policy_match_conditions_synced",
 		"ClusterIPPolicyMatchConditionsLeftBehind": "clusterip_policy_match_conditions_left_behind",
 		"ClusterIPPolicyBackstopNotInForce":        "clusterip_policy_backstop_in_force",
+		"ClusterIPPolicyDynamicBandFull":           "clusterip_policy_band_addresses",
+		"ClusterIPPolicyReservedRangeFilling":      "clusterip_policy_reserved_range_addresses",
+		"ClusterIPPolicyReservedRangeFull":         "clusterip_policy_reserved_range_addresses",
 	} {
 		names, ok := reads[alert]
 		if !ok {

@@ -5,6 +5,7 @@ import (
 
 	"clusterip-policy/internal/policysource"
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/policy"
 )
 
 // BandAddressStates are the values of the state label of
@@ -62,5 +63,52 @@ func ReservedBands(policies *policysource.Store) func() []allocview.Band {
 			bands = append(bands, r.Band)
 		}
 		return bands
+	}
+}
+
+const rangeAddressesHelp = "Addresses of each reserved range of the policy in force (range: as the policy writes it), by state: used (an IPAddress other than our holds: a Service of a namespace the range admits) and free (held for the range, what its namespaces may still name). When free reaches 0, those namespaces can name no address of the range."
+
+var rangeAddressesDesc = prometheus.NewDesc("clusterip_policy_reserved_range_addresses", rangeAddressesHelp, []string{"range", "state"}, nil)
+
+// RegisterRangeUsage exposes how full each reserved range of the policy in
+// force is, counted on the view at scrape time (one pass over its
+// allocations); nothing until the view has synced, nor where the cluster
+// serves no IPAddress objects. ranges returns the policy's reserved ranges.
+func RegisterRangeUsage(reg prometheus.Registerer, view *allocview.View, ranges func() []policy.ReservedRange) {
+	reg.MustRegister(rangeUsageCollector{view, ranges})
+}
+
+type rangeUsageCollector struct {
+	view   *allocview.View
+	ranges func() []policy.ReservedRange
+}
+
+func (c rangeUsageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- rangeAddressesDesc }
+
+func (c rangeUsageCollector) Collect(ch chan<- prometheus.Metric) {
+	snap := c.view.Snapshot()
+	if !snap.Synced || !snap.TracksAllocations {
+		return
+	}
+	rs := c.ranges()
+	bands := make([]allocview.Band, len(rs))
+	for i, r := range rs {
+		bands[i] = r.Band
+	}
+	for i, u := range snap.RangeUsage(bands) {
+		ch <- prometheus.MustNewConstMetric(rangeAddressesDesc, prometheus.GaugeValue, float64(u.Used), rs[i].Written, "used")
+		ch <- prometheus.MustNewConstMetric(rangeAddressesDesc, prometheus.GaugeValue, float64(u.Free), rs[i].Written, "free")
+	}
+}
+
+// ReservedRanges returns the reserved ranges of the policy in force, for
+// RegisterRangeUsage.
+func ReservedRanges(policies *policysource.Store) func() []policy.ReservedRange {
+	return func() []policy.ReservedRange {
+		pol := policies.Current()
+		if pol == nil {
+			return nil
+		}
+		return pol.Policy.ReservedRanges
 	}
 }

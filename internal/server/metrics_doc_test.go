@@ -14,6 +14,7 @@ import (
 
 	"clusterip-policy/internal/admission"
 	"clusterip-policy/internal/controllers/arming"
+	"clusterip-policy/internal/controllers/backstop"
 	"clusterip-policy/internal/controllers/holds"
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
@@ -23,6 +24,7 @@ import (
 	"clusterip-policy/internal/readiness/readinesstest"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
+	"clusterip-policy/pkg/policy"
 )
 
 // describedNames is a prometheus.Registerer that keeps the name of every
@@ -61,10 +63,12 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	view := allocview.NewView()
 	readiness.RegisterViewMetrics(reg, view, kubesource.New(fake.NewClientset(), view, logr.Discard()))
 	readiness.RegisterBandUsage(reg, view, func() []allocview.Band { return nil })
+	readiness.RegisterRangeUsage(reg, view, func() []policy.ReservedRange { return nil })
 	holds.NewMetrics(reg)
 	periodicaudit.NewMetrics(reg)
 	matchconditions.NewMetrics(reg)
 	arming.NewMetrics(reg)
+	backstop.NewMetrics(reg)
 	servingcerts.NewMetrics(reg)
 	servingcerts.RegisterExpiry(reg, func() (leaf, ca *x509.Certificate) { return nil, nil })
 	if len(reg) < 20 {

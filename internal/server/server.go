@@ -309,6 +309,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	nsLabels := judged.NewLabels(client)
 	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs, NamespaceLabels: nsLabels.Of}
 	readiness.RegisterBandUsage(defaultRegistry, view, readiness.ReservedBands(policies))
+	readiness.RegisterRangeUsage(defaultRegistry, view, readiness.ReservedRanges(policies))
 	var hook admission.AllocationHook // the holds' release; nil with holds off
 	parts := &leaderParts{o: &o, cfg: cfg, client: client, log: log, gate: gate, status: status}
 	// Which namespaces the Service webhooks are called for, read by the

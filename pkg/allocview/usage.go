@@ -153,3 +153,42 @@ func overlapSize(b Band, merged []Band) uint64 {
 	}
 	return n
 }
+
+// RangeUse is how full one reserved range is: Used counts its addresses
+// that hold someone's IPAddress other than our holds (a Service of a
+// namespace the range admits), Free the rest (held by us, or about to be:
+// what the range's namespaces may still name).
+type RangeUse struct {
+	Range      Band
+	Size, Used uint64
+	Free       uint64
+}
+
+// RangeUsage counts, for each of ranges (reserved ranges, which never
+// overlap), how many of its addresses are used, in one pass over the
+// allocations: bounded by the view's size times the ranges an address
+// falls in (one).
+func (s *Snapshot) RangeUsage(ranges []Band) []RangeUse {
+	out := make([]RangeUse, len(ranges))
+	for i, r := range ranges {
+		out[i] = RangeUse{Range: r, Size: r.Size()}
+	}
+	if len(ranges) == 0 {
+		return out
+	}
+	s.allocs.each(func(a netip.Addr, h Holder) {
+		if h.Ours {
+			return
+		}
+		for i, r := range ranges {
+			if r.Contains(a) {
+				out[i].Used++
+				return
+			}
+		}
+	})
+	for i := range out {
+		out[i].Free = out[i].Size - min(out[i].Used, out[i].Size)
+	}
+	return out
+}

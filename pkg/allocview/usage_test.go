@@ -67,3 +67,26 @@ func TestBandSize(t *testing.T) {
 		}
 	}
 }
+
+func TestRangeUsageCountsOthersAddressesNotOurHolds(t *testing.T) {
+	ip := netip.MustParseAddr
+	snap := NewView().Update(func(tx *Tx) {
+		tx.SetAllocation(ip("10.96.0.24"), Holder{Resource: "ipaddresses", Name: "hold", Ours: true})
+		tx.SetAllocation(ip("10.96.0.25"), ServiceHolder("team", "web"))
+		tx.SetAllocation(ip("10.96.0.26"), ServiceHolder("team", "db"))
+		tx.SetAllocation(ip("10.96.0.40"), ServiceHolder("a", "outside"))
+		tx.SetAllocation(ip("fd00::5"), ServiceHolder("b", "v6"))
+		tx.MarkSynced(true)
+	})
+	got := snap.RangeUsage([]Band{{ip("10.96.0.24"), ip("10.96.0.31")}, {ip("fd00::1"), ip("fd00::4")}})
+	want := []RangeUse{
+		{Range: Band{ip("10.96.0.24"), ip("10.96.0.31")}, Size: 8, Used: 2, Free: 6},
+		{Range: Band{ip("fd00::1"), ip("fd00::4")}, Size: 4, Used: 0, Free: 4},
+	}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("RangeUsage = %+v, want %+v", got, want)
+	}
+	if u := snap.RangeUsage(nil); len(u) != 0 {
+		t.Fatalf("no ranges: %+v", u)
+	}
+}
