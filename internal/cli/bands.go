@@ -50,6 +50,16 @@ type usageRow struct {
 	ReservedRange uint64 `json:"reservedRange"`
 }
 
+// rangeUsageRow is one reserved range of `bands --usage -o json|yaml`
+// (key reservedRanges); its keys are public.
+type rangeUsageRow struct {
+	Range string `json:"range"`
+	Who   string `json:"who"`
+	Size  uint64 `json:"size"`
+	Used  uint64 `json:"used"`
+	Free  uint64 `json:"free"`
+}
+
 type bandsOptions struct {
 	output     string
 	usage      bool
@@ -150,10 +160,16 @@ func (o *bandsOptions) runUsage(args []string, stdout, stderr io.Writer) int {
 		rows = append(rows, usageRow{ServiceCIDR: u.ServiceCIDR, CIDR: u.CIDR.String(), Band: u.Band.String(), Addresses: u.Addresses.String(),
 			Size: u.Size, Free: u.Free, Allocated: u.Allocated, Held: u.Held, ReservedRange: u.ReservedRange})
 	}
+	ranges := []rangeUsageRow{}
+	for i, u := range snap.RangeUsage(reserved) {
+		r := env.Policy.ReservedRanges[i]
+		ranges = append(ranges, rangeUsageRow{Range: r.String(), Who: r.Who(), Size: u.Size, Used: u.Used, Free: u.Free})
+	}
 	if o.output != "text" {
 		if err := writeDocument(stdout, o.output, struct {
-			Usage []usageRow `json:"usage"`
-		}{rows}); err != nil {
+			Usage          []usageRow      `json:"usage"`
+			ReservedRanges []rangeUsageRow `json:"reservedRanges"`
+		}{rows, ranges}); err != nil {
 			return fail(exitcode.BadData, "%v", err)
 		}
 		return exitcode.OK
@@ -168,6 +184,15 @@ func (o *bandsOptions) runUsage(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.ServiceCIDR, r.CIDR, r.Band, r.Addresses, r.Size, r.Free, r.Allocated, r.Held, r.ReservedRange)
 	}
 	tw.Flush()
+	if len(ranges) > 0 {
+		fmt.Fprintln(stdout)
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "RESERVED RANGE\tFOR\tSIZE\tUSED\tFREE")
+		for _, r := range ranges {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", r.Range, r.Who, r.Size, r.Used, r.Free)
+		}
+		tw.Flush()
+	}
 	return exitcode.OK
 }
 

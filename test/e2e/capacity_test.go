@@ -241,3 +241,58 @@ func firstFiringStep(t *testing.T, promtool string, steps []bandCounts) int {
 	}
 	return int(at/time.Minute) / perStep
 }
+
+// TestReservedRangeUsage: a reserved range's use is exported
+// (clusterip_policy_reserved_range_addresses) and printed by bands --usage
+// against the cluster's policy, counted on the live view: two Services of
+// the range's namespace name two of its eight addresses.
+func TestReservedRangeUsage(t *testing.T) {
+	spec := "allowedCIDRs: [10.96.0.0/16]\nreservedRanges:\n- {cidr: 10.96.0.40/29, namespaces: [team-db], note: databases}\n"
+	c := own(t, framework.Options{Policy: fixtures.Policy(spec), Webhooks: 1})
+	cs := c.Client(0)
+	ctx := testContext(t, 2*time.Minute)
+	createNamespace(t, c, "team-db")
+	for i, ip := range []string{"10.96.0.41", "10.96.0.42"} {
+		mustCreate(t, ctx, cs, service("team-db", fmt.Sprintf("db-%d", i), clusterIP(ip)))
+	}
+	scrape := func() (used, free float64, err error) {
+		text, err := c.Webhooks[0].Metrics()
+		if err != nil {
+			return 0, 0, err
+		}
+		if used, err = framework.SumMetric(strings.NewReader(text), "clusterip_policy_reserved_range_addresses", `range="10.96.0.40/29"`, `state="used"`); err != nil {
+			return 0, 0, err
+		}
+		free, err = framework.SumMetric(strings.NewReader(text), "clusterip_policy_reserved_range_addresses", `range="10.96.0.40/29"`, `state="free"`)
+		return used, free, err
+	}
+	fixtures.EventuallyNil(t, "the range's gauge to count the two Services", 10*time.Second, func() error {
+		used, free, err := scrape()
+		if err != nil || used != 2 || free != 6 {
+			return fmt.Errorf("used %v free %v (%v), want 2 and 6", used, free, err)
+		}
+		return nil
+	})
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(fixtures.Policy(spec)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, c.Bin.Webhook, "bands", "--usage", "-o", "json", "--policy", policyFile, "--kubeconfig="+c.AdminKubeconfig)
+	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bands --usage: %v (%s)", err, out)
+	}
+	var doc struct {
+		ReservedRanges []struct {
+			Range            string `json:"range"`
+			Size, Used, Free uint64
+		} `json:"reservedRanges"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.ReservedRanges) != 1 || doc.ReservedRanges[0].Range != "10.96.0.40/29 (databases)" || doc.ReservedRanges[0].Size != 8 || doc.ReservedRanges[0].Used != 2 || doc.ReservedRanges[0].Free != 6 {
+		t.Fatalf("bands --usage reservedRanges %+v, want 10.96.0.40/29 (databases): 8, 2 used, 6 free", doc.ReservedRanges)
+	}
+}
