@@ -773,3 +773,32 @@ func TestChartCommonLabelsReachEveryObjectAndPod(t *testing.T) {
 		}
 	}
 }
+
+// createPolicyObject=false: the release renders no ClusterIPPolicy (the
+// network team applies it apart) and so needs no dns.clusterIP; the pods
+// still read the object (--policy-source=crd).
+func TestChartLeavesThePolicyObjectToItsOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, helmBinary(t), "template", "clusterip-policy", chartDir, "--namespace", ownNamespace,
+		"--kube-version", "1.37.0", "--set", "createPolicyObject=false").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template without dns.clusterIP and createPolicyObject=false: %v\n%s", err, out)
+	}
+	docs, err := SplitYAML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &objects{}
+	for _, d := range docs {
+		if err := o.decode(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(o.Policies) != 0 {
+		t.Errorf("rendered %d ClusterIPPolicy objects, want none", len(o.Policies))
+	}
+	if v, ok := flagValue(&o.Deployments[0].Spec.Template.Spec.Containers[0], "policy-source"); !ok || v != "crd" {
+		t.Errorf("--policy-source=%q, want crd: the pods read the object applied apart", v)
+	}
+}
