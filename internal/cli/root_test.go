@@ -36,7 +36,7 @@ func TestEveryCommandRefusesAnUnknownFlagNamingIt(t *testing.T) {
 // stdout is for what it produces); `help COMMAND` asks for it, on stdout.
 // Both exit 0 and print the same text.
 func TestHelpOfACommand(t *testing.T) {
-	for _, name := range []string{"review", "audit", "bands", "apply-crd", "unregister", "version"} {
+	for _, name := range []string{"review", "audit", "bands", "suggest", "apply-crd", "unregister", "version"} {
 		code, out, asFlag := runCLI("", name, "--help")
 		if code != exitcode.OK || out != "" || !strings.HasPrefix(asFlag, "Usage: clusterip-policy "+name+" ") || !strings.Contains(asFlag, "Exit status: 0") {
 			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", name, code, out, asFlag)
@@ -51,7 +51,7 @@ func TestHelpOfACommand(t *testing.T) {
 		t.Errorf("bands -help: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	code, _, stderr := runCLI("", "help", "revue")
-	if code != exitcode.BadData || !strings.Contains(stderr, `help: no command "revue"; the commands are review, audit, bands, apply-crd, unregister, version, completion, help`) {
+	if code != exitcode.BadData || !strings.Contains(stderr, `help: no command "revue"; the commands are review, audit, bands, suggest, apply-crd, unregister, version, completion, help`) {
 		t.Errorf("help revue: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -73,6 +73,7 @@ Usage:
   clusterip-policy review [flags] FILE...  evaluate Service manifests offline, as if created
   clusterip-policy audit [flags]           report existing Services that break the policy (read-only)
   clusterip-policy bands [flags] [CIDR...] print each range's static and dynamic band, or (--usage) how full they are
+  clusterip-policy suggest [flags]         print free addresses the policy lets a Service of a namespace name
   clusterip-policy apply-crd [flags]       bring the cluster's ClusterIPPolicy CRD up to this release's (the chart's pre-upgrade hook)
   clusterip-policy unregister [flags]      delete the webhook configurations before the webhook goes (the chart's pre-delete hook)
   clusterip-policy version [flags]         print version information

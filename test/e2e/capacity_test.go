@@ -292,6 +292,19 @@ func TestReservedRangeUsage(t *testing.T) {
 	if err := json.Unmarshal(out, &doc); err != nil {
 		t.Fatal(err)
 	}
+	// suggest offers the range's free addresses to its namespace first,
+	// and none of them to another.
+	for _, tc := range []struct{ ns, want string }{
+		{"team-db", "10.96.0.40\treserved range 10.96.0.40/29 (databases)\n10.96.0.43\treserved range 10.96.0.40/29 (databases)\n10.96.0.44\treserved range 10.96.0.40/29 (databases)\n"},
+		{"default", "10.96.0.2\tstatic band of ServiceCIDR \"kubernetes\"\n10.96.0.3\tstatic band of ServiceCIDR \"kubernetes\"\n10.96.0.4\tstatic band of ServiceCIDR \"kubernetes\"\n"},
+	} {
+		cmd := exec.CommandContext(ctx, c.Bin.Webhook, "suggest", "--namespace", tc.ns, "-c", "3", "--policy", policyFile, "--kubeconfig="+c.AdminKubeconfig)
+		cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+		got, err := cmd.Output()
+		if err != nil || string(got) != tc.want {
+			t.Errorf("suggest --namespace %s: %v\n%s\nwant\n%s", tc.ns, err, got, tc.want)
+		}
+	}
 	if len(doc.ReservedRanges) != 1 || doc.ReservedRanges[0].Range != "10.96.0.40/29 (databases)" || doc.ReservedRanges[0].Size != 8 || doc.ReservedRanges[0].Used != 2 || doc.ReservedRanges[0].Free != 6 {
 		t.Fatalf("bands --usage reservedRanges %+v, want 10.96.0.40/29 (databases): 8, 2 used, 6 free", doc.ReservedRanges)
 	}
