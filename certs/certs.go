@@ -50,8 +50,15 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 	return NewCAAt(commonName, time.Now(), validity)
 }
 
+// Backdate is how long before its issue a certificate made here starts to
+// be valid: an apiserver whose clock runs behind the issuer's must accept
+// a certificate issued a moment ago. An hour, as cert-manager's
+// cert-controller backdates; a minute failed every review after a renewal
+// on an apiserver a minute and a half behind.
+const Backdate = time.Hour
+
 // NewCAAt creates a self-signed CA valid for validity from now (a clock
-// of the caller's; valid from a minute before it).
+// of the caller's; valid from Backdate before it).
 func NewCAAt(commonName string, now time.Time, validity time.Duration) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -60,7 +67,7 @@ func NewCAAt(commonName string, now time.Time, validity time.Duration) (*CA, err
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             now.Add(-time.Minute), // tolerate small clock skew
+		NotBefore:             now.Add(-Backdate),
 		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
@@ -133,7 +140,7 @@ type Options struct {
 	IPs          []net.IP
 	Validity     time.Duration
 	Client       bool // client authentication instead of server authentication
-	// Now is when the certificate is issued (valid from a minute before);
+	// Now is when the certificate is issued (valid from Backdate before);
 	// zero: time.Now().
 	Now time.Time
 }
@@ -161,7 +168,7 @@ func (ca *CA) Sign(o Options) (*KeyPair, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: o.CommonName, Organization: o.Organization},
-		NotBefore:    now.Add(-time.Minute),
+		NotBefore:    now.Add(-Backdate),
 		NotAfter:     now.Add(o.Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},

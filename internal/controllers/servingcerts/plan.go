@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"clusterip-policy/certs"
 )
 
 // Keys of the two Secrets. The serving Secret is a kubernetes.io/tls Secret
@@ -26,7 +28,7 @@ const (
 // backdate is how far before its issue a certificate of certs.NewCA and
 // certs.CA.Sign starts to be valid (clock skew between the leader and
 // the apiservers). It is not part of the lifetime renewAt divides.
-const backdate = time.Minute
+const backdate = certs.Backdate
 
 // renewFraction: a certificate is renewed once this share of its lifetime
 // has passed (2/3: a 90-day serving certificate at day 60, a 5-year CA after

@@ -2,6 +2,7 @@ package servingcerts
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"net"
 	"strings"
 	"testing"
@@ -40,9 +41,9 @@ func TestRenewAtIsTwoThirdsOfTheLifetimeIssued(t *testing.T) {
 		notAfter  time.Time
 		want      time.Time
 	}{
-		{"30 minutes, backdated 1 minute", issued.Add(-time.Minute), issued.Add(30 * time.Minute), issued.Add(20 * time.Minute)},
-		{"30 seconds, backdated 1 minute: not renewed at once", issued.Add(-time.Minute), issued.Add(30 * time.Second), issued.Add(20 * time.Second)},
-		{"90 days", issued.Add(-time.Minute), issued.Add(90 * 24 * time.Hour), issued.Add(60 * 24 * time.Hour)},
+		{"30 minutes, backdated 1 hour", issued.Add(-time.Hour), issued.Add(30 * time.Minute), issued.Add(20 * time.Minute)},
+		{"30 seconds, backdated 1 hour: not renewed at once", issued.Add(-time.Hour), issued.Add(30 * time.Second), issued.Add(20 * time.Second)},
+		{"90 days", issued.Add(-time.Hour), issued.Add(90 * 24 * time.Hour), issued.Add(60 * 24 * time.Hour)},
 		{"not backdated, shorter than the backdate: divided whole", issued, issued.Add(30 * time.Second), issued.Add(20 * time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,6 +52,36 @@ func TestRenewAtIsTwoThirdsOfTheLifetimeIssued(t *testing.T) {
 				t.Errorf("renewAt = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// Certificates start an hour before their issue, as cert-manager's
+// cert-controller backdates: an apiserver whose clock runs behind the
+// leader's by more than a minute accepts a certificate issued a moment
+// ago (with a minute, every review failed after a renewal).
+func TestCertificatesAreBackdatedAnHour(t *testing.T) {
+	now := time.Now()
+	ca, err := certs.NewCAAt("test", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Sign(certs.Options{CommonName: "webhook", DNSNames: []string{"webhook"}, Validity: time.Hour, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(leaf.CertPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, nb := range map[string]time.Time{"CA": ca.Cert.NotBefore, "serving": cert.NotBefore} {
+		if skew := now.Sub(nb); skew < 59*time.Minute || skew > 61*time.Minute {
+			t.Errorf("%s certificate valid from %s before its issue, want an hour (an apiserver 90 s behind the leader must accept it)", what, skew)
+		}
+	}
+	// An apiserver whose clock is 90 s behind the leader's at issue.
+	if behind := now.Add(-90 * time.Second); behind.Before(cert.NotBefore) {
+		t.Errorf("not yet valid on an apiserver 90 s behind: NotBefore %s", cert.NotBefore)
 	}
 }
 
