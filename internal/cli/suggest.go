@@ -39,7 +39,6 @@ Exit status: 0 at least one address printed, 1 none is free, 2 a flag or the
 policy cannot be used, 3 the cluster could not be read.`
 
 type suggestOptions struct {
-	namespace  string
 	labels     string
 	family     string
 	count      int
