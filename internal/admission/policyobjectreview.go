@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"clusterip-policy/internal/version"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/policy"
 )
@@ -34,6 +36,10 @@ type policyObjectHandler struct {
 
 var _ admission.Handler = policyObjectHandler{}
 
+// newerFieldsWarning is the warning of a policy that uses fields this
+// replica's version (the first %s) does not know (the second).
+const newerFieldsWarning = "this clusterip-policy replica (%s) does not know %s: the CRD installed is newer; replicas of the newer version enforce it once they run (until then this replica keeps the policy it last loaded); finish the upgrade with `kubectl -n <namespace> rollout status deployment/clusterip-policy-webhook`"
+
 // viewNotSyncedWarning is the warning of a policy accepted without the
 // ServiceCIDR check.
 const viewNotSyncedWarning = "allowedCIDRs and reservedRanges were not checked against the cluster's ServiceCIDRs: clusterip-policy's view of the cluster has not synced; compare them with `kubectl get servicecidr kubernetes` (a policy that leaves that range out makes every Service created without a clusterIP fail)"
@@ -51,16 +57,30 @@ func (h policyObjectHandler) Handle(_ context.Context, req admission.Request) ad
 	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the %s is not JSON: %s", policy.Kind, policy.Clip(err.Error(), policy.MaxEchoBytes)))
 	}
-	p, err := policy.ParseObjectSpec(obj.Spec)
+	// A field this version does not know came through the installed CRD,
+	// so the chart being installed is newer than this replica: refusing it
+	// would fail a one-step upgrade that starts using the field while old
+	// pods still answer (a denial, which failurePolicy Ignore does not
+	// excuse). The rest is judged as usual, and the warning says who
+	// enforces the field.
+	spec, newer, err := policy.SplitNewerFields(obj.Spec)
+	if err != nil {
+		return h.denied(req, err)
+	}
+	var warnings []string
+	if len(newer) > 0 {
+		warnings = append(warnings, policy.Clip(fmt.Sprintf(newerFieldsWarning, version.Version(), strings.Join(newer, ", ")), policy.MaxMessageBytes))
+	}
+	p, err := policy.ParseObjectSpec(spec)
 	if err != nil {
 		return h.denied(req, err)
 	}
 	if h.view == nil || (len(p.AllowedCIDRs) == 0 && len(p.ReservedRanges) == 0) {
-		return admission.Allowed("")
+		return admission.Allowed("").WithWarnings(warnings...)
 	}
 	snap := h.view.Snapshot()
 	if !snap.Synced {
-		return admission.Allowed("").WithWarnings(viewNotSyncedWarning)
+		return admission.Allowed("").WithWarnings(append(warnings, viewNotSyncedWarning)...)
 	}
 	// Reserved ranges must lie in the cluster's active ranges; a cluster
 	// without ServiceCIDR objects is judged by the spec's serviceCIDRs at
@@ -70,12 +90,12 @@ func (h policyObjectHandler) Handle(_ context.Context, req admission.Request) ad
 			return h.denied(req, err)
 		}
 	}
-	warnings, err := policy.FitDefaultServiceCIDR(p, snap.ServiceCIDRs())
+	fit, err := policy.FitDefaultServiceCIDR(p, snap.ServiceCIDRs())
 	if err != nil {
 		return h.denied(req, err)
 	}
-	for i, w := range warnings {
-		warnings[i] = policy.Clip(w, policy.MaxMessageBytes)
+	for _, w := range fit {
+		warnings = append(warnings, policy.Clip(w, policy.MaxMessageBytes))
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }

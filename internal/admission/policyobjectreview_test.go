@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -109,5 +110,37 @@ func TestPolicyObjectReviewAgainstTheDefaultServiceCIDR(t *testing.T) {
 				t.Fatalf("warnings %q; want one containing %q", resp.Warnings, tt.warning)
 			}
 		})
+	}
+}
+
+// A field the installed CRD kept but this version does not know comes from
+// a newer chart: an old replica answering during a one-step upgrade must
+// not refuse it, or the upgrade fails (with --atomic, always).
+func TestPolicyObjectFromANewerCRDIsAllowedWithAWarning(t *testing.T) {
+	req := policyObjectRequest(admissionv1.Update, "ClusterIPPolicy",
+		`{"spec":{"reservations":[{"ip":"10.96.0.10","service":"kube-system/kube-dns","owner2":{"x":1}}],"futureRule":{"on":true}}}`)
+	resp := policyObjectHandler{}.Handle(context.Background(), req)
+	if !resp.Allowed {
+		t.Fatalf("refused: %v", resp.Result.Message)
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "does not know spec.futureRule, spec.reservations[0].owner2") {
+		t.Fatalf("warnings %q; want one naming both newer fields", resp.Warnings)
+	}
+	// What this version knows is still judged: a known field's bad value
+	// beside a newer field is refused as before.
+	bad := policyObjectRequest(admissionv1.Update, "ClusterIPPolicy", `{"spec":{"futureRule":true,"reservations":[{"ip":"10.96.0.10","service":"a/b"},{"ip":"10.96.0.10","service":"c/d"}]}}`)
+	if resp := (policyObjectHandler{}).Handle(context.Background(), bad); resp.Allowed {
+		t.Fatal("a duplicate owner beside a newer field was allowed")
+	}
+	// A hostile spec with thousands of unknown keys gets a bounded warning.
+	var b strings.Builder
+	b.WriteString(`{"spec":{`)
+	for i := range 5000 {
+		fmt.Fprintf(&b, `"k%d\u0007":1,`, i)
+	}
+	b.WriteString(`"allowedCIDRs":["10.96.0.0/16"]}}`)
+	resp = policyObjectHandler{}.Handle(context.Background(), policyObjectRequest(admissionv1.Create, "ClusterIPPolicy", b.String()))
+	if !resp.Allowed || len(resp.Warnings) != 1 || len(resp.Warnings[0]) > 600 || strings.Contains(resp.Warnings[0], "\a") {
+		t.Fatalf("allowed %v, warnings %q", resp.Allowed, resp.Warnings)
 	}
 }

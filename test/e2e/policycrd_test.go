@@ -242,6 +242,36 @@ func TestPolicyObject(t *testing.T) {
 		}
 	})
 
+	t.Run("a field of a newer CRD this replica does not know is accepted with a warning, not refused (a one-step helm upgrade)", func(t *testing.T) {
+		// A chart upgrade applies the newer CRD first, then the policy that
+		// uses its new field while the old replicas still answer the check.
+		// Here the cluster's CRD is made newer than this binary instead.
+		const prop = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/futureSetting"
+		if out, err := kubectl(t, "", "patch", "crd", "clusterippolicies.clusterip-policy.io", "--type=json", "-p",
+			`[{"op":"add","path":"`+prop+`","value":{"type":"string"}}]`); err != nil {
+			t.Fatalf("make the CRD newer: %v\n%s", err, out)
+		}
+		defer func() {
+			if out, err := kubectl(t, "", "patch", "crd", "clusterippolicies.clusterip-policy.io", "--type=json", "-p", `[{"op":"remove","path":"`+prop+`"}]`); err != nil {
+				t.Errorf("put the CRD back: %v\n%s", err, out)
+			}
+		}()
+		newer := strings.Replace(policyObject(""), "spec:\n", "spec:\n  futureSetting: \"on\"\n", 1)
+		fixtures.EventuallyNil(t, "kubectl apply --dry-run=server of the newer field to pass with the webhook's warning", 15*time.Second, func() error {
+			out, err := kubectl(t, newer, "apply", "--dry-run=server", "-f", "-")
+			if err != nil || !strings.Contains(out, "does not know spec.futureSetting: the CRD installed is newer") {
+				return fmt.Errorf("%v\n%s", err, out)
+			}
+			t.Logf("kubectl apply --dry-run=server: %s", strings.TrimSpace(out))
+			return nil
+		})
+		// What this version knows is still judged beside the newer field.
+		bad := strings.Replace(dupOwner, "spec:\n", "spec:\n  futureSetting: \"on\"\n", 1)
+		if out, err := kubectl(t, bad, "apply", "--dry-run=server", "-f", "-"); err == nil || !strings.Contains(out, "an IP has one owner") {
+			t.Errorf("a duplicate owner beside a newer field: %v\n%s\nwant refused", err, out)
+		}
+	})
+
 	t.Run("status writes and updates that keep the spec are not sent to the check", func(t *testing.T) {
 		calls := func() float64 {
 			return metricValue(t, c.Webhooks[0], `controller_runtime_webhook_requests_total{code="200",webhook="`+manifests.ValidatePolicyObjectPath+`"}`)
