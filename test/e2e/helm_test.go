@@ -213,12 +213,22 @@ func TestHelmChart(t *testing.T) {
 	})
 
 	t.Run("helm uninstall removes the webhook configurations", func(t *testing.T) {
+		// docs/install.md keeps a copy of the policy object first: helm
+		// deletes the object it rendered, so a copy taken after would be
+		// empty.
+		backup, _, err := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "yaml")
+		if err != nil || !strings.Contains(backup, "kind: ClusterIPPolicy") || !strings.Contains(backup, "reservations:") {
+			t.Fatalf("kubectl get clusterippolicy default -o yaml before the uninstall: %v\n%s", err, backup)
+		}
 		// --no-hooks: no kubelet here runs the pre-delete Job
 		// (unregister); the node tests run it.
 		if out, err := runHelm(ctx, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--no-hooks"); err != nil {
 			t.Fatal(err)
 		} else {
 			t.Logf("helm uninstall: %s", strings.TrimSpace(out))
+		}
+		if out, errOut, err := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "yaml"); err == nil || !strings.Contains(errOut, "NotFound") {
+			t.Errorf("after helm uninstall the policy object is still there (%v): the docs back it up before the uninstall for nothing\n%s%s", err, out, errOut)
 		}
 		for _, kind := range []string{"mutatingwebhookconfiguration", "validatingwebhookconfiguration"} {
 			if out, _, err := c.Kubectl(ctx, "", "get", kind, "-o", "name"); err != nil || strings.Contains(out, "clusterip-policy") {
