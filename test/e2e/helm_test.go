@@ -266,7 +266,7 @@ func TestHelmChart(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("helm install (generated certificate, DNS address read from the cluster): %s", strings.Fields(out)[1])
-		for _, want := range []string{"The policy reserves 10.96.0.10 for kube-system/kube-dns (read from that Service in the cluster at install", "Enforcement is warn", "--set enforcement=deny"} {
+		for _, want := range []string{"The policy reserves 10.96.0.10 for kube-system/kube-dns (read from that Service in the cluster at install", "Enforcement is warn", "Except a reserved address: the leader holds it", "--set enforcement=deny"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("helm install's notes lack %q:\n%s", want, out)
 			}
