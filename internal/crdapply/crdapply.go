@@ -8,7 +8,8 @@
 //
 // It never replaces a CRD a newer binary applied (its version is in an
 // annotation), so an upgrade to an older chart does not take fields away
-// from the stored policies. It never creates the CRD: helm install does,
+// from the stored policies; where the versions cannot be ordered, nor one
+// whose schema has a field this binary's lacks. It never creates the CRD: helm install does,
 // and RBAC cannot narrow create to one name.
 package crdapply
 
@@ -18,6 +19,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -109,6 +112,17 @@ func Apply(ctx context.Context, client dynamic.Interface, version string) (Resul
 		res.Reason = fmt.Sprintf("the CRD was applied by %s, newer than this binary's %s; an older CRD would drop fields the stored policies may use", res.Live, version)
 		return res, nil
 	}
+	// Two builds the version cannot order (the same release with -dev, or
+	// no version at all) are told apart by the schema: ours must not lose a
+	// field the cluster's has. A release strictly newer than the live one
+	// may drop a field on purpose (v1alpha1), and the version says so.
+	if !Newer(version, res.Live) {
+		if lost := fieldsLost(live.Object, want.Object); len(lost) > 0 {
+			res.Reason = fmt.Sprintf("the CRD was applied by %s, which this binary's %s cannot order against it, and has fields this binary's lacks (%s); applying it would drop them from the stored policies (run the newer build, or apply this build's CRD by hand if dropping them is meant: kubectl apply --server-side --force-conflicts -f charts/clusterip-policy/crds/clusterippolicies.yaml)",
+				quoteVersion(res.Live), version, strings.Join(clipFields(lost), ", "))
+			return res, nil
+		}
+	}
 	body, err := json.Marshal(want.Object)
 	if err != nil {
 		return res, err
@@ -119,6 +133,75 @@ func Apply(ctx context.Context, client dynamic.Interface, version string) (Resul
 	}
 	res.Applied = true
 	return res, waitEstablished(ctx, api)
+}
+
+// maxLostFields bounds the fields a refusal names.
+const maxLostFields = 8
+
+// fieldsLost returns the schema property paths (version/spec.x.y) the live
+// CRD has and want lacks, sorted.
+func fieldsLost(live, want map[string]any) []string {
+	have := schemaFields(want)
+	var lost []string
+	for f := range schemaFields(live) {
+		if !have[f] {
+			lost = append(lost, f)
+		}
+	}
+	sort.Strings(lost)
+	return lost
+}
+
+// schemaFields is the set of property paths of every served version's
+// schema, as "v1alpha1:spec.reservations.ip" (items of a list are not a
+// path element: a field of a list entry is a field of the list).
+func schemaFields(crd map[string]any) map[string]bool {
+	out := map[string]bool{}
+	versions, _, _ := unstructured.NestedSlice(crd, "spec", "versions")
+	for _, v := range versions {
+		vm, _ := v.(map[string]any)
+		name, _ := vm["name"].(string)
+		root, _, _ := unstructured.NestedMap(vm, "schema", "openAPIV3Schema")
+		walkSchema(root, name+":", out, 0)
+	}
+	return out
+}
+
+// walkSchema adds the properties under s to out, prefixed; depth bounds
+// a hostile or cyclic-looking schema.
+func walkSchema(s map[string]any, prefix string, out map[string]bool, depth int) {
+	if s == nil || depth > 32 {
+		return
+	}
+	if items, ok := s["items"].(map[string]any); ok {
+		walkSchema(items, prefix, out, depth+1)
+	}
+	props, _ := s["properties"].(map[string]any)
+	for k, sub := range props {
+		p := prefix + k
+		out[p] = true
+		sm, _ := sub.(map[string]any)
+		walkSchema(sm, p+".", out, depth+1)
+	}
+}
+
+func clipFields(list []string) []string {
+	if len(list) <= maxLostFields {
+		return list
+	}
+	return append(list[:maxLostFields:maxLostFields], fmt.Sprintf("... (%d more)", len(list)-maxLostFields))
+}
+
+// quoteVersion names a live annotation, which anyone with patch on the CRD
+// can write.
+func quoteVersion(v string) string {
+	if v == "" {
+		return "no clusterip-policy version"
+	}
+	if len(v) > 64 {
+		v = v[:64] + "..."
+	}
+	return fmt.Sprintf("%q", v)
 }
 
 // waitEstablished polls the CRD until its Established condition is True,
