@@ -391,6 +391,22 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("the policy object after the CRD upgrade: %q, %v", spec, err)
 		}
 
+		// A pre-upgrade hook that fails (no kubelet here runs its Job, so
+		// it times out) leaves none of its cluster-wide RBAC behind: Helm
+		// deletes the hooks that had succeeded by their hook-succeeded
+		// policy when a later one fails. The Job stays, for its logs.
+		if out, err := runHelm(ctx, "upgrade", "clusterip-policy", "charts/clusterip-policy", "--namespace", "clusterip-policy", "--reuse-values", "--timeout", "5s"); err == nil || !strings.Contains(out+err.Error(), "pre-upgrade hooks failed") {
+			t.Errorf("helm upgrade whose hook cannot run: %v\n%s; want the pre-upgrade hook to fail", err, out)
+		}
+		for _, obj := range []string{"clusterrole/clusterip-policy-apply-crd", "clusterrolebinding/clusterip-policy-apply-crd", "-n clusterip-policy serviceaccount/clusterip-policy-apply-crd"} {
+			if out, _, err := c.Kubectl(ctx, "", append([]string{"get", "-o", "name", "--ignore-not-found"}, strings.Fields(obj)...)...); err != nil || out != "" {
+				t.Errorf("after the failed hook %s is left: %q, %v", obj, out, err)
+			}
+		}
+		if out, _, err := c.Kubectl(ctx, "", "-n", "clusterip-policy", "delete", "job", "clusterip-policy-apply-crd"); err != nil {
+			t.Errorf("the failed hook's Job, kept for its logs: %v %s", err, out)
+		}
+
 		// Uninstall, as docs/install.md "Uninstalling the chart" says.
 		if _, err := runHelm(ctx, "uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait", "--no-hooks"); err != nil {
 			t.Fatal(err)
