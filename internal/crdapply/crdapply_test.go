@@ -103,7 +103,7 @@ func TestApplyKeepsACRDWithFieldsThisBuildLacksWhenTheVersionsCannotBeOrdered(t 
 	}
 	for _, tt := range []struct {
 		name, live, ours string
-		applied         bool
+		applied          bool
 	}{
 		{"both -dev of one release", "v0.1.0-dev", "v0.1.0-dev", false},
 		{"the live CRD without a version", "", "v0.1.0-dev", false},
