@@ -120,3 +120,49 @@ func TestSlowBodiesDoNotStopReviews(t *testing.T) {
 		t.Logf("slow client %d: HTTP %d after %s", i, resp.StatusCode, cut)
 	}
 }
+
+// A body over controller-runtime's 7 MiB limit, sent at once, is still
+// answered with its 413 review, whether framed by Content-Length or
+// chunked; and what it took of the budget is given back.
+func TestOversizedBodiesOverTheWireAreStillAnswered413(t *testing.T) {
+	r := newTestReviewer(t, testPolicy, true)
+	hooks := webhook.NewServer(webhook.Options{})
+	hooks.Register("/mutate", admissionEndpoint(r.recorded(mutatingHandler{r.reviewer})))
+	srv := httptest.NewServer(hooks.WebhookMux())
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	chunk := bytes.Repeat([]byte("x"), 32<<10)
+	for _, framing := range []string{fmt.Sprintf("Content-Length: %d", 7<<20+100), fmt.Sprintf("Content-Length: %d", 64<<20), "Transfer-Encoding: chunked"} {
+		c := slowClient(t, addr, "/mutate", framing)
+		go func() {
+			w := bufio.NewWriter(c)
+			for range 300 { // 9.4 MiB; the server stops reading at 7 MiB
+				if framing == "Transfer-Encoding: chunked" {
+					fmt.Fprintf(w, "%x\r\n%s\r\n", len(chunk), chunk)
+				} else {
+					_, _ = w.Write(chunk)
+				}
+			}
+			_ = w.Flush()
+		}()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", framing, err)
+		}
+		out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), `"message":"request entity is too large; limit is 7340032 bytes","code":413`) {
+			t.Fatalf("%s: HTTP %d: %.300s", framing, resp.StatusCode, out)
+		}
+	}
+	// The handlers give it back just after the answer is written.
+	for i := 0; !bodiesInFlight.TryAcquire(maxBodyBytesInFlight); i++ {
+		if i == 200 {
+			t.Fatal("the oversized bodies did not give their room back within 2s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	bodiesInFlight.Release(maxBodyBytesInFlight)
+}
