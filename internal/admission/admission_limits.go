@@ -78,9 +78,10 @@ func admissionEndpoint(h admission.Handler) http.Handler {
 }
 
 // Memory and time for request bodies. controller-runtime reads each body
-// whole (up to 7 MiB) and keeps a copy of the object, so a burst of large
-// reviews costs about three times their size at once; the deployment's
-// limit is 256Mi. The bytes of a body count against a budget as they
+// whole, up to 7 MiB (maxRequestSize in its admission/http.go; it answers
+// 413 once that much has arrived), and keeps a copy of the object, so a
+// burst of large reviews costs about three times their size at once; the
+// deployment's limit is 256Mi. The bytes of a body count against a budget as they
 // arrive, at most bodyChunk at a time, and a body waits for room in it: a
 // real review is a few KiB, so only large ones ever wait. A client that
 // announces a large body and sends little of it holds only what it sent,
@@ -89,9 +90,6 @@ const (
 	// maxBodyBytesInFlight is the budget of request body bytes that have
 	// arrived and are not yet answered.
 	maxBodyBytesInFlight = 32 << 20
-	// maxRequestBytes is controller-runtime's body limit (maxRequestSize in
-	// its admission/http.go); it answers 413 once that much has arrived.
-	maxRequestBytes = 7 << 20
 	// bodyChunk is the most one read of a body takes from the connection
 	// before its bytes are counted.
 	bodyChunk = 32 << 10
@@ -105,7 +103,9 @@ const (
 	// the body with the headers, and fails the review itself after the
 	// webhooks' timeoutSeconds (5 in the manifests): a body still arriving
 	// after 5 s belongs to a review nobody waits for. controller-runtime's
-	// server sets no read timeout of its own.
+	// server sets no read timeout of its own, only one for the headers
+	// (ReadHeaderTimeout 32 s, MaxHeaderBytes 1 MiB, in its
+	// internal/httpserver), which count against no budget.
 	maxBodyTime = 5 * time.Second
 )
 
