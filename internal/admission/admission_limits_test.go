@@ -20,7 +20,7 @@ func TestReviewsWaitForRoomInTheBodyBudget(t *testing.T) {
 	if !budget.TryAcquire(1 << 20) {
 		t.Fatal("fresh budget is not free")
 	}
-	h := boundedResponse{next: &webhook.Admission{Handler: r.recorded(mutatingHandler{r.reviewer})}, bodies: budget, wait: 50 * time.Millisecond}
+	h := boundedResponse{next: &webhook.Admission{Handler: r.recorded(mutatingHandler{r.reviewer})}, bodies: budget, wait: 50 * time.Millisecond, bodyTime: maxBodyTime}
 	body := loadReview(t, "mutate-003-create-wh-static.json")
 	send := func() *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
