@@ -35,20 +35,26 @@ func slowClient(t *testing.T, addr, path, framing string) net.Conn {
 	return conn
 }
 
+// mutateOverTheWire serves the mutating endpoint on loopback through
+// controller-runtime's mux, whose metrics wrapper is between the server and
+// the endpoint, as in serve; it returns the server and its host:port.
+func mutateOverTheWire(t *testing.T) (*httptest.Server, string) {
+	t.Helper()
+	r := newTestReviewer(t, testPolicy, true)
+	hooks := webhook.NewServer(webhook.Options{})
+	hooks.Register("/mutate", admissionEndpoint(r.recorded(mutatingHandler{r.reviewer})))
+	srv := httptest.NewServer(hooks.WebhookMux())
+	t.Cleanup(srv.Close)
+	return srv, strings.TrimPrefix(srv.URL, "http://")
+}
+
 // Clients that announce large bodies and send nothing (or a byte now and
 // then) hold no part of the body budget: a real review sent meanwhile is
 // answered at once, and each slow client is answered 408 and cut within
 // the bound. Issue 38, hole 1: five such connections used to hold the whole
 // 32 MiB, and every review got 429.
 func TestSlowBodiesDoNotStopReviews(t *testing.T) {
-	r := newTestReviewer(t, testPolicy, true)
-	// Through controller-runtime's mux, whose metrics wrapper is between
-	// the server and the endpoint, as in serve.
-	hooks := webhook.NewServer(webhook.Options{})
-	hooks.Register("/mutate", admissionEndpoint(r.recorded(mutatingHandler{r.reviewer})))
-	srv := httptest.NewServer(hooks.WebhookMux())
-	t.Cleanup(srv.Close)
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	srv, addr := mutateOverTheWire(t)
 
 	start := time.Now()
 	var slow []net.Conn
@@ -125,12 +131,7 @@ func TestSlowBodiesDoNotStopReviews(t *testing.T) {
 // answered with its 413 review, whether framed by Content-Length or
 // chunked; and what it took of the budget is given back.
 func TestOversizedBodiesOverTheWireAreStillAnswered413(t *testing.T) {
-	r := newTestReviewer(t, testPolicy, true)
-	hooks := webhook.NewServer(webhook.Options{})
-	hooks.Register("/mutate", admissionEndpoint(r.recorded(mutatingHandler{r.reviewer})))
-	srv := httptest.NewServer(hooks.WebhookMux())
-	t.Cleanup(srv.Close)
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	_, addr := mutateOverTheWire(t)
 
 	chunk := bytes.Repeat([]byte("x"), 32<<10)
 	for _, framing := range []string{fmt.Sprintf("Content-Length: %d", 7<<20+100), fmt.Sprintf("Content-Length: %d", 64<<20), "Transfer-Encoding: chunked"} {

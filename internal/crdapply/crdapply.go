@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/pkg/policy"
 )
 
 //go:embed clusterippolicies.yaml
@@ -119,7 +120,7 @@ func Apply(ctx context.Context, client dynamic.Interface, version string) (Resul
 	if !Newer(version, res.Live) {
 		if lost := fieldsLost(live.Object, want.Object); len(lost) > 0 {
 			res.Reason = fmt.Sprintf("the CRD was applied by %s, which this binary's %s cannot order against it, and has fields this binary's lacks (%s); applying it would drop them from the stored policies (run the newer build, or apply this build's CRD by hand if dropping them is meant: kubectl apply --server-side --force-conflicts -f charts/clusterip-policy/crds/clusterippolicies.yaml)",
-				quoteVersion(res.Live), version, strings.Join(clipFields(lost), ", "))
+				quoteVersion(res.Live), version, strings.Join(policy.ClipList(lost, maxLostFields), ", "))
 			return res, nil
 		}
 	}
@@ -183,13 +184,6 @@ func walkSchema(s map[string]any, prefix string, out map[string]bool, depth int)
 		sm, _ := sub.(map[string]any)
 		walkSchema(sm, p+".", out, depth+1)
 	}
-}
-
-func clipFields(list []string) []string {
-	if len(list) <= maxLostFields {
-		return list
-	}
-	return append(list[:maxLostFields:maxLostFields], fmt.Sprintf("... (%d more)", len(list)-maxLostFields))
 }
 
 // quoteVersion names a live annotation, which anyone with patch on the CRD
