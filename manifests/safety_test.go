@@ -356,7 +356,7 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", []string{"list", "watch"}, "--manage-match-conditions: the leader sends every create to the mutating webhook while another mutating webhook can act on Services (reinvocation reaches only webhooks called in the first round)", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingadmissionpolicies", []string{"list", "watch"}, "--manage-match-conditions: as for the other mutating webhooks, the MutatingAdmissionPolicies that can act on Services", nil},
 	{"ClusterRole", "admissionregistration.k8s.io", "validatingadmissionpolicies", backstopVerbs, "--backstop: the leader applies the backstop's policies (server-side apply; creating a missing one is authorized as a create of its name) and deletes one the policy no longer needs", backstopNames},
-	{"ClusterRole", "admissionregistration.k8s.io", "validatingadmissionpolicybindings", backstopVerbs, "--backstop: their bindings, by name", backstopNames},
+	{"ClusterRole", "admissionregistration.k8s.io", "validatingadmissionpolicybindings", append(slices.Clone(backstopVerbs), "update"), "--backstop: their bindings, by name; one that exists is updated at the version read, so a break-glass deleting it meanwhile is never undone", backstopNames},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingadmissionpolicies", backstopVerbs, "--backstop: the record of the addresses a request names", []string{backstop.RecordName}},
 	{"ClusterRole", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", backstopVerbs, "--backstop: its binding", []string{backstop.RecordName}},
 }

@@ -42,13 +42,18 @@ type auditEvent struct {
 		Name      string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus struct {
-		Code int `json:"code"`
+		Code    int    `json:"code"`
+		Message string `json:"message"`
 	} `json:"responseStatus"`
 	Annotations map[string]string `json:"annotations"`
 }
 
 // The webhook's auditAnnotations land in the kube-apiserver's own audit
-// log, next to the request, prefixed with the webhook's name.
+// log, next to the request, prefixed with the webhook's name. The backstop
+// (on by default) refuses an unapproved ServiceCIDR before the validating
+// webhooks run, so that event carries the backstop's message and none of
+// the webhook's annotations; the test waits until the apiserver enforces
+// the backstop so that it does not depend on which came first.
 func TestAuditAnnotationsInAPIServerAuditLog(t *testing.T) {
 	dir := t.TempDir()
 	policyFile, logFile := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
@@ -67,6 +72,8 @@ func TestAuditAnnotationsInAPIServerAuditLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	waitBackstopPolicy(t, ctx, c, p.Digest)
 
 	mustCreate(t, ctx, cs, service(ns, "allowed"))
 	mustCreate(t, ctx, cs, service("kube-system", "kube-dns"))
@@ -87,15 +94,17 @@ func TestAuditAnnotationsInAPIServerAuditLog(t *testing.T) {
 		resource, namespace, name string
 		code                      int
 		annotations               map[string]string
+		message                   string // a part of the response's message, when not empty
 	}{
 		{"an allowed create", "services", ns, "allowed", 201, map[string]string{
-			m + "decision": "allowed", m + "policy-digest": p.Digest, v + "decision": "allowed", v + "policy-digest": p.Digest}},
+			m + "decision": "allowed", m + "policy-digest": p.Digest, v + "decision": "allowed", v + "policy-digest": p.Digest}, ""},
 		{"a patched create", "services", "kube-system", "kube-dns", 201, map[string]string{
-			m + "decision": "patched", m + "policy-digest": p.Digest, v + "decision": "allowed", v + "policy-digest": p.Digest}},
+			m + "decision": "patched", m + "policy-digest": p.Digest, v + "decision": "allowed", v + "policy-digest": p.Digest}, ""},
 		{"a denied create", "services", ns, "denied", 403, map[string]string{
-			m + "decision": "denied", m + "rules": "reserved-for-other", m + "policy-digest": p.Digest}},
-		{"a denied ServiceCIDR", "servicecidrs", "", "e2e-rogue", 403, map[string]string{
-			r + "decision": "denied", r + "rules": "outside-service-cidrs", r + "policy-digest": p.Digest}},
+			m + "decision": "denied", m + "rules": "reserved-for-other", m + "policy-digest": p.Digest}, ""},
+		// An admission policy's refusal is a 422 (reason Invalid).
+		{"a ServiceCIDR the backstop denied", "servicecidrs", "", "e2e-rogue", 422, map[string]string{},
+			"(clusterip-policy backstop, rule outside-service-cidrs)"},
 	}
 	// The apiserver writes its audit log asynchronously: the first
 	// subtest may wait for it, the later ones share what is left of 10s.
@@ -118,6 +127,9 @@ func TestAuditAnnotationsInAPIServerAuditLog(t *testing.T) {
 			})
 			if found.ResponseStatus.Code != w.code {
 				t.Errorf("response code %d, want %d", found.ResponseStatus.Code, w.code)
+			}
+			if !strings.Contains(found.ResponseStatus.Message, w.message) {
+				t.Errorf("response message %q, want it to hold %q", found.ResponseStatus.Message, w.message)
 			}
 			ours := map[string]string{}
 			for k, val := range found.Annotations {

@@ -732,8 +732,11 @@ func TestLargestManagedConditionsOnARealApiserver(t *testing.T) {
 // TestManagedConditionsCutTheCostOfACreate measures what the managed
 // conditions are for: 600 dynamic Service creates at 8 clients with the
 // static conditions only, with the managed conditions (computed by
-// pkg/matchconditions for this cluster and written by hand, so nothing
-// rewrites them between phases), and with no webhook at all. It asserts
+// pkg/matchconditions for this cluster and written by hand under a name of
+// the test's own, so nothing rewrites them between phases: the leader,
+// with --manage-match-conditions off, removes a condition of the managed
+// name within a minute, which landed in the middle of a slow run), and with
+// no webhook at all. It asserts
 // the call counts (every create reaches the validating webhook under the
 // static conditions, almost none under the managed ones) and logs the
 // rates.
@@ -747,6 +750,7 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 	}
 	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, p.AllowedCIDRs)
 	conds := matchconditions.Compute(p, rs)
+	const condName = "cost-test-" + matchconditions.Name
 
 	cfg := c.RESTConfig(0)
 	cfg.QPS, cfg.Burst = 1000, 2000
@@ -799,13 +803,13 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 		if kind == "mutating" {
 			var m *admissionregistrationv1.MutatingWebhookConfiguration
 			if m, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
-				m.Webhooks[0].MatchConditions = append(m.Webhooks[0].MatchConditions, admissionregistrationv1.MatchCondition{Name: matchconditions.Name, Expression: conds.Mutating})
+				m.Webhooks[0].MatchConditions = append(m.Webhooks[0].MatchConditions, admissionregistrationv1.MatchCondition{Name: condName, Expression: conds.Mutating})
 				_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
 			}
 		} else {
 			var v *admissionregistrationv1.ValidatingWebhookConfiguration
 			if v, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
-				v.Webhooks[0].MatchConditions = append(v.Webhooks[0].MatchConditions, admissionregistrationv1.MatchCondition{Name: matchconditions.Name, Expression: conds.Validating})
+				v.Webhooks[0].MatchConditions = append(v.Webhooks[0].MatchConditions, admissionregistrationv1.MatchCondition{Name: condName, Expression: conds.Validating})
 				_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{})
 			}
 		}

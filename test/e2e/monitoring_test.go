@@ -20,13 +20,14 @@ import (
 // and the dashboard (dashboard.json) read is served, with samples, by a
 // real webhook (holds and the periodic audit on) or a real kube-apiserver
 // v1.37.2 once they have reviewed an allowed, a denied and a reservation
-// owner's Service create and the audit has passed once. The only
+// owner's Service create and the audit has passed once (the policy holds a
+// reserved range, whose gauge exists only then). The only
 // exception: up, which Prometheus makes for each scrape itself. Then,
 // with the webhook stopped, the series ClusterIPPolicyWebhookCallsFailing
 // selects grows by the one create that failed.
 func TestMonitoringMetricsExist(t *testing.T) {
 	c := own(t, framework.Options{
-		Policy:      sharedPolicy,
+		Policy:      fixtures.Policy(sharedSpec + "reservedRanges:\n- {cidr: 10.96.0.40/29, namespaces: [team-db]}\n"),
 		Webhooks:    1,
 		WebhookArgs: []string{"--hold-reservations", "--audit-interval=1s"},
 	})

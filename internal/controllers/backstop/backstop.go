@@ -50,8 +50,8 @@ const (
 	// verifyInterval is how often it reads the configurations and the
 	// bindings and writes everything again even when nothing changed, so
 	// that a policy edited or a binding deleted by hand is put back
-	// (server-side apply: an unchanged object costs the apiserver no
-	// write), and a lift or the configurations' return is seen. In
+	// (an unchanged object costs the apiserver no write), and a lift or
+	// the configurations' return is seen. In
 	// between it makes no API call.
 	verifyInterval = 30 * time.Second
 	// absentInterval replaces it while the configurations do not exist
@@ -179,8 +179,10 @@ type state struct {
 	registered bool
 	// selector is the validating Service webhook's namespaceSelector.
 	selector *metav1.LabelSelector
-	// bindings are the backstop's bindings that exist now, by name.
-	bindings map[string]bool
+	// bindings are the backstop's bindings that existed at the read, by
+	// name, with their resourceVersion: write updates exactly those
+	// versions, so it never brings back one deleted after the read.
+	bindings map[string]string
 }
 
 func (k *Keeper) lead(ctx context.Context) {
@@ -333,32 +335,27 @@ func (k *Keeper) servesMutatingPolicies(ctx context.Context) (bool, error) {
 // the RBAC of the webhook grants these names only.
 func (k *Keeper) read(ctx context.Context) (state, error) {
 	var s state
-	_, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Mutating, metav1.GetOptions{})
-	mutatingThere := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
+	registered, vwc, err := k.configurations(ctx)
+	if err != nil {
 		return s, err
 	}
-	vwc, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Validating, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return s, err
-	}
-	if err == nil {
+	if vwc != nil {
 		for _, w := range vwc.Webhooks {
 			if w.Name == names.ValidatingServiceWebhook && w.NamespaceSelector != nil {
 				s.selector = w.NamespaceSelector.DeepCopy()
 			}
 		}
 	}
-	s.registered = mutatingThere && err == nil
-	s.bindings = map[string]bool{}
+	s.registered = registered
+	s.bindings = map[string]string{}
 	for _, n := range backstop.Names() {
 		if n == backstop.RecordName {
 			continue // a MutatingAdmissionPolicyBinding, read where written
 		}
-		_, err := k.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, n, metav1.GetOptions{})
+		b, err := k.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, n, metav1.GetOptions{})
 		switch {
 		case err == nil:
-			s.bindings[n] = true
+			s.bindings[n] = b.ResourceVersion
 		case !apierrors.IsNotFound(err):
 			return s, err
 		}
@@ -366,10 +363,11 @@ func (k *Keeper) read(ctx context.Context) (state, error) {
 	return s, nil
 }
 
-// write applies set: the policies, then the bindings while the
-// configurations exist, or while the bindings exist themselves (the
-// configurations deleted alone, as a GitOps prune does: still in force);
-// then it deletes what set no longer holds. When neither the
+// write applies set: the policies (server-side apply), then the bindings
+// while the configurations exist, or while the bindings exist themselves
+// (the configurations deleted alone, as a GitOps prune does: still in
+// force), each updated at the version s read or created; then it deletes
+// what set no longer holds. When neither the
 // configurations nor a binding exists, the backstop is lifted (the
 // break-glass, or an uninstall's pre-delete hook): it deletes the rest of
 // its objects and writes nothing until the configurations are back.
@@ -393,13 +391,43 @@ func (k *Keeper) write(ctx context.Context, set backstop.Set, s state) (lifted b
 			return false, err
 		}
 	}
+	// The break-glass deletes the configurations, then the bindings, at
+	// any moment, also between this pass's read and its writes; a write
+	// must never bring back what it deleted. A binding that existed at
+	// the read is updated at the version read: gone since, it stays gone
+	// (NotFound), changed since, the next pass writes it. A new one is
+	// created only while the configurations exist, and withdrawn when
+	// they are found gone right after.
+	var created []string
 	for i := range set.Bindings {
 		b := &set.Bindings[i]
-		if !s.registered && !s.bindings[b.Name] {
+		if rv, ok := s.bindings[b.Name]; ok {
+			if err := updateAt(ctx, k.client, b, rv); err != nil {
+				return false, err
+			}
+			continue
+		}
+		if !s.registered {
 			continue // never created while the configurations are gone
 		}
+		// Created by an apply: RBAC authorizes it as a create of this
+		// name (a POST carries none, and the grant is by name).
 		if err := apply(ctx, ar.ValidatingAdmissionPolicyBindings().Patch, b.Name, b); err != nil {
 			return false, err
+		}
+		created = append(created, b.Name)
+	}
+	if len(created) > 0 {
+		if still, _, err := k.configurations(ctx); err != nil || !still {
+			for _, n := range created {
+				if derr := deleteBinding(ctx, k.client, n); derr != nil {
+					return false, derr
+				}
+			}
+			if err != nil {
+				return false, fmt.Errorf("created bindings %s, then could not tell whether the configurations still exist (withdrawn): %w", strings.Join(created, ", "), err)
+			}
+			return false, nil // the next pass reads the new state
 		}
 	}
 	for i := range set.MutatingBindings {
@@ -417,6 +445,49 @@ func (k *Keeper) write(ctx context.Context, set backstop.Set, s state) (lifted b
 		}
 	}
 	return false, nil
+}
+
+// configurations says whether both Service webhook configurations exist,
+// and returns the validating one when it does.
+func (k *Keeper) configurations(ctx context.Context) (bool, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	_, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Mutating, metav1.GetOptions{})
+	mutatingThere := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, nil, err
+	}
+	vwc, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Validating, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil, nil
+	case err != nil:
+		return false, nil, err
+	}
+	return mutatingThere, vwc, nil
+}
+
+// updateAt writes binding b over the version rv that was read: it never
+// creates it again once deleted. A conflict (changed since the read) is
+// an error, so the loop reads again soon and writes it then.
+func updateAt(ctx context.Context, client kubernetes.Interface, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, rv string) error {
+	u := b.DeepCopy()
+	u.ResourceVersion = rv
+	uctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	_, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(uctx, u, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("update %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+// deleteBinding deletes the backstop's ValidatingAdmissionPolicyBinding n.
+func deleteBinding(ctx context.Context, client kubernetes.Interface, n string) error {
+	dctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	if err := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(dctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s: %w", n, err)
+	}
+	return nil
 }
 
 // deleteAll deletes every object of the backstop, bindings first.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -47,6 +48,20 @@ func bindingsOf(t *testing.T, cs kubernetes.Interface) []string {
 	return out
 }
 
+// versions is what a read finds of the bindings: name -> resourceVersion.
+func versions(t *testing.T, cs kubernetes.Interface) map[string]string {
+	t.Helper()
+	l, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, b := range l.Items {
+		out[b.Name] = b.ResourceVersion
+	}
+	return out
+}
+
 func policiesOf(t *testing.T, cs kubernetes.Interface) []string {
 	t.Helper()
 	l, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(context.Background(), metav1.ListOptions{})
@@ -61,6 +76,15 @@ func policiesOf(t *testing.T, cs kubernetes.Interface) []string {
 	return out
 }
 
+// registeredKeeper is a keeper on a fake cluster where both Service
+// webhook configurations exist.
+func registeredKeeper() (*fake.Clientset, *Keeper) {
+	cs := fake.NewClientset(
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}})
+	return cs, &Keeper{client: cs, o: Options{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}
+}
+
 const (
 	denyAll  = "allowedCIDRs: [10.96.0.0/16]\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n"
 	warnSome = denyAll + "enforcement:\n  rules:\n    reserved-for-other: warn\n"
@@ -68,12 +92,11 @@ const (
 
 func TestTheKeeperWritesWhileRegisteredKeepsWhatExistsAndLiftsWithBoth(t *testing.T) {
 	ctx := context.Background()
-	cs := fake.NewClientset()
-	k := &Keeper{client: cs}
+	cs, k := registeredKeeper()
 	set := compiled(t, denyAll)
 
 	// Registered: every policy and binding is written.
-	lifted, err := k.write(ctx, set, state{registered: true, bindings: map[string]bool{}})
+	lifted, err := k.write(ctx, set, state{registered: true, bindings: map[string]string{}})
 	if err != nil || lifted {
 		t.Fatalf("write: lifted %v, %v", lifted, err)
 	}
@@ -91,7 +114,7 @@ func TestTheKeeperWritesWhileRegisteredKeepsWhatExistsAndLiftsWithBoth(t *testin
 	// The policy changes one rule to warn: its policy and binding come,
 	// and the deny ones stay with the rest.
 	set2 := compiled(t, warnSome)
-	if _, err := k.write(ctx, set2, state{registered: true, bindings: map[string]bool{want[0]: true, want[1]: true}}); err != nil {
+	if _, err := k.write(ctx, set2, state{registered: true, bindings: versions(t, cs)}); err != nil {
 		t.Fatal(err)
 	}
 	want2 := []string{"clusterip-policy-backstop-servicecidrs-deny", "clusterip-policy-backstop-services-deny", "clusterip-policy-backstop-services-warn"}
@@ -104,7 +127,7 @@ func TestTheKeeperWritesWhileRegisteredKeepsWhatExistsAndLiftsWithBoth(t *testin
 	if err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, want2[2], metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lifted, err = k.write(ctx, set2, state{registered: false, bindings: map[string]bool{want[0]: true, want[1]: true}})
+	lifted, err = k.write(ctx, set2, state{registered: false, bindings: versions(t, cs)})
 	if err != nil || lifted {
 		t.Fatalf("configurations gone, bindings there: lifted %v, %v", lifted, err)
 	}
@@ -118,7 +141,7 @@ func TestTheKeeperWritesWhileRegisteredKeepsWhatExistsAndLiftsWithBoth(t *testin
 			t.Fatal(err)
 		}
 	}
-	lifted, err = k.write(ctx, set2, state{registered: false, bindings: map[string]bool{}})
+	lifted, err = k.write(ctx, set2, state{registered: false, bindings: map[string]string{}})
 	if err != nil || !lifted {
 		t.Fatalf("both gone: lifted %v, %v", lifted, err)
 	}
@@ -134,10 +157,113 @@ func TestTheKeeperWritesWhileRegisteredKeepsWhatExistsAndLiftsWithBoth(t *testin
 	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.write(ctx, set, state{registered: true, bindings: map[string]bool{}}); err != nil {
+	if _, err := k.write(ctx, set, state{registered: true, bindings: map[string]string{}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := policiesOf(t, cs); !slices.Contains(got, "someone-elses") {
 		t.Fatalf("someone else's policy deleted: %v", got)
+	}
+}
+
+// The break-glass deletes the configurations and then the bindings at any
+// moment, also between a pass's read and its writes (it happened in CI: a
+// slow leader put the bindings back right after the documented command,
+// and the policy stayed enforced). A write after such a read never brings
+// a binding back.
+func TestTheKeeperNeverUndoesABreakGlassBetweenItsReadAndItsWrite(t *testing.T) {
+	ctx := context.Background()
+	ar := func(cs kubernetes.Interface) interface {
+		Delete(context.Context, string, metav1.DeleteOptions) error
+	} {
+		return cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	}
+	set := compiled(t, denyAll)
+	breakGlass := func(t *testing.T, cs kubernetes.Interface) {
+		t.Helper()
+		if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "clusterip-policy", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "clusterip-policy", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		for _, n := range bindingsOf(t, cs) {
+			if err := ar(cs).Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		// before: what exists when the pass reads
+		before func(t *testing.T, cs *fake.Clientset, k *Keeper)
+	}{
+		{"registered, bindings there", func(t *testing.T, cs *fake.Clientset, k *Keeper) {
+			if _, err := k.write(ctx, set, state{registered: true, bindings: map[string]string{}}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"registered, no binding yet (a fresh install)", func(t *testing.T, cs *fake.Clientset, k *Keeper) {}},
+		{"configurations pruned, bindings kept", func(t *testing.T, cs *fake.Clientset, k *Keeper) {
+			if _, err := k.write(ctx, set, state{registered: true, bindings: map[string]string{}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "clusterip-policy", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs, k := registeredKeeper()
+			tc.before(t, cs, k)
+			read, err := k.read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			breakGlass(t, cs)
+			if _, err := k.write(ctx, set, read); err != nil {
+				t.Fatalf("write after the break-glass: %v", err)
+			}
+			if got := bindingsOf(t, cs); len(got) != 0 {
+				t.Fatalf("the break-glass deleted the bindings after the read (registered %v, bindings %v); the write brought back %v", read.registered, read.bindings, got)
+			}
+			// The next pass sees the lift.
+			read, err = k.read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lifted, err := k.write(ctx, set, read); err != nil || !lifted {
+				t.Fatalf("the next pass: lifted %v, %v", lifted, err)
+			}
+		})
+	}
+
+	// A binding edited by hand is put back as compiled by the next pass
+	// (the update at the version read; that a stale version is refused is
+	// the apiserver's optimistic concurrency, which the fake does not
+	// model).
+	cs, k := registeredKeeper()
+	if _, err := k.write(ctx, set, state{registered: true, bindings: map[string]string{}}); err != nil {
+		t.Fatal(err)
+	}
+	name := bindingsOf(t, cs)[0]
+	b, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	read, err := k.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.write(ctx, set, read); err != nil {
+		t.Fatal(err)
+	}
+	b, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+	if err != nil || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+		t.Fatalf("the hand edit is not undone: %v, %v", b.Spec.ValidationActions, err)
 	}
 }
