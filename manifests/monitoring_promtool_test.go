@@ -76,6 +76,8 @@ func TestAlertsFireOnTheirSeries(t *testing.T) {
 		// probing here"): without max by (stage) the alert carries the
 		// replica's labels.
 		{"ClusterIPPolicyWebhookUnreachable", "max by (stage) "},
+		// The same for the configurations' presence.
+		{"ClusterIPPolicyWebhookNotRegistered", "max by (stage) "},
 		// The reserved ranges are not room the allocator may use.
 		{"ClusterIPPolicyDynamicBandFilling", `, state=~"free|allocated"`},
 		// A rule that denied nothing the day before.

@@ -350,6 +350,7 @@ func TestAlertsCoverWhatOperatorsWatch(t *testing.T) {
 	for alert, metric := range map[string]string{
 		"ClusterIPPolicyWebhookCallsFailing":       "apiserver_admission_webhook_rejection_count",
 		"ClusterIPPolicyWebhookUnreachable":        "clusterip_policy_webhook_reachable",
+		"ClusterIPPolicyWebhookNotRegistered":      "clusterip_policy_webhook_registered",
 		"ClusterIPPolicyWebhookDown":               "up",
 		"ClusterIPPolicyWebhookNotReady":           "clusterip_policy_view_synced",
 		"ClusterIPPolicyViewStale":                 "clusterip_policy_view_stale_seconds",

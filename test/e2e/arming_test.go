@@ -387,6 +387,13 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		}
 		return nil
 	})
+	// The alert ClusterIPPolicyWebhookNotRegistered reads this gauge: 0 on
+	// the leader for both stages (its promtool test holds the rest).
+	for _, stage := range []string{"mutate", "validate"} {
+		if v, err := c.WebhookMetric(ctx, 0, "clusterip_policy_webhook_registered", `stage="`+stage+`"`); err != nil || v != 0 {
+			t.Errorf("after the emergency command, clusterip_policy_webhook_registered{stage=%q} is %v (%v), want 0", stage, v, err)
+		}
+	}
 	adm := cs.AdmissionregistrationV1()
 	if _, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); err == nil {
 		t.Fatal("after the emergency command something recreated the mutating webhook configuration")

@@ -94,8 +94,9 @@ func (o Options) Validate() error {
 
 // Metrics are the probe's and the arming's.
 type Metrics struct {
-	reachable *prometheus.GaugeVec
-	armed     *prometheus.GaugeVec
+	reachable  *prometheus.GaugeVec
+	armed      *prometheus.GaugeVec
+	registered *prometheus.GaugeVec
 	latency   prometheus.Gauge
 	probes    *prometheus.CounterVec
 	arms      *prometheus.CounterVec
@@ -112,6 +113,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "clusterip_policy_webhook_failure_policy_armed",
 			Help: "On the leader with --arm-failure-policy: 1 while the Service webhook of this stage has failurePolicy Fail, 0 while it has Ignore (not armed: a create the apiservers cannot send to the webhook is admitted unchecked, and the periodic audit reports it), -1 while unknown and on other replicas.",
 		}, []string{"stage"}),
+		registered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "clusterip_policy_webhook_registered",
+			Help: "On the leader with --arm-failure-policy: 1 while the webhook configuration of this stage's Service webhook exists, 0 while it does not (deleted: the break-glass, a GitOps prune, an uninstall that stopped halfway; nothing sends Service creates to the webhook), -1 while unknown and on other replicas. The alert ClusterIPPolicyWebhookNotRegistered reads it.",
+		}, []string{"stage"}),
 		latency: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "clusterip_policy_webhook_probe_duration_seconds",
 			Help: "On the leader: how long the last reachability probe took, both webhook calls included (0 on other replicas).",
@@ -125,7 +130,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Writes of failurePolicy Fail by this replica as leader, by stage and result (armed, failed).",
 		}, []string{"stage", "result"}),
 	}
-	reg.MustRegister(m.reachable, m.armed, m.latency, m.probes, m.arms)
+	reg.MustRegister(m.reachable, m.armed, m.registered, m.latency, m.probes, m.arms)
 	m.reset()
 	for _, r := range []string{"reached", "unreached", "failed"} {
 		m.probes.WithLabelValues(r)
@@ -143,6 +148,7 @@ func (m *Metrics) reset() {
 	for _, s := range stages {
 		m.reachable.WithLabelValues(s).Set(-1)
 		m.armed.WithLabelValues(s).Set(-1)
+		m.registered.WithLabelValues(s).Set(-1)
 	}
 	m.latency.Set(0)
 }
@@ -348,6 +354,8 @@ func (k *Keeper) expose(r Result, st armState) {
 	}
 }
 
+// exposeArmed sets, by stage, whether the webhook is armed and whether
+// its configuration exists. A read that failed says nothing of either (-1).
 func (k *Keeper) exposeArmed(st armState) {
 	for _, s := range stages {
 		v := -1.0
@@ -358,6 +366,14 @@ func (k *Keeper) exposeArmed(st armState) {
 			v = 0
 		}
 		k.metrics.armed.WithLabelValues(s).Set(v)
+		r := -1.0
+		switch {
+		case st.present[s]:
+			r = 1
+		case notRegistered(st, k.o.Arm, s):
+			r = 0
+		}
+		k.metrics.registered.WithLabelValues(s).Set(r)
 	}
 }
 

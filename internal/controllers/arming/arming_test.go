@@ -153,3 +153,33 @@ func TestTheReachableGaugeIsZeroOnlyForARegisteredWebhookThatDidNotAnswer(t *tes
 		t.Fatal("after the term the gauges must say nothing is known here (-1)")
 	}
 }
+
+// The webhook's configurations deleted while the leader runs (the
+// break-glass, a prune, an uninstall that stopped halfway): the
+// reachability gauge stays silent (-1: nothing to reach), so
+// clusterip_policy_webhook_registered says it, 0 by stage, for the alert
+// ClusterIPPolicyWebhookNotRegistered. A failed read says nothing (-1).
+func TestTheRegisteredGaugeIsZeroWhileAConfigurationIsAbsent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	k := New(nil, Options{Arm: true, ProbeInterval: 10 * time.Second}, logr.Discard(), NewMetrics(reg), nil, nil)
+	gauge := func(stage string) float64 { return testutil.ToFloat64(k.metrics.registered.WithLabelValues(stage)) }
+	if gauge(StageMutate) != -1 || gauge(StageValidate) != -1 {
+		t.Fatalf("before a read: %v %v, want -1 -1", gauge(StageMutate), gauge(StageValidate))
+	}
+	k.exposeArmed(armState{armed: map[string]bool{StageMutate: true}, present: map[string]bool{StageMutate: true}})
+	if gauge(StageMutate) != 1 || gauge(StageValidate) != 0 {
+		t.Fatalf("mutating there, validating deleted: %v %v, want 1 0", gauge(StageMutate), gauge(StageValidate))
+	}
+	k.exposeArmed(armState{armed: map[string]bool{}, present: map[string]bool{}})
+	if gauge(StageMutate) != 0 || gauge(StageValidate) != 0 {
+		t.Fatalf("both deleted: %v %v, want 0 0", gauge(StageMutate), gauge(StageValidate))
+	}
+	k.exposeArmed(armState{armed: map[string]bool{}, present: map[string]bool{}, err: errors.New("the apiserver timed out")})
+	if gauge(StageMutate) != -1 || gauge(StageValidate) != -1 {
+		t.Fatalf("a failed read: %v %v, want -1 -1", gauge(StageMutate), gauge(StageValidate))
+	}
+	k.metrics.reset()
+	if gauge(StageMutate) != -1 {
+		t.Fatal("after the term the gauge must say nothing is known here (-1)")
+	}
+}
