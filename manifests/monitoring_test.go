@@ -351,6 +351,7 @@ func TestAlertsCoverWhatOperatorsWatch(t *testing.T) {
 		"ClusterIPPolicyWebhookCallsFailing":       "apiserver_admission_webhook_rejection_count",
 		"ClusterIPPolicyWebhookUnreachable":        "clusterip_policy_webhook_reachable",
 		"ClusterIPPolicyWebhookNotRegistered":      "clusterip_policy_webhook_registered",
+		"ClusterIPPolicyReachabilityProbeRefused":  "clusterip_policy_webhook_probes_total",
 		"ClusterIPPolicyWebhookDown":               "up",
 		"ClusterIPPolicyWebhookNotReady":           "clusterip_policy_view_synced",
 		"ClusterIPPolicyViewStale":                 "clusterip_policy_view_stale_seconds",

@@ -123,7 +123,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_webhook_probes_total",
-			Help: "Reachability probes by this replica as leader, by result (reached: both Service webhooks answered; unreached: one or both did not; failed: the dry run itself failed for another reason, such as RBAC).",
+			Help: "Reachability probes by this replica as leader, by result (reached: both Service webhooks answered; unreached: one or both did not; refused: another admission step refused the dry run before a Service webhook could answer it; failed: the dry run itself failed for another reason, such as RBAC). The alert ClusterIPPolicyReachabilityProbeRefused reads refused.",
 		}, []string{"result"}),
 		arms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_webhook_arms_total",
@@ -132,7 +132,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.reachable, m.armed, m.registered, m.latency, m.probes, m.arms)
 	m.reset()
-	for _, r := range []string{"reached", "unreached", "failed"} {
+	for _, r := range []string{"reached", "unreached", "refused", "failed"} {
 		m.probes.WithLabelValues(r)
 	}
 	for _, s := range stages {
@@ -340,6 +340,12 @@ func (k *Keeper) expose(r Result, st armState) {
 			// configurations last, an uninstall that deleted them
 			// first): not an outage the alert should report.
 			v = -1
+		case isAdmissionRefusal(r.Err):
+			// Refused before this webhook was called: its
+			// reachability is unknown, and the alert would name the
+			// wrong cause (ClusterIPPolicyReachabilityProbeRefused
+			// names this one).
+			v = -1
 		}
 		k.metrics.reachable.WithLabelValues(s).Set(v)
 	}
@@ -347,6 +353,8 @@ func (k *Keeper) expose(r Result, st armState) {
 	switch {
 	case r.All():
 		k.metrics.probes.WithLabelValues("reached").Inc()
+	case isAdmissionRefusal(r.Err):
+		k.metrics.probes.WithLabelValues("refused").Inc()
 	case r.Err != nil && !isWebhookCallFailure(r.Err):
 		k.metrics.probes.WithLabelValues("failed").Inc()
 	default:
@@ -377,6 +385,19 @@ func (k *Keeper) exposeArmed(st armState) {
 	}
 }
 
+// isAdmissionRefusal tells a dry run that an admission step refused (a
+// ValidatingAdmissionPolicy, another webhook: its message reads `denied
+// request` or `denied the request`) from one that failed otherwise (RBAC,
+// a timeout, our webhook not called). The webhooks that did not answer
+// then were not tried, so nothing is known of their reachability.
+func isAdmissionRefusal(err error) bool {
+	if err == nil || isWebhookCallFailure(err) {
+		return false
+	}
+	m := err.Error()
+	return strings.Contains(m, "denied the request") || strings.Contains(m, "denied request")
+}
+
 // isWebhookCallFailure tells the apiserver's refusal of a request whose
 // webhook call failed (failurePolicy Fail) from other failures of the dry
 // run: k8s.io/apiserver's webhook errors read `failed calling webhook`.
@@ -386,7 +407,7 @@ func isWebhookCallFailure(err error) bool {
 
 // Condition is the status condition a probe's result and the
 // configurations' state make: whether the webhook is reachable, a reason
-// (Reachable, Unreachable, ProbeFailed) and a message naming the webhooks
+// (Reachable, Unreachable, ProbeRefused, ProbeFailed, NotRegistered) and a message naming the webhooks
 // and their failurePolicy. The message holds no time or id, so it stays the
 // same while nothing changes and the status is not rewritten every probe.
 func Condition(r Result, st armState, arm bool) (bool, string, string) {
@@ -419,6 +440,10 @@ func Condition(r Result, st armState, arm bool) (bool, string, string) {
 		if !r.Reached[s] {
 			missing = append(missing, webhookName(s)+policyOf(s))
 		}
+	}
+	if isAdmissionRefusal(r.Err) {
+		return false, "ProbeRefused", "another admission step refused the leader's dry-run probe before " + strings.Join(missing, " and ") + " could answer it: " + clip(stripIDs(r.Err.Error())) +
+			"; not an outage of the webhook, but a webhook the probe does not reach cannot be armed. Let the probe through that step: a dry-run create, by the webhook's service account, of a headless Service named " + names.ProbeGenerateName + "* in namespace " + names.ProbeNamespace + " with the annotation " + names.ProbeAnnotation + " (docs/operations.md, \"The reachability probe is refused\")"
 	}
 	msg := "the apiserver did not get an answer from " + strings.Join(missing, " and ") + " to the leader's dry-run create of a headless Service in namespace " + names.ProbeNamespace
 	reason := "Unreachable"

@@ -46,6 +46,11 @@ func TestTheConditionNamesWhatIsUnreachableAndItsFailurePolicy(t *testing.T) {
 	none := Result{Reached: map[string]bool{}}
 	callFailed := Result{Reached: map[string]bool{}, Err: errors.New(`Internal error occurred: failed calling webhook "mutate-services.clusterip-policy.io": failed to call webhook: Post "https://127.0.0.1:1/mutate-v1-service?timeout=5s": dial tcp 127.0.0.1:1: connect: connection refused (Service default/clusterip-policy-reachability-probe-x7k2q)`)}
 	forbidden := Result{Reached: map[string]bool{}, Err: errors.New(`services is forbidden: User "system:serviceaccount:clusterip-policy:clusterip-policy-webhook" cannot create resource "services" in API group "" in the namespace "default"`)}
+	// A ValidatingAdmissionPolicy of the cluster's that wants labels on
+	// every Service: the mutating webhook answered, the validating one was
+	// never called.
+	refusedByPolicy := Result{Reached: map[string]bool{StageMutate: true}, Err: errors.New(`services "clusterip-policy-reachability-probe-x7k2q" is invalid: : ValidatingAdmissionPolicy 'require-team-label' with binding 'require-team-label' denied request: every Service needs the label team`)}
+	refusedByWebhook := Result{Reached: map[string]bool{}, Err: errors.New(`admission webhook "validate.kyverno.svc" denied the request: Service default/clusterip-policy-reachability-probe-x7k2q: label team is required`)}
 	tests := []struct {
 		name      string
 		r         Result
@@ -60,6 +65,10 @@ func TestTheConditionNamesWhatIsUnreachableAndItsFailurePolicy(t *testing.T) {
 		{name: "armed and unreachable: fail-closed, said so", r: callFailed, st: armedBoth, arm: true, reason: "Unreachable",
 			contains: []string{"mutating webhook mutate-services.clusterip-policy.io (failurePolicy Fail) and the validating webhook", "connection refused", "fail meanwhile (fail-closed)", "clusterip-policy-reachability-probe)"}},
 		{name: "not armed and unreachable: admitted, said so", r: none, st: notArmed, arm: true, reason: "Unreachable", contains: []string{"(failurePolicy Ignore: not armed)", "failurePolicy Ignore admits the request"}},
+		{name: "the probe refused by an admission policy before the validating webhook: the real cause, not unreachable", r: refusedByPolicy, st: notArmed, arm: true, reason: "ProbeRefused",
+			contains: []string{"another admission step refused the leader's dry-run probe before the validating webhook validate-services.clusterip-policy.io (failurePolicy Ignore: not armed) could answer it", "ValidatingAdmissionPolicy 'require-team-label'", "cannot be armed", "clusterip-policy.io/reachability-probe"}},
+		{name: "the probe refused by another mutating webhook before ours", r: refusedByWebhook, st: notArmed, arm: true, reason: "ProbeRefused",
+			contains: []string{"before the mutating webhook mutate-services.clusterip-policy.io (failurePolicy Ignore: not armed) and the validating webhook", `admission webhook "validate.kyverno.svc" denied the request`}},
 		{name: "the dry run refused by RBAC", r: forbidden, st: notArmed, arm: true, reason: "ProbeFailed", contains: []string{"the dry run failed: services is forbidden"}},
 		{name: "no configuration yet: not an outage", r: none, st: armState{armed: map[string]bool{}, present: map[string]bool{}}, arm: true, reason: "NotRegistered", contains: []string{"the webhook configurations do not exist"}},
 		{name: "configurations unreadable: not taken for absent", r: none, st: armState{armed: map[string]bool{}, present: map[string]bool{}, err: errors.New("forbidden")}, arm: true, reason: "Unreachable", contains: []string{"(failurePolicy unreadable: see the leader's log)"}},
@@ -181,5 +190,28 @@ func TestTheRegisteredGaugeIsZeroWhileAConfigurationIsAbsent(t *testing.T) {
 	k.metrics.reset()
 	if gauge(StageMutate) != -1 {
 		t.Fatal("after the term the gauge must say nothing is known here (-1)")
+	}
+}
+
+// A probe that another admission step refused says nothing of the
+// webhooks it did not reach: their reachability gauge is -1 (so the alert
+// ClusterIPPolicyWebhookUnreachable does not name the wrong cause), and the
+// probe counts as refused, which ClusterIPPolicyReachabilityProbeRefused
+// reads.
+func TestARefusedProbeIsNotReportedAsUnreachable(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	k := New(nil, Options{Arm: true, ProbeInterval: 10 * time.Second}, logr.Discard(), NewMetrics(reg), nil, nil)
+	present := armState{armed: map[string]bool{}, present: map[string]bool{StageMutate: true, StageValidate: true}}
+	k.expose(Result{Reached: map[string]bool{StageMutate: true}, Err: errors.New(`ValidatingAdmissionPolicy 'require-team-label' with binding 'require-team-label' denied request: every Service needs the label team`)}, present)
+	if m, v := testutil.ToFloat64(k.metrics.reachable.WithLabelValues(StageMutate)), testutil.ToFloat64(k.metrics.reachable.WithLabelValues(StageValidate)); m != 1 || v != -1 {
+		t.Fatalf("reachable mutate %v validate %v, want 1 -1", m, v)
+	}
+	if n := testutil.ToFloat64(k.metrics.probes.WithLabelValues("refused")); n != 1 {
+		t.Fatalf("refused probes %v, want 1", n)
+	}
+	// The same probe unanswered with no refusal is an outage: 0.
+	k.expose(Result{Reached: map[string]bool{StageMutate: true}}, present)
+	if v := testutil.ToFloat64(k.metrics.reachable.WithLabelValues(StageValidate)); v != 0 {
+		t.Fatalf("unanswered, not refused: validate %v, want 0", v)
 	}
 }

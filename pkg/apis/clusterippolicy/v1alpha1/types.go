@@ -267,9 +267,12 @@ const (
 	// ConditionWebhookReachable is True while the leader's reachability
 	// probe (--arm-failure-policy; a server-side dry-run create the
 	// apiserver must send to both Service webhooks) was answered by both,
-	// False when it was not (reason Unreachable, or ProbeFailed when the
-	// dry run itself failed), the message saying which webhook and whether
-	// its failurePolicy is armed (Fail) or still Ignore.
+	// False when it was not (reason Unreachable; ProbeRefused when another
+	// admission step refused the dry run before a webhook could answer it,
+	// which also keeps that webhook from being armed; ProbeFailed when the
+	// dry run itself failed; NotRegistered while the configurations do not
+	// exist), the message saying which webhook and whether its
+	// failurePolicy is armed (Fail) or still Ignore.
 	ConditionWebhookReachable = "WebhookReachable"
 	// ConditionBackstopInForce is True while the ValidatingAdmissionPolicies
 	// the leader compiles from the policy (the backstop, --backstop) are
