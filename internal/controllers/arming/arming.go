@@ -97,9 +97,9 @@ type Metrics struct {
 	reachable  *prometheus.GaugeVec
 	armed      *prometheus.GaugeVec
 	registered *prometheus.GaugeVec
-	latency   prometheus.Gauge
-	probes    *prometheus.CounterVec
-	arms      *prometheus.CounterVec
+	latency    prometheus.Gauge
+	probes     *prometheus.CounterVec
+	arms       *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics in reg.
