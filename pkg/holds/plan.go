@@ -125,9 +125,10 @@ func Wants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace strin
 // allocates (outside the active ranges, network and broadcast), the first
 // address of each active range (default/kubernetes's) and those
 // reserved for a single Service (held for that owner, if at all, by
-// Wants). A range whose namespaces are all ones the webhook is never
-// called for (skipped), with no namespaceSelector, is not held: no review
-// would release its addresses. The policy bounds the ranges to
+// Wants). A range that names a namespace the webhook is never called for
+// (skipped) is not held at all (UnheldRanges says which and why): no
+// review would release its addresses for that namespace, whose Services
+// would get "already allocated" forever. The policy bounds the ranges to
 // policy.MaxReservedRangeAddresses addresses in all, so the wants, the
 // IPAddress objects and this work are bounded too.
 func RangeWants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace string) bool) (wants []Want, notApplied int) {
@@ -135,7 +136,7 @@ func RangeWants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace 
 		return nil, 0
 	}
 	for _, r := range p.ReservedRanges {
-		if r.NamespaceSelector == nil && skipped != nil && !slices.ContainsFunc(r.Namespaces, func(ns string) bool { return !skipped(ns) }) {
+		if _, ok := skippedNamespace(r, skipped); ok {
 			notApplied += r.Size
 			continue
 		}
@@ -160,6 +161,35 @@ func RangeWants(p *policy.Policy, rs allocview.RangeSet, skipped func(namespace 
 		}
 	}
 	return wants, notApplied
+}
+
+// skippedNamespace returns the first namespace r names that the webhook is
+// never called for. A namespaceSelector's matches are not looked at: they
+// change with labels, and a range of labels is held as its names allow.
+func skippedNamespace(r policy.ReservedRange, skipped func(namespace string) bool) (string, bool) {
+	if skipped == nil {
+		return "", false
+	}
+	for _, ns := range r.Namespaces {
+		if skipped(ns) {
+			return ns, true
+		}
+	}
+	return "", false
+}
+
+// UnheldRanges says, one line per range, which reserved ranges RangeWants
+// leaves unheld because they name a namespace the webhook is never called
+// for, and what to do about it. The policy bounds the ranges to 64, so the
+// lines are bounded too.
+func UnheldRanges(p *policy.Policy, skipped func(namespace string) bool) []string {
+	var out []string
+	for _, r := range p.ReservedRanges {
+		if ns, ok := skippedNamespace(r, skipped); ok {
+			out = append(out, fmt.Sprintf("reservedRanges[%d] %s is not held: it names namespace %q, which the Service webhooks are never called for, so no review could release its addresses there (its Services would be refused as already allocated); the webhook still judges every other namespace's use of it. Move that namespace's Services to a range of their own, drop it from this range, or let the webhooks judge it (their namespaceSelector)", r.Index, r.String(), ns))
+		}
+	}
+	return out
 }
 
 // Plan is one pass of the leader.

@@ -197,17 +197,52 @@ reservedRanges:
 		// 10.96.0.10 is kube-dns's reservation: held for it, not the range.
 		"10.96.0.8 10.96.0.8-10.96.0.15", "10.96.0.9 10.96.0.8-10.96.0.15", "10.96.0.11 10.96.0.8-10.96.0.15",
 		"10.96.0.12 10.96.0.8-10.96.0.15", "10.96.0.13 10.96.0.8-10.96.0.15", "10.96.0.14 10.96.0.8-10.96.0.15", "10.96.0.15 10.96.0.8-10.96.0.15",
-		// the range of the webhook's own namespace alone is never released;
-		// one with a selector may be.
-		"10.96.2.0 10.96.2.0-10.96.2.3", "10.96.2.1 10.96.2.0-10.96.2.3", "10.96.2.2 10.96.2.0-10.96.2.3", "10.96.2.3 10.96.2.0-10.96.2.3",
+		// the ranges naming the webhook's own namespace are not held, with
+		// a selector or without: no review releases an address there.
 		// the broadcast address is never allocated
 		"10.96.255.252 10.96.255.252-10.96.255.255", "10.96.255.253 10.96.255.252-10.96.255.255", "10.96.255.254 10.96.255.252-10.96.255.255",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("wants\n%q\nwant\n%q", got, want)
 	}
-	if notApplied != 4+1 {
-		t.Fatalf("notApplied = %d, want 5 (the skipped range's 4, the broadcast address)", notApplied)
+	if notApplied != 4+4+1 {
+		t.Fatalf("notApplied = %d, want 9 (the skipped ranges' 4 and 4, the broadcast address)", notApplied)
+	}
+}
+
+// A range that names a namespace the Service webhooks are never called for
+// (kube-system, excluded by their namespaceSelector) beside one they judge
+// is not held: a hold there could be released for team-db but never for
+// kube-system, whose Services would be refused "already allocated" on every
+// address of it (found on a real apiserver: all 8 addresses held). The
+// leader says which range, which namespace and what to do.
+func TestARangeNamingASkippedNamespaceIsNotHeldAndSaysWhy(t *testing.T) {
+	p := fixtures.MustPolicy(t, policy.ParseDocument, `reservedRanges:
+- {cidr: 10.96.0.40/29, namespaces: [team-db, kube-system], note: databases}
+- {cidr: 10.96.0.48/29, namespaces: [team-db]}
+`)
+	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
+	skipped := func(ns string) bool { return ns == "kube-system" || ns == "clusterip-policy" }
+	wants, notApplied := RangeWants(p, rs, skipped)
+	for _, w := range wants {
+		if allocview.RangeHoldName(w.Range) != "10.96.0.48-10.96.0.55" {
+			t.Errorf("%s of range %s is held; kube-system could never get it", w.IP, allocview.RangeHoldName(w.Range))
+		}
+	}
+	if len(wants) != 8 || notApplied != 8 {
+		t.Fatalf("%d wants, %d not applied; want the team-db range's 8 held and the mixed range's 8 not", len(wants), notApplied)
+	}
+	lines := UnheldRanges(p, skipped)
+	if len(lines) != 1 {
+		t.Fatalf("unheld ranges %q, want one line", lines)
+	}
+	for _, part := range []string{"reservedRanges[0] 10.96.0.40/29 (databases) is not held", `namespace "kube-system"`, "already allocated", "namespaceSelector"} {
+		if !strings.Contains(lines[0], part) {
+			t.Errorf("%q does not say %q", lines[0], part)
+		}
+	}
+	if UnheldRanges(p, nil) != nil {
+		t.Error("with no namespace skipped, every range is held")
 	}
 }
 

@@ -432,7 +432,12 @@ spec:
 				kinds = []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings"}
 			}
 			for _, k := range kinds {
-				r := canIRow{resource: k + ".admissionregistration.k8s.io", nonResource: "[]", names: "[" + n + "]", verbs: "[get create patch delete]"}
+				verbs := "[get create patch delete]"
+				if k == "validatingadmissionpolicybindings" {
+					// a binding that exists is updated at the version read
+					verbs = "[get create patch update delete]"
+				}
+				r := canIRow{resource: k + ".admissionregistration.k8s.io", nonResource: "[]", names: "[" + n + "]", verbs: verbs}
 				everywhere[r.resource+" [] "+r.names] = r
 			}
 		}

@@ -228,3 +228,45 @@ func TestForgedCreatesCannotFreeAWholeRange(t *testing.T) {
 		return metricSum(t, ctx, c, "clusterip_policy_range_holds", `state="held"`) == 64
 	})
 }
+
+// TestARangeNamingAnExcludedNamespaceIsNotHeld: a range that names the
+// webhook's own namespace (which the shipped configurations leave out, as
+// an operator's namespaceSelector may leave out kube-system) beside a
+// judged one is not held, so a Service of that namespace gets the address
+// it names instead of "already allocated" (before: every address of the
+// range held, none ever released there); the leader logs the range, the
+// namespace and the fix. A range of judged namespaces only is held.
+func TestARangeNamingAnExcludedNamespaceIsNotHeld(t *testing.T) {
+	c := own(t, framework.Options{
+		Policy: fixtures.Policy("allowedCIDRs: [10.96.0.0/16]\nreservedRanges:\n" +
+			"- {cidr: 10.96.0.40/29, namespaces: [team-db, clusterip-policy], note: mixed}\n" +
+			"- {cidr: 10.96.0.48/29, namespaces: [team-db]}\n"),
+		Webhooks:    1,
+		WebhookArgs: []string{"--hold-reservations"},
+	})
+	cs := c.Client(0)
+	ctx := testContext(t, 2*time.Minute)
+	if err := framework.EnsureNamespace(ctx, cs, "clusterip-policy"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })
+	waitHold(t, ctx, cs, "10.96.0.49", 30*time.Second) // the judged range: a pass has run
+	for _, ip := range []string{"10.96.0.40", "10.96.0.41", "10.96.0.46", "10.96.0.47"} {
+		if ipAddressExists(t, ctx, cs, ip) {
+			t.Errorf("%s of the range naming the excluded namespace is held", ip)
+		}
+	}
+	got, err := create(ctx, cs, service("clusterip-policy", "named", clusterIP("10.96.0.41")))
+	if err != nil || got.Spec.ClusterIP != "10.96.0.41" {
+		t.Fatalf("a Service of the excluded namespace naming 10.96.0.41 of its range: %v", err)
+	}
+	log, err := c.Webhooks[0].Log()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `reservedRanges[0] 10.96.0.40/29 (mixed) is not held: it names namespace \"clusterip-policy\"`
+	if !strings.Contains(log, want) {
+		t.Fatalf("the leader's log does not say %s", want)
+	}
+	t.Logf("e2e: a range naming an excluded namespace: not held, and logged once (%d lines)", strings.Count(log, want))
+}

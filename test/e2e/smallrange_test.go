@@ -15,7 +15,9 @@ import (
 // 10.96.0.1-10.96.0.16 and the dynamic band 10.96.0.17-10.96.0.30. Once the
 // dynamic band is full the apiserver hands dynamic Services addresses from
 // the static band, so one could take the DNS address before kube-dns
-// exists; the validating webhook must refuse every such allocation.
+// exists; every such allocation must be refused: by the validating
+// webhook, or by the backstop (on by default), which the apiserver runs
+// before the validating webhooks once the leader has written it.
 func TestSmallRangeNeverSpillsOntoTheReservedIP(t *testing.T) {
 	c := own(t, framework.Options{
 		APIServers: []framework.APIServerOptions{{ServiceClusterIPRange: "10.96.0.0/27"}},
@@ -42,13 +44,21 @@ func TestSmallRangeNeverSpillsOntoTheReservedIP(t *testing.T) {
 	// Free in the static band: .2-.16 but .10 (.1 is default/kubernetes).
 	const freeStatic = 14
 	var spilled, denied, full int
-	// refused checks a failed dynamic create: the validating webhook denies
-	// an allocation of 10.96.0.10, or the apiserver finds no free address
-	// (its cache may still hold the 10.96.0.10 it released a moment ago).
+	// refused checks a failed dynamic create: the validating webhook or the
+	// backstop denies an allocation of 10.96.0.10, or the apiserver finds
+	// no free address (its cache may still hold the 10.96.0.10 it released
+	// a moment ago).
 	refused := func(t *testing.T, err error) {
 		t.Helper()
 		if strings.Contains(err.Error(), "range is full") && !deniedBy(err, validating) {
 			full++
+			return
+		}
+		if msg := err.Error(); strings.Contains(msg, "(clusterip-policy backstop, rule reserved-for-other)") {
+			if !strings.Contains(msg, `"10.96.0.10" is reserved for Service kube-system/kube-dns`) {
+				t.Fatalf("the backstop refused, but not naming 10.96.0.10 and its owner: %v", err)
+			}
+			denied++
 			return
 		}
 		requireDenied(t, err, validating, `"10.96.0.10"`, "is reserved for Service kube-system/kube-dns")
@@ -79,9 +89,9 @@ func TestSmallRangeNeverSpillsOntoTheReservedIP(t *testing.T) {
 			}
 			refused(t, err)
 		}
-		t.Logf("e2e: small range: %d dynamic Services filled the dynamic band, %d spilled into the static band, %d allocations of 10.96.0.10 were denied by the validating webhook (and %d refused as range is full by the apiserver)", 14, spilled, denied, full)
+		t.Logf("e2e: small range: %d dynamic Services filled the dynamic band, %d spilled into the static band, %d allocations of 10.96.0.10 were denied by the validating webhook or the backstop (and %d refused as range is full by the apiserver)", 14, spilled, denied, full)
 		if denied == 0 {
-			t.Fatal("no dynamic allocation of 10.96.0.10 reached the validating webhook")
+			t.Fatal("no dynamic allocation of 10.96.0.10 was denied")
 		}
 		if ipAddressExists(t, ctx, cs, "10.96.0.10") {
 			t.Fatal("an IPAddress 10.96.0.10 exists although every allocation of it was denied")

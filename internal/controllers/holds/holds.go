@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -179,6 +180,9 @@ type Keeper struct {
 	// (a new range, a new leader after a wipe), spread out rather than
 	// sent as fast as the client allows.
 	writes flowcontrol.RateLimiter
+	// unheld is what the last pass logged of the ranges left unheld
+	// (holds.UnheldRanges): each change is logged once, not every pass.
+	unheld string
 }
 
 // NewKeeper keeps the holds the gate's policy and view call for, in every
@@ -256,6 +260,12 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 	scope, err := k.skip.Current()
 	if err != nil {
 		return time.Time{}, nil // not known yet (the scope logs why): hold nothing on a guess
+	}
+	if lines := holds.UnheldRanges(st.Env.Policy, scope.Skipped); strings.Join(lines, "\n") != k.unheld {
+		k.unheld = strings.Join(lines, "\n")
+		for _, l := range lines {
+			k.log.Info(l)
+		}
 	}
 	wants, notApplied := holds.Wants(st.Env.Policy, st.Env.Ranges(), scope.Skipped)
 	rangeWants, _ := holds.RangeWants(st.Env.Policy, st.Env.Ranges(), scope.Skipped)
