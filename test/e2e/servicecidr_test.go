@@ -103,9 +103,12 @@ func TestServiceCIDRCreatedAtRunTime(t *testing.T) {
 // does allocate from it. The ServiceCIDR webhook refuses such a range at the
 // door (servicecidr_door_test.go), so this one is created before the webhook
 // configurations are registered, as in a cluster that had it before the
-// webhook was installed: the Service stages must still catch it.
+// webhook was installed: the Service stages must still catch it. Without
+// the backstop: once in force it refuses those allocations before the
+// validating webhook is called (backstop_test.go), and this test is about
+// the webhook's own message, which tells an allocation from a request.
 func TestServiceCIDROutsideAllowedCIDRs(t *testing.T) {
-	c := own(t, framework.Options{Policy: sharedPolicy, Webhooks: 1, NoRegister: true})
+	c := own(t, framework.Options{Policy: sharedPolicy, Webhooks: 1, NoRegister: true, NoBackstop: true})
 	cs := c.Client(0)
 	ctx := testContext(t, 3*60e9)
 	ns := namespace(t, c, "unapproved-cidr")
