@@ -42,10 +42,17 @@ func RangeHolder(b Band) Holder {
 }
 
 // IsRangeHold reports whether h is our hold for the range b: labelled as
-// ours and naming b. A hold naming another band (the range changed since)
-// is not, and is no free address for anyone until the leader replaces it.
+// ours and naming b.
 func (h Holder) IsRangeHold(b Band) bool {
-	return h.Ours && h.Group == HoldManager && h.Resource == RangeHoldResource && h.Namespace == "" && h.Name == RangeHoldName(b)
+	return h.IsAnyRangeHold() && h.Name == RangeHoldName(b)
+}
+
+// IsAnyRangeHold reports whether h is our hold for some reserved range,
+// whatever range its parentRef names: a hold made before the range was
+// resized keeps the name it had (parentRef is immutable) and still holds
+// its address for the range that covers it now.
+func (h Holder) IsAnyRangeHold() bool {
+	return h.Ours && h.Group == HoldManager && h.Resource == RangeHoldResource && h.Namespace == ""
 }
 
 // ServiceHolder is the holder a Service namespace/name would be.

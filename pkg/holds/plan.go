@@ -52,14 +52,13 @@ func (w Want) Holder() allocview.Holder {
 
 // names reports whether a listed hold's parentRef is the one w's hold has.
 // rangeNames caches each range's name: a pass checks up to 4,096 holds.
-func (w Want) names(h allocview.Holder, rangeNames map[allocview.Band]string) bool {
+func (w Want) names(h allocview.Holder) bool {
 	if w.IsRange() {
-		name, ok := rangeNames[w.Range]
-		if !ok {
-			name = allocview.RangeHoldName(w.Range)
-			rangeNames[w.Range] = name
-		}
-		return h.Group == allocview.HoldManager && h.Resource == allocview.RangeHoldResource && h.Namespace == "" && h.Name == name
+		// Any range's hold: one made before the range was resized names
+		// the range as it was (parentRef is immutable), and replacing it
+		// would leave the address unheld, and the team's creates refused
+		// as already allocated, for a grace each.
+		return h.Group == allocview.HoldManager && h.Resource == allocview.RangeHoldResource && h.Namespace == ""
 	}
 	return h.IsService(w.Owner.Namespace, w.Owner.Name)
 }
@@ -233,10 +232,9 @@ func Decide(wants []Want, notApplied int, holds []Hold, allocated func(netip.Add
 		wanted[w.IP] = w
 	}
 	ours := make(map[netip.Addr]bool, len(holds))
-	rangeNames := map[allocview.Band]string{}
 	for _, h := range holds {
 		w, ok := wanted[h.IP]
-		if !ok || !w.names(h.Owner, rangeNames) {
+		if !ok || !w.names(h.Owner) {
 			plan.Delete = append(plan.Delete, h)
 			continue
 		}
@@ -309,8 +307,10 @@ func RangeReleasable(labels map[string]string, holder allocview.Holder, band all
 		return fmt.Errorf("the IPAddress is managed by %q, not %s", labels[ManagedByLabel], ManagedBy)
 	}
 	holder.Ours = true // the label, checked above, is what makes it ours
-	if !holder.IsRangeHold(band) {
-		return fmt.Errorf("the hold names %s, not the reserved range %s", holder, allocview.RangeHoldName(band))
+	if !holder.IsAnyRangeHold() {
+		// A hold naming the range as it was before a resize is one: the
+		// address is in band, which admits this Service.
+		return fmt.Errorf("the hold names %s, not a reserved range (%s)", holder, allocview.RangeHoldName(band))
 	}
 	return nil
 }

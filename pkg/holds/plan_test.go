@@ -271,7 +271,7 @@ func TestDecideRangeHolds(t *testing.T) {
 	}
 	holdsNow := []Hold{
 		{at(0), allocview.RangeHolder(band)},
-		{at(1), allocview.RangeHolder(old)},                             // the range changed: replaced
+		{at(1), allocview.RangeHolder(old)},                             // the range shrank: kept, naming it as it was
 		{at(2), allocview.ServiceHolder("payments", "api")},             // a reservation's hold left over: replaced
 		{netip.MustParseAddr("10.96.0.20"), allocview.RangeHolder(old)}, // outside the range now
 	}
@@ -281,15 +281,15 @@ func TestDecideRangeHolds(t *testing.T) {
 		}
 		return allocview.Holder{}, false
 	}
-	free := FreeSince{at(1): t0, at(2): t0}
+	free := FreeSince{at(2): t0}
 	p := Decide(wants, 0, holdsNow, used, free, t0.Add(time.Second), time.Second)
-	if !slices.Equal(p.Delete, holdsNow[1:]) {
-		t.Fatalf("delete = %v, want %v", p.Delete, holdsNow[1:])
+	if !slices.Equal(p.Delete, holdsNow[2:]) {
+		t.Fatalf("delete = %v, want %v", p.Delete, holdsNow[2:])
 	}
-	if want := wants[1:3]; !slices.Equal(p.Create, want) {
+	if want := wants[2:3]; !slices.Equal(p.Create, want) {
 		t.Fatalf("create = %v, want %v", p.Create, want)
 	}
-	if p.RangeStates[StateHeld] != 1 || p.RangeStates[StateUsed] != 1 || p.RangeStates[StateCandidate] != 2 {
+	if p.RangeStates[StateHeld] != 2 || p.RangeStates[StateUsed] != 1 || p.RangeStates[StateCandidate] != 1 {
 		t.Fatalf("range states %v", p.RangeStates)
 	}
 	for _, s := range States {
@@ -316,7 +316,7 @@ func TestRangeReleasableOnlyOurHoldOfThatRange(t *testing.T) {
 	}{
 		{"our hold for the range", ours, allocview.RangeHolder(band), true},
 		{"the same parentRef without our label", map[string]string{ManagedByLabel: "ipallocator.k8s.io"}, allocview.RangeHolder(band), false},
-		{"our hold for another band", ours, allocview.RangeHolder(other), false},
+		{"our hold naming the range before a resize", ours, allocview.RangeHolder(other), true},
 		{"our hold for a reservation's owner", ours, allocview.ServiceHolder("payments", "api"), false},
 		{"a parentRef with a namespace", ours, namespaced, false},
 	} {

@@ -419,8 +419,10 @@ func (c *checker) rangeHoldReleasable(ip netip.Addr, h allocview.Holder) bool {
 	if _, reserved := c.env.Policy.ReservedOwner(ip, c.rs); reserved {
 		return false
 	}
+	// Any range hold of ours on ip: ip is in rng, and a hold made before
+	// the range was resized still names the range as it was.
 	rng, ok := c.env.Policy.ReservedRangeOf(ip)
-	return ok && h.IsRangeHold(rng.Band) && c.mayUse(rng)
+	return ok && h.IsAnyRangeHold() && c.mayUse(rng)
 }
 
 // reportOutside records a violation for an IP no active range can hand

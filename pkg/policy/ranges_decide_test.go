@@ -203,9 +203,9 @@ func TestReservedRangeLookupIsBoundedForAnyAddress(t *testing.T) {
 // TestOurRangeHoldIsFreeForThoseWhoMayUseTheRange: with holds on, every
 // free address of a range has an IPAddress of ours naming the range; the
 // mutating stage releases it for a Service that may use the range, so the
-// decision must not call it allocated. For anyone else it stays taken, and
-// a hold naming another band (the range changed since; the leader replaces
-// it) is no free address either: the release would not delete it.
+// decision must not call it allocated. For anyone else it stays taken. A
+// hold naming the range as it was before a resize (kept: parentRef is
+// immutable, and replacing it would unhold the address) is released too.
 func TestOurRangeHoldIsFreeForThoseWhoMayUseTheRange(t *testing.T) {
 	p := fixtures.MustPolicy(t, ParseDocument, rangesPolicy)
 	team := allocview.Band{First: netip.MustParseAddr("10.96.100.0"), Last: netip.MustParseAddr("10.96.100.255")}
@@ -229,7 +229,8 @@ func TestOurRangeHoldIsFreeForThoseWhoMayUseTheRange(t *testing.T) {
 	}{
 		{makeService("payments/api", clusterIP("10.96.100.7")), ""},
 		{makeService("web/frontend", clusterIP("10.96.100.7")), RuleReservedRangeForOther},
-		{makeService("payments/api", clusterIP("10.96.100.8")), RuleAlreadyAllocated},
+		{makeService("payments/api", clusterIP("10.96.100.8")), ""},
+		{makeService("web/frontend", clusterIP("10.96.100.8")), RuleReservedRangeForOther},
 		{makeService("payments/api", clusterIP("10.96.100.9")), RuleAlreadyAllocated},
 	} {
 		assertRule(t, Mutate(env, Request{Operation: Create, Service: tt.svc}), tt.rule, "")

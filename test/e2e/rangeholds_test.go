@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
 )
@@ -274,4 +275,58 @@ func TestARangeNamingAnExcludedNamespaceIsNotHeld(t *testing.T) {
 		t.Fatalf("the leader's log does not say %s", want)
 	}
 	t.Logf("e2e: a range naming an excluded namespace: not held, and logged once (%d lines)", strings.Count(log, want))
+}
+
+// TestResizingARangeKeepsItsHolds: a held /29 grows to a /28. The holds of
+// its eight addresses stay the same objects (same UID, still naming the
+// range as it was: parentRef is immutable), the eight new addresses are
+// held, and a team create naming an old address right after the resize is
+// admitted with it. Before, the leader replaced every hold whose parentRef
+// named the old range, leaving each address unheld for a grace and the
+// team's creates refused as already allocated meanwhile.
+func TestResizingARangeKeepsItsHolds(t *testing.T) {
+	spec := func(cidr string) string {
+		return "allowedCIDRs: [10.96.0.0/16]\nreservedRanges:\n- {cidr: " + cidr + ", namespaces: [rrs-team]}\n"
+	}
+	c := own(t, framework.Options{Policy: fixtures.Policy(spec("10.96.0.64/29")), Webhooks: 1, WebhookArgs: []string{"--hold-reservations"}})
+	cs := c.Client(0)
+	ctx := testContext(t, 2*time.Minute)
+	const team = "rrs-team"
+	if err := framework.EnsureNamespace(ctx, cs, team); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteServices(t, cs, team) })
+	before := map[string]string{}
+	for i := 64; i < 72; i++ {
+		ip := fmt.Sprintf("10.96.0.%d", i)
+		before[ip] = string(waitHold(t, ctx, cs, ip, 30*time.Second).UID)
+	}
+	if err := certs.WriteFileAtomic(c.PolicyFile, []byte(fixtures.Policy(spec("10.96.0.64/28"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	resized := time.Now()
+	for i := 72; i < 80; i++ {
+		waitHold(t, ctx, cs, fmt.Sprintf("10.96.0.%d", i), 30*time.Second)
+	}
+	t.Logf("e2e: resize: the eight new addresses of 10.96.0.64/28 held %s after the policy file changed", time.Since(resized).Round(10*time.Millisecond))
+	got := mustCreate(t, ctx, cs, service(team, "named-after-resize", clusterIP("10.96.0.66")))
+	if got.Spec.ClusterIP != "10.96.0.66" {
+		t.Fatalf("got %s", got.Spec.ClusterIP)
+	}
+	time.Sleep(2 * time.Second) // several of the leader's passes
+	for ip, uid := range before {
+		if ip == "10.96.0.66" {
+			continue // released for the team's Service
+		}
+		a, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the hold on %s is gone after the resize: %v", ip, err)
+		}
+		if string(a.UID) != uid {
+			t.Errorf("the hold on %s was replaced by the resize (uid %s, was %s)", ip, a.UID, uid)
+		}
+		if r := a.Spec.ParentRef; r == nil || r.Name != "10.96.0.64-10.96.0.71" {
+			t.Errorf("the hold on %s names %+v, want the range as it was when held", ip, a.Spec.ParentRef)
+		}
+	}
 }
