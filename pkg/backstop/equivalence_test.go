@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -467,6 +468,7 @@ func TestBackstopDecidesAsTheWebhookOnRandomServiceRequests(t *testing.T) {
 				if !strings.Contains(o.message, "rule "+o.rule) || !strings.Contains(o.message, `"`) {
 					t.Fatalf("message names no rule or address: %q", o.message)
 				}
+				checkAllocatedWording(t, w, r, o)
 			}
 			if len(got) > 0 {
 				refused++
@@ -549,5 +551,43 @@ func TestBackstopDecidesAsTheWebhookOnRandomServiceCIDRs(t *testing.T) {
 	t.Logf("%d policies, %d ServiceCIDR requests, %d judged by the backstop", worlds, requests, refused)
 	if refused < requests/10 {
 		t.Fatalf("only %d of %d requests matched a rule: the generator is too tame", refused, requests)
+	}
+}
+
+// quotedAddress is the address a backstop message names first.
+var quotedAddress = regexp.MustCompile(`ClusterIP "([^"]*)"`)
+
+// checkAllocatedWording: where the record exists, a message about an
+// address the request did not name says the apiserver picked it (and, when
+// it refuses, to create the Service again), never to leave clusterIP empty
+// to a user who did; one about a named address says what to name instead.
+func checkAllocatedWording(t *testing.T, w *world, r svcRequest, o outcome) {
+	t.Helper()
+	m := quotedAddress.FindStringSubmatch(o.message)
+	if m == nil {
+		t.Fatalf("message names no ClusterIP: %q", o.message)
+	}
+	if w.record == nil || o.rule == string(policy.RuleStaticIPInDynamicBand) {
+		if strings.HasPrefix(o.message, "allocated ") {
+			t.Fatalf("without the record (or for a named address) the message cannot know the address was allocated: %q", o.message)
+		}
+		return
+	}
+	named := false
+	for _, raw := range append(slices.Clone(r.user.Spec.ClusterIPs), r.user.Spec.ClusterIP) {
+		if a, err := netip.ParseAddr(raw); err == nil && a.String() == m[1] {
+			named = true
+		}
+	}
+	allocated := strings.HasPrefix(o.message, "allocated ClusterIP")
+	switch {
+	case named && allocated:
+		t.Fatalf("%s was named by the request, yet the message says allocated: %q", m[1], o.message)
+	case !named && !allocated:
+		t.Fatalf("%s was picked by the apiserver (the request named %v), yet the message does not say so: %q", m[1], r.user.Spec.ClusterIPs, o.message)
+	case !named && strings.Contains(o.message, "leave clusterIP empty"):
+		t.Fatalf("tells a request that named no address to leave clusterIP empty: %q", o.message)
+	case !named && strings.EqualFold(o.action, "deny") && !strings.Contains(o.message, "create the Service again"):
+		t.Fatalf("a refused allocated address without the way out: %q", o.message)
 	}
 }

@@ -59,6 +59,11 @@ func (c compiler) services() group {
 			{Name: "self", Expression: varSelf},
 		},
 	}
+	if c.in.Mutating {
+		// The record tells a named address from one the apiserver picked;
+		// the rules' messages word each (allocatedAdvice).
+		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "recorded", Expression: varRecorded})
+	}
 	rangesOK := len(c.rs.Active) <= MaxRanges
 	nets, netsOK := c.networks()
 	if netsOK {
@@ -155,7 +160,6 @@ func (c compiler) services() group {
 	case dynamic == "false":
 		g.left = append(g.left, "static-ip-in-dynamic-band on services: no active range has a dynamic band")
 	default:
-		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "recorded", Expression: varRecorded})
 		needs := []string{"ips", "old", "fresh", "recorded"}
 		notReserved := "true"
 		if len(reserved) > 0 || len(c.p.ReservedRanges) > 0 {
@@ -211,8 +215,44 @@ func (c compiler) listRule(rule policy.RuleID, list, from string, needs []string
 	}
 	first := "variables." + list + "[0]"
 	v.expression = fmt.Sprintf("size(variables.%s) == 0", list)
-	v.message = fmt.Sprintf(`'ClusterIP "' + %s + %s + %s + %s + ' (clusterip-policy backstop, rule %s)'`, first, what, c.staticAdvice(first), tail, rule)
+	named := fmt.Sprintf(`'ClusterIP "' + %s + %s + %s + %s`, first, what, c.staticAdvice(first), tail)
+	if !c.in.Mutating || from == "recorded" {
+		// Without the record a named address and an allocated one look
+		// the same; from the record, every address was named.
+		v.message = fmt.Sprintf(`%s + ' (clusterip-policy backstop, rule %s)'`, named, rule)
+		return v
+	}
+	v.needs = append(slices.Clone(v.needs), "recorded")
+	v.message = fmt.Sprintf(`(%s in variables.recorded ? %s : 'allocated ClusterIP "' + %s + %s + %s) + ' (clusterip-policy backstop, rule %s)'`,
+		first, named, first, what, c.allocatedAdvice(rule, first), rule)
 	return v
+}
+
+// allocatedAdvice is a CEL string that tells the user of a request that
+// named no address (the record says so) what to do when the apiserver
+// picked one the policy refuses, as the webhook's validating stage words it
+// (pkg/policy final.go): the apiserver picked it without the webhook, which
+// would have chosen the band, and frees it with the denial.
+func (c compiler) allocatedAdvice(rule policy.RuleID, ipExpr string) string {
+	if c.p.ActionFor(rule) != policy.ActionDeny {
+		// Warned or audited: nothing is released, nothing to do again.
+		return quote("the apiserver picked it (the request named none), and the policy lets it stay")
+	}
+	again := "the apiserver picked it (the request named none) and releases it with this denial: create the Service again"
+	if rule == policy.RuleOutsideServiceCIDRs {
+		again += " (the apiserver picks among its ServiceCIDRs at random; an administrator can delete the ServiceCIDR outside allowedCIDRs)"
+	}
+	advice := func(f allocview.Family) string {
+		if bands := c.rs.StaticBands(f); len(bands) > 0 {
+			s := again + ", or name a free address in the static band " + policy.JoinListed(bands, " or ")
+			if rule == policy.RuleReservedRangeForOther {
+				s += " outside the reserved ranges"
+			}
+			return s
+		}
+		return again
+	}
+	return fmt.Sprintf("(ip(%s).family() == 4 ? %s : %s)", ipExpr, quote(advice(allocview.IPv4)), quote(advice(allocview.IPv6)))
 }
 
 // networks are the network addresses of every known range, active or not:
