@@ -18,6 +18,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -81,12 +82,16 @@ func readManaged(ctx context.Context, t *testing.T, cs kubernetes.Interface, add
 		return st, err
 	}
 	st.bundle = pemCerts(t, m.Webhooks[0].ClientConfig.CABundle)
+	// The serving Secret may be gone a moment (deleted, not written
+	// again yet): the replicas serve on.
 	sec, err := cs.CoreV1().Secrets(framework.ManagedCertsNamespace).Get(ctx, managedTLSSecret, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case err == nil:
+		if c := pemCerts(t, sec.Data["tls.crt"]); len(c) > 0 {
+			st.secret = c[0]
+		}
+	case !apierrors.IsNotFound(err):
 		return st, err
-	}
-	if c := pemCerts(t, sec.Data["tls.crt"]); len(c) > 0 {
-		st.secret = c[0]
 	}
 	st.served, err = handshake(addr, st.bundle)
 	return st, err
@@ -182,6 +187,88 @@ func TestManagedCertificatesRenewAndRotateUnderLoad(t *testing.T) {
 	c := own(t, framework.Options{Policy: sharedPolicy, Webhooks: 2, ManagedCerts: true,
 		WebhookArgs: []string{"--cert-validity=30s", "--ca-validity=60s", "--ca-bundle-settle=2s"}})
 	ctx := testContext(t, 5*60e9)
+	l := startCertLoad(ctx, t, c, "managed-rotation")
+	cs, addr, first, ns := l.cs, l.addr, l.first, l.ns
+	began := l.began
+
+	// Until the first CA has been replaced and its successor serves, and
+	// at least 75 s (the first CA expires at 60 s), at most 3 minutes.
+	var rotatedAt time.Duration
+	for {
+		time.Sleep(time.Second)
+		st, err := readManaged(ctx, t, cs, addr)
+		if err == nil && rotatedAt == 0 && st.served.CheckSignatureFrom(first.bundle[0]) != nil {
+			rotatedAt = time.Since(began)
+			t.Logf("e2e: the webhook serves a certificate of a new CA %s after the start of the load", rotatedAt.Round(time.Millisecond))
+		}
+		if rotatedAt > 0 && time.Since(began) > 75*time.Second {
+			break
+		}
+		if time.Since(began) > 3*time.Minute {
+			l.stop()
+			t.Fatalf("no CA rotation within 3 minutes (last error %v)", err)
+		}
+	}
+	l.stop()
+	l.report()
+	if len(l.served) < 3 {
+		t.Errorf("%d serving certificates seen in %s; a 30 s certificate renewed at 20 s gives at least 3", len(l.served), time.Since(began).Round(time.Second))
+	}
+	if len(l.cas) < 2 {
+		t.Errorf("%d CAs seen; the 60 s CA is rotated at 40 s", len(l.cas))
+	}
+	for _, w := range c.Webhooks {
+		if exited, err := w.Exited(); exited {
+			t.Errorf("%s exited: %v", w.Name, err)
+		}
+	}
+	requireManagedFreshHandshake(t, c, ns)
+	// The expired first CA left the bundle.
+	last, err := readManaged(ctx, t, cs, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ca := range last.bundle {
+		if ca.Equal(first.bundle[0]) {
+			t.Errorf("the first CA (expired at %s) is still in the caBundle", ca.NotAfter.Format(time.RFC3339))
+		}
+	}
+}
+
+// certLoad is the traffic a certificate change must not fail: four clients
+// making server-side dry-run creates with a static-band clusterIP (the
+// whole admission path, both webhooks over TLS, no address allocated), a
+// fifth making real creates, each on an address of its own
+// (10.96.0.20-10.96.0.219, kept until the namespace goes), and a prober
+// opening a new TLS connection to addr every 50 ms trusting only the
+// caBundle the configuration holds at that moment, as a new apiserver
+// connection would. Real creates deleted at once and recreated on the same
+// addresses provoked the apiserver's IPAddress repair race at this rate
+// (repairip.go: "the ClusterIP 10.96.0.56 for Service c0-586 is not
+// allocated; repairing" recreated the IPAddress of a Service being
+// deleted, which then held the address for minutes), failing later creates
+// with already-allocated: nothing these tests measure.
+type certLoad struct {
+	t                                                   *testing.T
+	cs                                                  kubernetes.Interface
+	addr                                                string       // where the webhook is called
+	first                                               managedState // what was trusted and served before the load
+	ns                                                  string
+	began                                               time.Time
+	cancel                                              context.CancelFunc
+	wg                                                  sync.WaitGroup
+	creates, realCreates, failed, probes, probeFailures atomic.Int64
+	mu                                                  sync.Mutex
+	failures                                            []string
+	served, cas                                         map[string]bool // serials served, CA names trusted
+}
+
+const certLoadClients = 4
+
+// startCertLoad reads what is trusted and served, makes a namespace named
+// from nsPrefix, and starts the load in it.
+func startCertLoad(ctx context.Context, t *testing.T, c *framework.Cluster, nsPrefix string) *certLoad {
+	t.Helper()
 	cs := c.Client(0)
 	addr, err := c.WebhookEndpoint(ctx)
 	if err != nil {
@@ -191,37 +278,16 @@ func TestManagedCertificatesRenewAndRotateUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := namespace(t, c, "managed-rotation")
-
-	runCtx, stop := context.WithCancel(ctx)
-	var creates, realCreates, failed, probes, probeFailures atomic.Int64
-	var mu sync.Mutex
-	var failures []string
-	note := func(s string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(failures) < 20 {
-			failures = append(failures, s)
-		}
-	}
-	var wg sync.WaitGroup
-	// Four clients make server-side dry-run creates with a static-band
-	// clusterIP: the whole admission path, both webhooks over TLS, and no
-	// address allocated. Real creates deleted at once and recreated on the
-	// same addresses provoked the apiserver's IPAddress repair race at this
-	// rate (repairip.go: "the ClusterIP 10.96.0.56 for Service c0-586 is not
-	// allocated; repairing" recreated the IPAddress of a Service being
-	// deleted, which then held the address for minutes), failing later
-	// creates with already-allocated: nothing this test measures. A fifth
-	// client makes real creates, each on an address of its own
-	// (10.96.0.20-10.96.0.219), kept until the namespace goes.
-	const clients = 4
-	for g := range clients + 1 {
-		wg.Add(1)
+	ns := namespace(t, c, nsPrefix)
+	l := &certLoad{t: t, cs: cs, addr: addr, first: first, ns: ns, began: time.Now(), served: map[string]bool{}, cas: map[string]bool{}}
+	runCtx, cancel := context.WithCancel(ctx)
+	l.cancel = cancel
+	for g := range certLoadClients + 1 {
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer l.wg.Done()
 			for i := 0; runCtx.Err() == nil; i++ {
-				real := g == clients
+				real := g == certLoadClients
 				// A dry run allocates nothing: each dry-run client asks
 				// for one address of its own, 10.96.0.230-233, again and
 				// again; the real creates take 10.96.0.20-219, one each.
@@ -246,99 +312,139 @@ func TestManagedCertificatesRenewAndRotateUnderLoad(t *testing.T) {
 				if runCtx.Err() != nil {
 					return
 				}
-				creates.Add(1)
+				l.creates.Add(1)
 				if real {
-					realCreates.Add(1)
+					l.realCreates.Add(1)
 				}
 				if err != nil {
-					failed.Add(1)
-					note(fmt.Sprintf("%s %s (dry run %v) at %s: %v", name, ip, !real, time.Now().Format("15:04:05.000"), err))
+					l.failed.Add(1)
+					l.note(fmt.Sprintf("%s %s (dry run %v) at %s: %v", name, ip, !real, time.Now().Format("15:04:05.000"), err))
 				}
 			}
 		}()
 	}
-	served := map[string]bool{}
-	cas := map[string]bool{}
-	wg.Add(1)
+	l.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer l.wg.Done()
 		for runCtx.Err() == nil {
 			st, err := readManaged(runCtx, t, cs, addr)
 			if runCtx.Err() != nil {
 				return
 			}
-			probes.Add(1)
+			l.probes.Add(1)
 			if err != nil {
-				probeFailures.Add(1)
-				note(fmt.Sprintf("probe at %s: %v", time.Now().Format("15:04:05.000"), err))
+				l.probeFailures.Add(1)
+				l.note(fmt.Sprintf("probe at %s: %v", time.Now().Format("15:04:05.000"), err))
 			} else {
-				mu.Lock()
-				served[st.served.SerialNumber.Text(16)] = true
+				l.mu.Lock()
+				l.served[st.served.SerialNumber.Text(16)] = true
 				for _, ca := range st.bundle {
-					cas[ca.Subject.CommonName] = true
+					l.cas[ca.Subject.CommonName] = true
 				}
-				mu.Unlock()
+				l.mu.Unlock()
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
+	return l
+}
 
-	// Until the first CA has been replaced and its successor serves, and
-	// at least 75 s (the first CA expires at 60 s), at most 3 minutes.
-	began := time.Now()
-	var rotatedAt time.Duration
-	for {
-		time.Sleep(time.Second)
-		st, err := readManaged(ctx, t, cs, addr)
-		if err == nil && rotatedAt == 0 && st.served.CheckSignatureFrom(first.bundle[0]) != nil {
-			rotatedAt = time.Since(began)
-			t.Logf("e2e: the webhook serves a certificate of a new CA %s after the start of the load", rotatedAt.Round(time.Millisecond))
-		}
-		if rotatedAt > 0 && time.Since(began) > 75*time.Second {
-			break
-		}
-		if time.Since(began) > 3*time.Minute {
-			stop()
-			wg.Wait()
-			t.Fatalf("no CA rotation within 3 minutes (last error %v)", err)
-		}
+func (l *certLoad) note(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failures) < 20 {
+		l.failures = append(l.failures, s)
 	}
-	stop()
-	wg.Wait()
+}
 
+// stop ends the load and waits for its goroutines.
+func (l *certLoad) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// report logs the figures and fails the test on any failed create or
+// probe, or when too few creates flowed to prove anything.
+func (l *certLoad) report() {
+	t := l.t
+	t.Helper()
 	t.Logf("e2e: %d creates (%d real, the rest server-side dry runs) over %s with %d clients, %d failed; %d new-connection probes, %d failed; %d serving certificates and %d CAs seen",
-		creates.Load(), realCreates.Load(), time.Since(began).Round(time.Second), clients+1, failed.Load(), probes.Load(), probeFailures.Load(), len(served), len(cas))
-	if len(failures) > 0 {
-		t.Logf("what failed:\n%s", strings.Join(failures, "\n"))
+		l.creates.Load(), l.realCreates.Load(), time.Since(l.began).Round(time.Second), certLoadClients+1, l.failed.Load(), l.probes.Load(), l.probeFailures.Load(), len(l.served), len(l.cas))
+	if len(l.failures) > 0 {
+		t.Logf("what failed:\n%s", strings.Join(l.failures, "\n"))
 	}
-	if failed.Load() > 0 || probeFailures.Load() > 0 {
-		t.Errorf("%d creates and %d probes failed", failed.Load(), probeFailures.Load())
+	if l.failed.Load() > 0 || l.probeFailures.Load() > 0 {
+		t.Errorf("%d creates and %d probes failed", l.failed.Load(), l.probeFailures.Load())
 	}
-	if creates.Load() < 100 {
-		t.Errorf("only %d creates flowed", creates.Load())
+	if l.creates.Load() < 100 {
+		t.Errorf("only %d creates flowed", l.creates.Load())
 	}
-	if len(served) < 3 {
-		t.Errorf("%d serving certificates seen in %s; a 30 s certificate renewed at 20 s gives at least 3", len(served), time.Since(began).Round(time.Second))
+}
+
+// TestDeletingBothCertificateSecretsFailsNoReview runs the clean-up
+// command of docs/install.md (delete both certificate Secrets) while two
+// managed-certificate replicas serve under load: each replica keeps
+// serving its last certificate until it loads the new Secret, so the
+// leader keeps the CA the configurations trust in the new caBundle, and
+// writes a certificate of the new CA only after --ca-bundle-settle. No
+// create and no new-connection probe fails; the old CA stays trusted.
+func TestDeletingBothCertificateSecretsFailsNoReview(t *testing.T) {
+	c := own(t, framework.Options{Policy: sharedPolicy, Webhooks: 2, ManagedCerts: true, WebhookArgs: []string{"--ca-bundle-settle=2s"}})
+	ctx := testContext(t, 3*60e9)
+	l := startCertLoad(ctx, t, c, "managed-secrets-deleted")
+	cs, addr, first := l.cs, l.addr, l.first
+	time.Sleep(3 * time.Second) // load flowing before the deletion
+	out, errOut, err := c.Kubectl(ctx, "", "-n", framework.ManagedCertsNamespace, "delete", "secret", managedTLSSecret, managedCASecret)
+	if err != nil {
+		l.stop()
+		t.Fatalf("the clean-up command of docs/install.md: %v\n%s%s", err, out, errOut)
 	}
-	if len(cas) < 2 {
-		t.Errorf("%d CAs seen; the 60 s CA is rotated at 40 s", len(cas))
-	}
-	for _, w := range c.Webhooks {
-		if exited, err := w.Exited(); exited {
-			t.Errorf("%s exited: %v", w.Name, err)
+	deleted := time.Now()
+	// Until both replicas serve a certificate of a new CA, then 5 s more.
+	var moved time.Duration
+	for moved == 0 || time.Since(deleted) < moved+5*time.Second {
+		time.Sleep(200 * time.Millisecond)
+		if time.Since(deleted) > 90*time.Second {
+			l.stop()
+			t.Fatalf("the replicas did not move to a new CA within 90 s of the deletion")
+		}
+		if moved > 0 {
+			continue
+		}
+		all := true
+		for _, w := range c.Webhooks {
+			if served, err := servedCertificate(w.Addr()); err != nil || served.CheckSignatureFrom(first.bundle[0]) == nil {
+				all = false
+			}
+		}
+		if all {
+			moved = time.Since(deleted)
+			t.Logf("e2e: both replicas serve a certificate of a new CA %s after both Secrets were deleted", moved.Round(time.Millisecond))
 		}
 	}
-	requireManagedFreshHandshake(t, c, ns)
-	// The expired first CA left the bundle.
+	l.stop()
+	l.report()
 	last, err := readManaged(ctx, t, cs, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ca := range last.bundle {
-		if ca.Equal(first.bundle[0]) {
-			t.Errorf("the first CA (expired at %s) is still in the caBundle", ca.NotAfter.Format(time.RFC3339))
-		}
+	if !slices.ContainsFunc(last.bundle, first.bundle[0].Equal) {
+		t.Errorf("the CA the replicas served before the deletion left the caBundle (%d CAs)", len(last.bundle))
 	}
+	if len(last.bundle) < 2 {
+		t.Errorf("caBundle of %d CAs, want the new one beside the old", len(last.bundle))
+	}
+}
+
+// servedCertificate is the certificate addr serves, read without
+// verifying it.
+func servedCertificate(addr string) (*x509.Certificate, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // reads the certificate, trusts nothing
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0], nil
 }
 
 // requireManagedFreshHandshake is requireFreshHandshake for the managed
@@ -428,4 +534,11 @@ func measureBundleLoad(t *testing.T, c *framework.Cluster, ns string) {
 	}
 	slices.Sort(took)
 	t.Logf("e2e: the apiserver verified new connections against a written caBundle %v after the write (5 rounds, with a 10 ms probe period and the dry-run create's own time)", took)
+	// --ca-bundle-settle (default 5s) is what the leader waits after
+	// writing a caBundle before serving a certificate only it trusts: the
+	// apiserver must have loaded the bundle by then.
+	const defaultSettle = 5 * time.Second
+	if worst := took[len(took)-1]; worst >= defaultSettle {
+		t.Errorf("the apiserver took %s to trust a written caBundle: the default --ca-bundle-settle %s is too short", worst, defaultSettle)
+	}
 }

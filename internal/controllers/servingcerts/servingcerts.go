@@ -360,18 +360,30 @@ func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
 		caSec = nil
 	}
 	ca, previous, reason := k.readCA(caSec, now)
-	if leafCA != nil && !slices.ContainsFunc(previous, leafCA.Equal) {
-		// The CA Secret lost the CA of what is served (deleted, damaged):
-		// keep trusting it, but only if the configurations trust it now.
-		// A CA that someone wrote into the serving Secret's ca.crt is
-		// never added to the caBundle on that Secret's word.
+	// servedUnknown: the serving Secret is gone or does not load, so the
+	// leader cannot tell what the replicas serve (each keeps its last
+	// good certificate until it loads a new one).
+	servedUnknown := leaf == nil
+	var kept []*x509.Certificate // CAs the configurations trust, kept for what replicas serve
+	if leafCA != nil && !slices.ContainsFunc(previous, leafCA.Equal) || servedUnknown {
+		// The CA Secret lost the CA of what is served (deleted, damaged),
+		// or what is served is unknown (both Secrets deleted): keep
+		// trusting the CA of what is served, or every CA the
+		// configurations trust now, as the CAs a rotation replaces are
+		// kept (until they expire, at most maxBundle). A CA that someone
+		// wrote into the serving Secret's ca.crt is never added to the
+		// caBundle on that Secret's word: only what the configurations
+		// already trust is kept.
 		trusted, err := k.trustedNow(ctx)
 		if err != nil {
 			return now, err
 		}
-		if slices.ContainsFunc(trusted, leafCA.Equal) {
-			previous = append(previous, leafCA)
+		for _, c := range trusted {
+			if (servedUnknown || c.Equal(leafCA)) && c.IsCA && now.Before(c.NotAfter) && !slices.ContainsFunc(previous, c.Equal) && !slices.ContainsFunc(kept, c.Equal) {
+				kept = append(kept, c)
+			}
 		}
+		previous = append(previous, kept...)
 	}
 	if reason != "" {
 		next, err := certs.NewCAAt(fmt.Sprintf("clusterip-policy-ca@%d-%s", now.Unix(), rand.String(5)), now, k.o.CAValidity)
@@ -421,6 +433,15 @@ func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
 		if leaf != nil && leaf.CheckSignatureFrom(ca.Cert) != nil && issuerIn(leaf, bundle) != nil && now.Before(settled) {
 			// Replicas serve leaf; the apiservers may not trust ca yet.
 			k.log.V(1).Info("waiting for the apiservers to load the caBundle before serving a certificate of the new CA", "until", settled.UTC().Format(time.RFC3339Nano))
+			return earliest(next, settled), nil
+		}
+		if servedUnknown && len(bundle) > 1 && now.Before(settled) {
+			// Replicas may serve what an older CA of the bundle signed,
+			// and the bundle changed a moment ago: the apiservers may not
+			// trust ca yet, and the replicas would load a certificate
+			// they refuse. (A first install has no older CA to wait
+			// for; a bundle that has not changed has settled.)
+			k.log.Info("the serving Secret is gone; the replicas serve their last certificate until the apiservers have loaded the caBundle with the new CA", "until", settled.UTC().Format(time.RFC3339Nano), "bundle", subjects(bundle))
 			return earliest(next, settled), nil
 		}
 		kp, signed, err := k.issue(ca, now)

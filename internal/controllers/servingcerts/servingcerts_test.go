@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +130,19 @@ func (w *world) trusted() []*x509.Certificate {
 		w.t.Fatalf("caBundle: %v", err)
 	}
 	return certs
+}
+
+// requireVerifies fails unless the apiservers, trusting the caBundle,
+// would accept leaf (one a replica may still serve).
+func (w *world) requireVerifies(when string, leaf *x509.Certificate) {
+	w.t.Helper()
+	pool := x509.NewCertPool()
+	for _, c := range w.trusted() {
+		pool.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "clusterip-policy-webhook.clusterip-policy.svc", CurrentTime: w.clock, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		w.t.Fatalf("%s: the apiservers would refuse the certificate a replica still serves: %v", when, err)
+	}
 }
 
 // requireTrusted fails unless the apiservers, trusting the caBundle, would
@@ -325,6 +340,53 @@ func TestDamageIsRepaired(t *testing.T) {
 		w.clock = w.clock.Add(w.k.o.Settle)
 		w.pass()
 		w.requireTrusted("after the settle")
+	})
+	t.Run("both Secrets deleted: what the replicas still serve stays trusted, and the new certificate waits for the settle", func(t *testing.T) {
+		// The command docs/install.md gives for the clean-up after an
+		// uninstall, run while the webhook runs: each replica keeps
+		// serving its last certificate until it loads a new one.
+		w := newWorld(t, testOptions())
+		w.pass()
+		oldLeaf, oldCA := w.served()
+		for _, n := range []string{w.k.o.Secret, w.k.o.CASecret} {
+			if err := w.client.CoreV1().Secrets("clusterip-policy").Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The first pass writes the new CA and the bundle; the next one
+		// (its own writes come back as events) finds the old CA in the CA
+		// Secret's bundle, and still waits.
+		for _, after := range []time.Duration{0, time.Second} {
+			w.clock = w.clock.Add(after)
+			w.pass()
+			w.requireVerifies(fmt.Sprintf("%s after both Secrets were deleted", after), oldLeaf)
+			if !slices.ContainsFunc(w.trusted(), oldCA.Equal) {
+				t.Fatal("the CA of what the replicas serve left the caBundle")
+			}
+			if _, err := w.client.CoreV1().Secrets("clusterip-policy").Get(ctx, w.k.o.Secret, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("%s after: a serving certificate of the new CA was written before the apiservers could load the bundle (err %v)", after, err)
+			}
+		}
+		w.clock = w.clock.Add(w.k.o.Settle)
+		w.pass()
+		w.requireTrusted("after the settle")
+		w.requireVerifies("after the settle, for a replica that has not loaded the new Secret yet", oldLeaf)
+		if _, ca := w.served(); ca.Equal(oldCA) {
+			t.Fatal("the new serving certificate is signed by the deleted CA")
+		}
+	})
+	t.Run("the serving Secret alone deleted: reissued at once by the CA in force", func(t *testing.T) {
+		w := newWorld(t, testOptions())
+		w.pass()
+		_, oldCA := w.served()
+		if err := w.client.CoreV1().Secrets("clusterip-policy").Delete(ctx, w.k.o.Secret, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		w.pass()
+		if _, ca := w.served(); !ca.Equal(oldCA) {
+			t.Fatal("a new CA for a deleted serving Secret")
+		}
+		w.requireTrusted("right after the serving Secret was deleted")
 	})
 	t.Run("a CA Secret whose key does not match is replaced", func(t *testing.T) {
 		w := newWorld(t, testOptions())
