@@ -50,6 +50,11 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 	return NewCAAt(commonName, time.Now(), validity)
 }
 
+// CANamePrefix begins the common name of every CA clusterip-policy makes
+// ("clusterip-policy-ca@UNIX-TIME..."): the leader keeps such CAs first
+// when it must choose which trusted CAs to keep.
+const CANamePrefix = "clusterip-policy-ca@"
+
 // Backdate is how long before its issue a certificate made here starts to
 // be valid: an apiserver whose clock runs behind the issuer's must accept
 // a certificate issued a moment ago. An hour, as cert-manager's

@@ -204,7 +204,7 @@ func chooseCA(c *config, stdout io.Writer) (*certs.CA, []byte, error) {
 	case haveCA && !c.newCA:
 		return nil, nil, fmt.Errorf("%s already holds a CA: pass --reuse-ca to sign a new serving certificate with it (rotation), or --new-ca to replace it (see docs/operations.md#certificates-and-rotation before you do)", c.outDir)
 	}
-	ca, err := certs.NewCA(fmt.Sprintf("clusterip-policy-ca@%d", time.Now().Unix()), c.caValidity)
+	ca, err := certs.NewCA(fmt.Sprintf("%s%d", certs.CANamePrefix, time.Now().Unix()), c.caValidity)
 	if err != nil {
 		return nil, nil, err
 	}

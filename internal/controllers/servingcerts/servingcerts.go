@@ -383,10 +383,22 @@ func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
 				kept = append(kept, c)
 			}
 		}
+		// Within the bound (maxBundle), ours before any other a hand
+		// wrote there, the newest first: a bundle stuffed by hand must not
+		// push out the CA of what the replicas serve.
+		slices.SortStableFunc(kept, func(a, b *x509.Certificate) int {
+			if ao, bo := strings.HasPrefix(a.Subject.CommonName, certs.CANamePrefix), strings.HasPrefix(b.Subject.CommonName, certs.CANamePrefix); ao != bo {
+				if ao {
+					return -1
+				}
+				return 1
+			}
+			return b.NotBefore.Compare(a.NotBefore)
+		})
 		previous = append(previous, kept...)
 	}
 	if reason != "" {
-		next, err := certs.NewCAAt(fmt.Sprintf("clusterip-policy-ca@%d-%s", now.Unix(), rand.String(5)), now, k.o.CAValidity)
+		next, err := certs.NewCAAt(fmt.Sprintf("%s%d-%s", certs.CANamePrefix, now.Unix(), rand.String(5)), now, k.o.CAValidity)
 		if err != nil {
 			return now, err
 		}

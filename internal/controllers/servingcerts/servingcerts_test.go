@@ -375,6 +375,62 @@ func TestDamageIsRepaired(t *testing.T) {
 			t.Fatal("the new serving certificate is signed by the deleted CA")
 		}
 	})
+	t.Run("both Secrets deleted under a caBundle stuffed by hand: only unexpired CAs kept, at most the bound, ours first", func(t *testing.T) {
+		w := newWorld(t, testOptions())
+		w.pass()
+		oldLeaf, _ := w.served()
+		// Five more CAs, one expired, and a serving certificate (no CA)
+		// written into every webhook's caBundle beside the one in force.
+		// Written before it: the bound must not push it out.
+		inForce := w.bundles()[0]
+		var stuffed []byte
+		for range 5 {
+			stuffed = append(stuffed, newCA(t, time.Hour).CertPEM...)
+		}
+		expired, err := certs.NewCAAt("expired", w.clock.Add(-2*time.Hour), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, err := newCA(t, time.Hour).Sign(certs.Options{CommonName: "not-a-ca", Validity: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stuffed = append(append(append(stuffed, expired.CertPEM...), kp.CertPEM...), inForce...)
+		for _, n := range []string{"m", "v"} {
+			if n == "m" {
+				cur, _ := w.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+				for i := range cur.Webhooks {
+					cur.Webhooks[i].ClientConfig.CABundle = stuffed
+				}
+				_, err = w.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, cur, metav1.UpdateOptions{})
+			} else {
+				cur, _ := w.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+				for i := range cur.Webhooks {
+					cur.Webhooks[i].ClientConfig.CABundle = stuffed
+				}
+				_, err = w.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, cur, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range []string{w.k.o.Secret, w.k.o.CASecret} {
+			if err := w.client.CoreV1().Secrets("clusterip-policy").Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.pass()
+		got := w.trusted()
+		if len(got) > maxBundle {
+			t.Errorf("caBundle of %d CAs, more than the bound %d", len(got), maxBundle)
+		}
+		for _, c := range got {
+			if !c.IsCA || !w.clock.Before(c.NotAfter) {
+				t.Errorf("the caBundle kept %q (CA %v, until %s)", c.Subject.CommonName, c.IsCA, c.NotAfter)
+			}
+		}
+		w.requireVerifies("after the deletion", oldLeaf)
+	})
 	t.Run("the serving Secret alone deleted: reissued at once by the CA in force", func(t *testing.T) {
 		w := newWorld(t, testOptions())
 		w.pass()
