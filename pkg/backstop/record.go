@@ -35,6 +35,12 @@ const recordMatch = `request.operation != 'UPDATE' || !has(object.spec) || !has(
 	`(has(object.spec.clusterIPs) && object.spec.clusterIPs != oldObject.spec.clusterIPs) || ` +
 	`(has(oldObject.spec.type) && oldObject.spec.type == 'ExternalName')`
 
+// recordNeeded leaves out a request with nothing to write: it names no
+// address and carries no record (a dynamic create, most of the traffic).
+var recordNeeded = `(has(object.spec.clusterIP) && object.spec.clusterIP != '' && object.spec.clusterIP != 'None') || ` +
+	`(has(object.spec.clusterIPs) && object.spec.clusterIPs.exists(i, i != '' && i != 'None')) || ` +
+	`(has(object.metadata.annotations) && ` + quote(RecordAnnotation) + ` in object.metadata.annotations)`
+
 // recordPatch is the JSON Patch: set the annotation to the named
 // addresses (at most two: the apiserver refuses more), or remove it.
 var recordPatch = fmt.Sprintf(`size(variables.named) > 0 ? `+
@@ -70,6 +76,7 @@ func (c compiler) recordPolicy() admissionregistrationv1.MutatingAdmissionPolicy
 				// refuses after admission) must not be walked here.
 				{Name: "at-most-two-addresses", Expression: recordShape},
 				{Name: "allocating-requests-only", Expression: recordMatch},
+				{Name: "names-an-address-or-carries-the-record", Expression: recordNeeded},
 			},
 			Variables: []admissionregistrationv1.Variable{
 				{Name: "named", Expression: varNamed},

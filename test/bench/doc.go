@@ -12,6 +12,8 @@
 //     way (extra `clusterip-policy serve` flags from Options.WebhookArgs);
 //   - vap:  a ValidatingAdmissionPolicy with a CEL check comparable to a
 //     minimal policy (vap.go says what it checks);
+//   - backstop: the backstop the leader writes for the same policy
+//     (pkg/backstop, backstop.go), no webhook registered;
 //   - ours-other-mutator: ours beside another mutating webhook for Service
 //     creates, registered after ours;
 //   - floor-static, floor-single: the nop's Service webhooks, never

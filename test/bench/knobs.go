@@ -54,10 +54,16 @@ const (
 	// anything: they are measurements, never a way to deploy.
 	ConfigFloorStatic = "floor-static"
 	ConfigFloorSingle = "floor-single"
+	// ConfigBackstop is the backstop alone (docs/backstop.md): the
+	// ValidatingAdmissionPolicies, and where served the record
+	// MutatingAdmissionPolicy, that the leader compiles from the same
+	// policy, with no webhook registered. Its figures against vap are
+	// what the backstop costs the apiserver beside a minimal policy.
+	ConfigBackstop = "backstop"
 )
 
 // AllConfigs are the configurations in their reporting order.
-var AllConfigs = []string{ConfigNone, ConfigNop, ConfigOurs, ConfigVAP, ConfigOursOtherMutator, ConfigFloorStatic, ConfigFloorSingle}
+var AllConfigs = []string{ConfigNone, ConfigNop, ConfigOurs, ConfigVAP, ConfigBackstop, ConfigOursOtherMutator, ConfigFloorStatic, ConfigFloorSingle}
 
 // DefaultConfigs are those a run measures unless BENCH_CONFIGS says
 // otherwise.

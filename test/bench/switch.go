@@ -49,6 +49,8 @@ func (b *Bench) Switch(ctx context.Context, config string) error {
 		}
 	case ConfigVAP:
 		err = b.applyVAP(ctx)
+	case ConfigBackstop:
+		err = b.applyBackstop(ctx)
 	case ConfigFloorStatic, ConfigFloorSingle:
 		err = b.registerFloor(ctx, config == ConfigFloorStatic)
 	default:
@@ -81,6 +83,7 @@ func (b *Bench) teardown(ctx context.Context) error {
 			errs[i] = nil
 		}
 	}
+	errs = append(errs, b.deleteBackstop(ctx))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove the admission configurations: %w", err)
 	}
