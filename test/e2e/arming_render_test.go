@@ -125,15 +125,7 @@ func TestRenderedConfigurationsDifferOnlyInTheLeadersFields(t *testing.T) {
 	c := own(t, framework.Options{Webhooks: 0, ArmByLeader: true, NoRegister: true,
 		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m", "--manage-match-conditions"}})
 	ctx := testContext(t, 4*time.Minute)
-	if out, _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
-		t.Fatalf("apply the CRD: %v\n%s", err, out)
-	}
-	if out, _, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
-		t.Fatalf("the CRD is not established: %v\n%s", err, out)
-	}
-	if out, _, err := c.Kubectl(ctx, policyObject(""), "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply the policy object: %v\n%s", err, out)
-	}
+	installPolicyObject(t, ctx, c, policyObject(""))
 	if err := c.StartWebhooks(ctx, 1); err != nil {
 		t.Fatal(err)
 	}

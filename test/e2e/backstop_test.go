@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -92,15 +91,7 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m"}})
 	cs := c.Client(0)
 	ctx := testContext(t, 6*time.Minute)
-	if out, _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
-		t.Fatalf("apply the CRD: %v\n%s", err, out)
-	}
-	if out, _, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
-		t.Fatalf("the CRD is not established: %v\n%s", err, out)
-	}
-	if out, _, err := c.Kubectl(ctx, backstopPolicy, "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply the policy object: %v\n%s", err, out)
-	}
+	installPolicyObject(t, ctx, c, backstopPolicy)
 	// A ServiceCIDR nobody approved, from before the install.
 	if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, serviceCIDRObject("drift", "10.250.0.0/24"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

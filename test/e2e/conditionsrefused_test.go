@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,9 +42,7 @@ func TestARefusedConditionsWriteIsReported(t *testing.T) {
 		}
 		return out
 	}
-	kubectl(t, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml"))
-	kubectl(t, "", "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=30s")
-	kubectl(t, policyObject(""), "apply", "-f", "-")
+	installPolicyObject(t, ctx, c, policyObject(""))
 	if err := c.StartWebhooks(ctx, 1); err != nil {
 		t.Fatal(err)
 	}

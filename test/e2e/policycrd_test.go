@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -435,4 +436,19 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatalf("the third replica did not get ready once the object was fixed: %v", err)
 		}
 	})
+}
+
+// installPolicyObject installs as the manifests do before the webhook
+// starts: the CRD of manifests/base, established, then the policy object.
+func installPolicyObject(t *testing.T, ctx context.Context, c *framework.Cluster, object string) {
+	t.Helper()
+	if out, _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
+		t.Fatalf("apply the CRD: %v\n%s", err, out)
+	}
+	if out, _, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
+		t.Fatalf("the CRD is not established: %v\n%s", err, out)
+	}
+	if out, _, err := c.Kubectl(ctx, object, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the policy object: %v\n%s", err, out)
+	}
 }

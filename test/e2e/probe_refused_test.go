@@ -65,15 +65,7 @@ func TestAProbeRefusedByAnotherPolicyIsNamedAndArmsOnceLetThrough(t *testing.T) 
 		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m"}})
 	cs := c.Client(0)
 	ctx := testContext(t, 3*time.Minute)
-	if out, _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(c.Root, "manifests", "base", "crd.yaml")); err != nil {
-		t.Fatalf("apply the CRD: %v\n%s", err, out)
-	}
-	if out, _, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "crd/clusterippolicies.clusterip-policy.io", "--timeout=30s"); err != nil {
-		t.Fatalf("the CRD is not established: %v\n%s", err, out)
-	}
-	if out, _, err := c.Kubectl(ctx, policyObject(""), "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply the policy object: %v\n%s", err, out)
-	}
+	installPolicyObject(t, ctx, c, policyObject(""))
 	if out, _, err := c.Kubectl(ctx, requireTeamLabel, "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply the cluster's label policy: %v\n%s", err, out)
 	}
