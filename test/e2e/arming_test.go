@@ -363,9 +363,14 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	// 5b. docs/emergency.md's one command, as printed, takes the webhook
 	// out of the path at once, and nothing puts it back but the operator:
 	// the leader, still running and probing, only reports NotRegistered.
-	args := strings.Fields(strings.TrimPrefix(emergencyCommand(t, c.Root), "kubectl "))
+	args := emergencyArgs(t, c.Root)
 	if out, errOut, err := c.Kubectl(ctx, "", args...); err != nil {
 		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	// It leaves the admission policy that bounds the webhook's account to
+	// dry runs in default: a stolen token still creates nothing there.
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, "clusterip-policy-webhook-probe-dry-run-only", metav1.GetOptions{}); err != nil {
+		t.Errorf("after the emergency command the binding clusterip-policy-webhook-probe-dry-run-only is gone: %v", err)
 	}
 	outOfPath := time.Now()
 	fixtures.EventuallyNil(t, "a create through after the emergency command", 30*time.Second, func() error {
@@ -433,4 +438,37 @@ func emergencyCommand(t *testing.T, root string) string {
 		t.Fatalf("docs/emergency.md shows %q; want one kubectl command", cmds)
 	}
 	return cmds[0]
+}
+
+// emergencyArgs are the arguments of docs/emergency.md's command after
+// "kubectl", split as a shell splits them: single quotes group and are
+// removed (the command quotes its label selector, which holds "!=").
+func emergencyArgs(t *testing.T, root string) []string {
+	t.Helper()
+	cmd := strings.TrimPrefix(emergencyCommand(t, root), "kubectl ")
+	var args []string
+	var cur strings.Builder
+	quoted, inWord := false, false
+	for _, r := range cmd {
+		switch {
+		case r == '\'':
+			quoted, inWord = !quoted, true
+		case (r == ' ' || r == '\t') && !quoted:
+			if inWord {
+				args = append(args, cur.String())
+				cur.Reset()
+			}
+			inWord = false
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quoted {
+		t.Fatalf("docs/emergency.md's command has an unclosed quote: %q", cmd)
+	}
+	if inWord {
+		args = append(args, cur.String())
+	}
+	return args
 }

@@ -237,7 +237,7 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 
 	// The break-glass command lifts it: the bindings with the
 	// configurations (already gone here), and the leader deletes the rest.
-	out, errOut, err := c.Kubectl(ctx, "", strings.Fields(strings.TrimPrefix(emergencyCommand(t, c.Root), "kubectl "))...)
+	out, errOut, err := c.Kubectl(ctx, "", emergencyArgs(t, c.Root)...)
 	if err != nil {
 		t.Fatalf("the emergency command failed: %v\n%s%s", err, out, errOut)
 	}
