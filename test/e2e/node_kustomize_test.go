@@ -85,7 +85,7 @@ func TestNodeKustomizeBase(t *testing.T) {
 	// docs/install.md, "Uninstall": the configurations and the
 	// backstop's bindings first, then what kustomize applied (namespace,
 	// Lease and CRD with it), then the backstop's policies, then the holds.
-	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration,validatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
+	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration,validatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook,clusterip-policy.io/break-glass!=keep")
 	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--ignore-not-found", "--wait", "--timeout=3m")
 	n.run(t, ctx, kubectl, "delete", "validatingadmissionpolicy,mutatingadmissionpolicy,mutatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
 	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)

@@ -401,7 +401,7 @@ func TestNodeKustomizeSelfSigned(t *testing.T) {
 	// docs/install.md, "Uninstall": the configurations and the
 	// backstop's bindings first, then the overlay (namespace, Lease and
 	// CRD with it), then the backstop's policies, then the holds.
-	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration,validatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
+	n.run(t, ctx, kubectl, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration,validatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook,clusterip-policy.io/break-glass!=keep")
 	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--ignore-not-found", "--wait", "--timeout=3m")
 	n.run(t, ctx, kubectl, "delete", "validatingadmissionpolicy,mutatingadmissionpolicy,mutatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
 	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
