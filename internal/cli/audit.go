@@ -200,13 +200,23 @@ func useClusterPolicy(ctx context.Context, client kubernetes.Interface, command 
 // kubeconfig kubectl would load, the command named in the user agent, every
 // request bounded by timeout (0: none).
 func toolClient(kube kubeFlags, command string, timeout time.Duration) (kubernetes.Interface, error) {
+	cfg, err := toolRESTConfig(kube, command, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// toolRESTConfig is toolClient's configuration, for a command that sets
+// more (its request rate).
+func toolRESTConfig(kube kubeFlags, command string, timeout time.Duration) (*rest.Config, error) {
 	cfg, err := auditRESTConfig(kube)
 	if err != nil {
 		return nil, err
 	}
 	cfg.UserAgent = "clusterip-policy-" + command + "/" + version.Version()
 	cfg.Timeout = timeout
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 // auditRESTConfig loads a kubeconfig the way kubectl does ($KUBECONFIG,

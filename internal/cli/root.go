@@ -78,7 +78,7 @@ func NewRoot(display string, streams IOStreams, serve *cobra.Command) *cobra.Com
 	if serve != nil {
 		root.AddCommand(serve)
 	}
-	root.AddCommand(newReviewCommand(streams), newAuditCommand(streams), newBandsCommand(streams), newSuggestCommand(streams), newApplyCRDCommand(streams), newUnregisterCommand(streams), newVersionCommand(streams))
+	root.AddCommand(newReviewCommand(streams), newAuditCommand(streams), newBandsCommand(streams), newSuggestCommand(streams), newApplyCRDCommand(streams), newUnregisterCommand(streams), newCleanupCommand(streams), newVersionCommand(streams))
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
