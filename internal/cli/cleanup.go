@@ -50,7 +50,7 @@ func newCleanupCommand(streams IOStreams) *cobra.Command {
 	var kube kubeFlags
 	var o cleanupOptions
 	cmd := &cobra.Command{
-		Use:               "cleanup -n NAMESPACE [--timeout 2m]",
+		Use:               "cleanup [--namespace NAMESPACE] [--timeout 2m]",
 		Short:             "delete the holds, the Lease and the Secrets the webhook wrote, once its pods are gone (the chart's post-delete hook)",
 		Long:              cleanupLong,
 		ValidArgsFunction: cobra.NoFileCompletions,

@@ -36,7 +36,7 @@ func TestEveryCommandRefusesAnUnknownFlagNamingIt(t *testing.T) {
 // stdout is for what it produces); `help COMMAND` asks for it, on stdout.
 // Both exit 0 and print the same text.
 func TestHelpOfACommand(t *testing.T) {
-	for _, name := range []string{"review", "audit", "bands", "suggest", "apply-crd", "unregister", "version"} {
+	for _, name := range []string{"review", "audit", "bands", "suggest", "apply-crd", "unregister", "cleanup", "version"} {
 		code, out, asFlag := runCLI("", name, "--help")
 		if code != exitcode.OK || out != "" || !strings.HasPrefix(asFlag, "Usage: clusterip-policy "+name+" ") || !strings.Contains(asFlag, "Exit status: 0") {
 			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", name, code, out, asFlag)
@@ -51,7 +51,7 @@ func TestHelpOfACommand(t *testing.T) {
 		t.Errorf("bands -help: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	code, _, stderr := runCLI("", "help", "revue")
-	if code != exitcode.BadData || !strings.Contains(stderr, `help: no command "revue"; the commands are review, audit, bands, suggest, apply-crd, unregister, version, completion, help`) {
+	if code != exitcode.BadData || !strings.Contains(stderr, `help: no command "revue"; the commands are review, audit, bands, suggest, apply-crd, unregister, cleanup, version, completion, help`) {
 		t.Errorf("help revue: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -76,6 +76,7 @@ Usage:
   clusterip-policy suggest [flags]         print free addresses the policy lets a Service of a namespace name
   clusterip-policy apply-crd [flags]       bring the cluster's ClusterIPPolicy CRD up to this release's (the chart's pre-upgrade hook)
   clusterip-policy unregister [flags]      delete the webhook configurations before the webhook goes (the chart's pre-delete hook)
+  clusterip-policy cleanup [flags]         delete the holds, the Lease and the Secrets the webhook wrote, once its pods are gone (the chart's post-delete hook)
   clusterip-policy version [flags]         print version information
   clusterip-policy completion SHELL        print the shell completion script (bash, zsh, fish or powershell)
   clusterip-policy help [COMMAND]          print this list, or a command's help

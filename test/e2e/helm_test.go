@@ -95,10 +95,15 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("helm install's notes do not say the Service webhooks start not armed:\n%s", out)
 		}
 		// helm install (lookup reads the cluster) stores the pre-delete
-		// hook that unregisters the configurations; helm template never
+		// hook that unregisters the configurations and the post-delete
+		// one that cleans up after the pods; helm template never
 		// renders it (manifests/helm_uninstallhook_test.go).
 		if hooks, err := runHelm(ctx, "get", "hooks", "clusterip-policy", "--namespace", "clusterip-policy"); err != nil || !strings.Contains(hooks, "helm.sh/hook: pre-delete") || !strings.Contains(hooks, `args: ["unregister"`) {
 			t.Errorf("helm install stored no pre-delete hook running unregister (%v):\n%s", err, hooks)
+		} else if !strings.Contains(hooks, "helm.sh/hook: post-delete") || !strings.Contains(hooks, `args: ["cleanup","--namespace","clusterip-policy",`) || strings.Count(hooks, "priorityClassName:") != 1 {
+			// The post-delete Job runs with no priority class: the
+			// ResourceQuota that admits critical pods is gone by then.
+			t.Errorf("helm install stored no post-delete hook running cleanup in the release namespace without a priority class:\n%s", hooks)
 		}
 		manifest, err := runHelm(ctx, "get", "manifest", "clusterip-policy", "--namespace", "clusterip-policy")
 		if err != nil {
