@@ -398,6 +398,7 @@ func TestNodeKustomizeSelfSigned(t *testing.T) {
 	}
 	n.breakGlassAsDocumented(t, ctx, wrap)
 	n.rotateCAAsDocumented(t, ctx, wrap, overlay)
+	n.awaitDNSHold(t, ctx)
 	// docs/install.md, "Uninstall": the configurations and the
 	// backstop's bindings first, then the overlay (namespace, Lease and
 	// CRD with it), then the backstop's policies, then the holds.
@@ -405,6 +406,7 @@ func TestNodeKustomizeSelfSigned(t *testing.T) {
 	n.run(t, ctx, kubectl, "delete", "-k", wrap, "--ignore-not-found", "--wait", "--timeout=3m")
 	n.run(t, ctx, kubectl, "delete", "validatingadmissionpolicy,mutatingadmissionpolicy,mutatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=clusterip-policy-webhook")
 	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
+	n.dnsAddressGivenBack(t, ctx)
 	n.nothingLeft(t, ctx, ns)
 }
 
@@ -866,14 +868,19 @@ func (n *realNode) decisionInPodLogs(t *testing.T, ctx context.Context, ns, name
 
 func ptrTo[T any](v T) *T { return &v }
 
-// uninstall runs helm uninstall and checks what docs/install.md says:
-// the webhook configurations and the Deployment go with the release; the
-// Lease and the holds, written by the pods, stay until the documented
-// commands delete them, after which nothing of ours is left.
+// uninstall runs helm uninstall and checks what docs/install.md says: the
+// webhook configurations and the Deployment go with the release, and the
+// post-delete hook (clusterip-policy cleanup) deletes what the pods wrote:
+// the holds, the Lease and the leader's Secrets, so that kube-dns created
+// naming its reserved address gets it. Then the documented clean-up of what
+// helm keeps (the CRD, the namespace), after which nothing of ours is left.
 func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
 	t.Helper()
 	kubectl := framework.DefaultBinaries(n.root).Kubectl
-	n.run(t, ctx, n.helm, "uninstall", "clusterip-policy", "--namespace", ns, "--wait", "--timeout", "2m")
+	n.awaitDNSHold(t, ctx)
+	start := time.Now()
+	n.run(t, ctx, n.helm, "uninstall", "clusterip-policy", "--namespace", ns, "--wait", "--timeout", "3m")
+	t.Logf("e2e: node: helm uninstall --wait (both hooks) took %s", time.Since(start).Round(time.Second))
 	adm := n.cs.AdmissionregistrationV1()
 	if _, err := adm.MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("MutatingWebhookConfiguration after helm uninstall: %v, want not found", err)
@@ -881,12 +888,51 @@ func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
 	if _, err := adm.ValidatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ValidatingWebhookConfiguration after helm uninstall: %v, want not found", err)
 	}
-	// The documented clean-up (docs/install.md, "Uninstalling the chart").
+	// What the post-delete hook deleted.
+	if holds := n.run(t, ctx, kubectl, "get", "ipaddresses", "-l", holdLabel, "-o", "name"); holds != "" {
+		t.Errorf("holds left after helm uninstall: %s", holds)
+	}
+	if _, err := n.cs.CoordinationV1().Leases(ns).Get(ctx, "clusterip-policy-holds", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Lease after helm uninstall: %v, want not found", err)
+	}
+	if left := n.run(t, ctx, kubectl, "-n", ns, "get", "secrets,leases,deployments,services,serviceaccounts,roles,rolebindings", "-l", "app.kubernetes.io/name", "-o", "name"); strings.Contains(left, "clusterip-policy") {
+		t.Errorf("left in %s after helm uninstall: %s", ns, left)
+	}
+	n.dnsAddressGivenBack(t, ctx)
+	// The documented clean-up of what helm keeps (docs/install.md,
+	// "Uninstalling the chart").
 	n.run(t, ctx, kubectl, "delete", "crd", "clusterippolicies.clusterip-policy.io", "--wait", "--timeout=2m")
-	n.run(t, ctx, kubectl, "-n", ns, "delete", "lease", "clusterip-policy-holds", "--ignore-not-found")
-	n.run(t, ctx, kubectl, "delete", "ipaddresses", "-l", holdLabel)
 	n.run(t, ctx, kubectl, "delete", "namespace", ns, "--wait", "--timeout=3m")
 	n.nothingLeft(t, ctx, ns)
+}
+
+// dnsAddressGivenBack creates kube-dns naming its reserved address, which
+// the uninstall must have given back (awaitDNSHold saw it held before), and
+// deletes it again.
+func (n *realNode) dnsAddressGivenBack(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if s, err := n.cs.CoreV1().Services("kube-system").Create(ctx, service("kube-system", "kube-dns", clusterIP("10.96.0.10")), metav1.CreateOptions{}); err != nil {
+		t.Errorf("kube-dns naming 10.96.0.10 after the uninstall: %v", err)
+	} else {
+		t.Logf("e2e: node: after the uninstall, kube-system/kube-dns naming its address got %s", s.Spec.ClusterIP)
+		_ = n.cs.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{})
+	}
+}
+
+// awaitDNSHold deletes kube-dns if a test made it and waits until the
+// leader holds its reserved 10.96.0.10: what an uninstall must give back.
+func (n *realNode) awaitDNSHold(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := n.cs.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	fixtures.EventuallyNil(t, "the hold on 10.96.0.10 before the uninstall", time.Minute, func() error {
+		a, err := n.cs.NetworkingV1().IPAddresses().Get(ctx, "10.96.0.10", metav1.GetOptions{})
+		if err == nil && a.Labels["ipaddress.kubernetes.io/managed-by"] != "clusterip-policy.io" {
+			return fmt.Errorf("10.96.0.10 is managed by %q", a.Labels["ipaddress.kubernetes.io/managed-by"])
+		}
+		return err
+	})
 }
 
 // nothingLeft fails the test if anything of ours is in the cluster: the
