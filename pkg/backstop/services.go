@@ -175,7 +175,55 @@ func (c compiler) services() group {
 		}
 		g.add(c.p, v)
 	}
+	if fast, ok := c.plainlyDynamic(reserved, dynamic, dynamicOK && rangesOK, ranges, rangesExprOK); ok {
+		g.matchConditions = append(g.matchConditions, admissionregistrationv1.MatchCondition{Name: "not-plainly-dynamic", Expression: fast})
+	}
 	return g
+}
+
+// plainlyDynamic is a matchCondition that skips the commonest request
+// with one cheap expression instead of the rules' variables (a tenth of the
+// CEL work, BenchmarkValidatingADynamicCreate): a request carrying no record
+// whose every address (old or new: an update checks only its new ones), canonical, lies in a dynamic band (of an active
+// range, which is narrowed to allowedCIDRs), reserved for no one and in no
+// reserved range. Every rule admits such a request: outside-service-cidrs
+// (inside allowedCIDRs),
+// reserved-for-other (reserved for no one), reserved-range-for-other (in no
+// range), static-ip-in-dynamic-band (nothing recorded, so nothing named).
+// Only the reservations inside a dynamic band can match an address that
+// passed the band's test, so only those are listed; they are compared as
+// text, hence the canonical spelling (a later mutating webhook may set an
+// address spelt otherwise). Left out (every request
+// evaluated in full) when it does not fit one expression.
+func (c compiler) plainlyDynamic(reserved map[string]string, dynamic string, dynamicOK bool, ranges rangeExprs, rangesOK bool) (string, bool) {
+	if !dynamicOK || !rangesOK || dynamic == "false" {
+		return "", false
+	}
+	var inDynamic []string
+	for k := range reserved {
+		a, err := netip.ParseAddr(k)
+		if err != nil {
+			return "", false
+		}
+		for _, r := range c.rs.Active {
+			if d := r.Dynamic(); !d.IsZero() && d.Contains(a) && r.Contains(a) {
+				inDynamic = append(inDynamic, k)
+				break
+			}
+		}
+	}
+	slices.Sort(inDynamic)
+	terms := []string{"isIP(i)", "string(ip(i)) == i", "(" + dynamic + ")"}
+	if len(inDynamic) > 0 {
+		terms = append(terms, fmt.Sprintf("!(i in %s)", quoteList(inDynamic)))
+	}
+	if ranges.any != "false" {
+		terms = append(terms, "!("+ranges.any+")")
+	}
+	e := fmt.Sprintf(`!(!(has(object.metadata.annotations) && '%s' in object.metadata.annotations) && `+
+		`has(object.spec.clusterIPs) && size(object.spec.clusterIPs) > 0 && size(object.spec.clusterIPs) <= 2 && object.spec.clusterIPs.all(i, %s))`,
+		RecordAnnotation, strings.Join(terms, " && "))
+	return e, len(e) <= MaxExpressionBytes
 }
 
 // listRule builds a rule as a list variable, named list, of the addresses
