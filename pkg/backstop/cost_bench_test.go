@@ -134,9 +134,9 @@ reservedRanges:
 		{[]string{"10.96.143.7"}, "", true, ""},
 		{[]string{"10.96.143.7", "fd00::9:1"}, "", true, ""},
 		{[]string{"10.96.143.7"}, "10.96.143.7", false, "static-ip-in-dynamic-band"}, // named: recorded
-		{[]string{"10.96.0.5"}, "", false, ""},                                        // static band
-		{[]string{"10.96.200.9"}, "", false, "reserved-for-other"},                    // reserved, dynamic band
-		{[]string{"10.96.100.7"}, "", false, "reserved-range-for-other"},              // reserved range
+		{[]string{"10.96.0.5"}, "", false, ""},                                       // static band
+		{[]string{"10.96.200.9"}, "", false, "reserved-for-other"},                   // reserved, dynamic band
+		{[]string{"10.96.100.7"}, "", false, "reserved-range-for-other"},             // reserved range
 		{[]string{"fd00::8:a"}, "", false, "reserved-for-other"},
 		{[]string{"fd00:0::8:a"}, "", false, "reserved-for-other"}, // not canonical
 		{[]string{"fd00::9:1"}, "", true, ""},
