@@ -235,7 +235,7 @@ can read.
 {{- $ns := lookup "v1" "Namespace" "" .Release.Namespace | default dict -}}
 {{- $level := toString (dig "metadata" "labels" "pod-security.kubernetes.io/enforce" "" $ns) -}}
 {{- if has $level (list "baseline" "restricted") -}}
-{{- fail (printf "hostNetwork: true, but namespace %s enforces Pod Security %s (label pod-security.kubernetes.io/enforce=%s), which forbids host networking: the ReplicaSet would create no pod. Either label the namespace privileged (kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged --overwrite), or drop hostNetwork and open ports.webhook from the control plane to the pods instead (docs/providers/eks.md)" .Release.Namespace $level $level .Release.Namespace) -}}
+{{- fail (printf "hostNetwork: true, but namespace %s enforces Pod Security %s (label pod-security.kubernetes.io/enforce=%s), which forbids host networking: the ReplicaSet would create no pod. Either label the namespace privileged (kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged --overwrite), or drop hostNetwork where the control plane can reach the pods' addresses on ports.webhook (the AWS VPC CNI; docs/providers/eks.md)" .Release.Namespace $level $level .Release.Namespace) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
