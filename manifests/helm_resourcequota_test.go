@@ -129,7 +129,7 @@ func TestChartCriticalPodsQuota(t *testing.T) {
 // restricted is refused at helm install (lookup reads the namespace's
 // label); helm template cannot read it and renders hostNetwork as asked.
 // The refusal itself runs against a real apiserver:
-// test/e2e/helm_podsecurity_test.go.
+// test/e2e/helm_providers_test.go.
 func TestChartHostNetworkRendersWithoutTheCluster(t *testing.T) {
 	o := renderChart(t, "--set", "hostNetwork=true", "--set", "ports.webhook=10443", "--set", "ports.health=10444", "--set", "ports.metrics=10445").objects
 	if !o.Deployments[0].Spec.Template.Spec.HostNetwork {
