@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -191,7 +192,8 @@ func TestCriticalPodsQuotaAdmitsTheChartsPods(t *testing.T) {
 			continue
 		}
 		pods[m.Kind+"/"+m.Metadata.Name] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: m.Metadata.Name, Labels: tpl.Labels}, Spec: tpl.Spec}
-		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tpl.Spec.ServiceAccountName}}, metav1.CreateOptions{}); err != nil {
+		// Two pods may share one (a hook of another event, say).
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tpl.Spec.ServiceAccountName}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
