@@ -153,6 +153,13 @@ func TestChartHasTheBaseObjects(t *testing.T) {
 	base := loadBase(t)
 	// The namespace is helm's (--namespace --create-namespace), as for any chart.
 	base.Namespaces = nil
+	// The quota that admits the chart's system-cluster-critical pods
+	// (criticalPodsQuota) is the chart's alone: the base sets no priority
+	// class (helm_resourcequota_test.go).
+	if len(chart.ResourceQuotas) != 1 || chart.ResourceQuotas[0].Name != "clusterip-policy-critical-pods" {
+		t.Errorf("the chart renders ResourceQuotas %v, want clusterip-policy-critical-pods alone", chart.ResourceQuotas)
+	}
+	chart.ResourceQuotas = nil
 	want, got := names(base), names(chart)
 	if !reflect.DeepEqual(want, got) {
 		t.Errorf("the chart renders %v, the base has %v", got, want)

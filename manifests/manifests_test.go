@@ -55,6 +55,7 @@ type objects struct {
 	NetworkPolicies     []*networkingv1.NetworkPolicy // the chart's optional one
 	AdmissionPolicies   []*admv1.ValidatingAdmissionPolicy
 	AdmissionBindings   []*admv1.ValidatingAdmissionPolicyBinding
+	ResourceQuotas      []*corev1.ResourceQuota // the chart's criticalPodsQuota
 }
 
 func add[T any](list *[]*T, doc []byte) error {
@@ -106,6 +107,8 @@ func (o *objects) decode(doc []byte) error {
 		return add(&o.AdmissionPolicies, doc)
 	case "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding":
 		return add(&o.AdmissionBindings, doc)
+	case "v1 ResourceQuota":
+		return add(&o.ResourceQuotas, doc)
 	}
 	return fmt.Errorf("%s %s: the safety tests do not know this kind; teach manifests_test.go about it", tm.APIVersion, tm.Kind)
 }

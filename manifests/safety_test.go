@@ -863,6 +863,9 @@ func (o *objects) metas() []metav1.ObjectMeta {
 	for _, x := range o.Policies {
 		out = append(out, x.ObjectMeta)
 	}
+	for _, x := range o.ResourceQuotas {
+		out = append(out, x.ObjectMeta)
+	}
 	return out
 }
 

@@ -44,6 +44,9 @@ func TestNodeLifecycle(t *testing.T) {
 	const ns = "cip-lifecycle"
 	values := []string{"--set", "dns.clusterIP=10.96.0.10", "--set", "enforcement=deny", "--set-json", n.apiserverEnv()}
 	install := func(chart string, version string, extra ...string) error {
+		if err := n.restrictedNamespace(ctx, ns); err != nil { // as the README labels it
+			return err
+		}
 		args := append([]string{"install", "clusterip-policy", chart, "--version", version, "--plain-http",
 			"--namespace", ns, "--create-namespace", "--wait", "--timeout", "5m"}, values...)
 		_, err := n.try(ctx, n.helm, append(args, extra...)...)
@@ -283,7 +286,13 @@ func TestNodeLifecycle(t *testing.T) {
 		// pods serve the same certificate until the new leader moves it to
 		// a CA of its own.
 		prevChart, prevVersion := n.pushPreviousChart(t, ctx)
-		if err := install(prevChart, prevVersion); err != nil {
+		// The previous chart shipped no ResourceQuota: on this node, as on
+		// GKE, its system-cluster-critical pods would never be admitted, so
+		// it is installed as it had to be there, without a priority class.
+		// The upgrade's pre-upgrade hook Job then starts through the
+		// chart's pre-upgrade copy of the quota (the release has none yet),
+		// and the new pods through the release's.
+		if err := install(prevChart, prevVersion, "--set", "priorityClassName="); err != nil {
 			t.Fatalf("install the previous chart: %v", err)
 		}
 		// This chart's CRD has no field the previous one lacks: make the

@@ -146,6 +146,13 @@ func TestNodeChartFromRegistry(t *testing.T) {
 	ctx := testContext(t, 15*time.Minute)
 	chart, version := n.pushChart(t, ctx)
 	const ns = "clusterip-policy"
+	// Labelled restricted as the README labels it; the node's apiserver
+	// admits the pods' system-cluster-critical only beside the chart's
+	// quota (node_providers_test.go). The rolling update's helm upgrade runs
+	// the pre-upgrade hook Job, and the uninstall the pre-delete one, there.
+	if err := n.restrictedNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("helm install from the registry: the pods pull the image and become ready on the node", func(t *testing.T) {
 		start := time.Now()
@@ -157,6 +164,7 @@ func TestNodeChartFromRegistry(t *testing.T) {
 		}
 		t.Logf("e2e: node: helm install %s --version %s --wait: 3 pods ready in %s", chart, version, time.Since(start).Round(time.Second))
 		n.checkPods(t, ctx, ns, 3)
+		n.checkCriticalPodsQuota(t, ctx, ns, 3)
 	})
 	if t.Failed() {
 		n.dumpPods(t, ctx, ns)
@@ -246,7 +254,7 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 	ctx := testContext(t, 10*time.Minute)
 	chart, version := n.pushChart(t, ctx)
 	const ns = "platform-admission"
-	if _, err := n.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := n.restrictedNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	auth := fmt.Sprintf(`{"auths":{%q:{"auth":"bm9kZTpub2Rl"}}}`, n.env["NODE_REGISTRY"])

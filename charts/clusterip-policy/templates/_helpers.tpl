@@ -221,6 +221,81 @@ Service create and needs no privilege.
 {{- end -}}
 
 {{/*
+hostNetwork in a namespace whose Pod Security forbids it: baseline and
+restricted refuse host networking (and the host ports it brings), so the
+ReplicaSet would create no pod and helm --wait would only time out. The
+namespace's enforce label is read where lookup reads the cluster (helm
+install, upgrade, --dry-run=server); helm template cannot, and checks
+nothing. A namespace without the label is privileged unless the cluster's
+PodSecurity admission configuration sets another default, which no render
+can read.
+*/}}
+{{- define "clusterip-policy.checkNamespacePodSecurity" -}}
+{{- if eq (toString .Values.hostNetwork) "true" -}}
+{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace | default dict -}}
+{{- $level := toString (dig "metadata" "labels" "pod-security.kubernetes.io/enforce" "" $ns) -}}
+{{- if has $level (list "baseline" "restricted") -}}
+{{- fail (printf "hostNetwork: true, but namespace %s enforces Pod Security %s (label pod-security.kubernetes.io/enforce=%s), which forbids host networking: the ReplicaSet would create no pod. Either label the namespace privileged (kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged --overwrite), or drop hostNetwork where the control plane can reach the pods' addresses on ports.webhook (the AWS VPC CNI; docs/providers/eks.md)" .Release.Namespace $level $level .Release.Namespace) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+criticalPodsQuota: the ResourceQuota that admits the chart's pods of a
+critical priority class, or nothing. A ResourceQuota admission
+configuration with limitedResources (GKE's) refuses a pod of
+system-cluster-critical or system-node-critical in a namespace without a
+quota whose scopeSelector covers that class. Called with root (the chart's
+context) and hook: true renders the pre-upgrade hook's copy, which exists
+while the CRD upgrade's Job starts, also on an upgrade from a release that
+had no quota (its pre-upgrade hooks run before the release's objects).
+*/}}
+{{- define "clusterip-policy.criticalPodsQuota" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values -}}
+{{- $q := $v.criticalPodsQuota | default dict -}}
+{{- $class := toString $v.priorityClassName -}}
+{{- /* absent: a release upgraded with --reuse-values from a chart without it */ -}}
+{{- if and (ne (toString (dig "enabled" true $q)) "false") (has $class (list "system-cluster-critical" "system-node-critical")) -}}
+{{- $pods := int (dig "pods" 0 $q) -}}
+{{- $least := add (int $v.replicas) 2 -}}
+{{- if eq $pods 0 -}}
+{{- $pods = add (mul (int $v.replicas) 2) 4 -}}
+{{- else if lt $pods $least -}}
+{{- fail (printf "criticalPodsQuota.pods: %d is fewer than replicas + 2 (%d): a rolling update's surge pod or a hook Job's pod would be refused by the quota. Raise it, or give 0 for 2 × replicas + 4" $pods $least) -}}
+{{- end -}}
+{{- if eq (toString .hook) "true" -}}
+{{- /* The hook's Job starts beside the release's running pods, which may be
+more than this upgrade's replicas (an upgrade that lowers them): room for
+those too. */ -}}
+{{- $live := lookup "apps/v1" "Deployment" $root.Release.Namespace "clusterip-policy-webhook" | default dict -}}
+{{- $pods = add $pods (int (dig "spec" "replicas" 0 $live)) -}}
+{{- end -}}
+apiVersion: v1
+kind: ResourceQuota
+metadata:
+  name: {{ ternary "clusterip-policy-critical-pods-hook" "clusterip-policy-critical-pods" (eq (toString .hook) "true") }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "clusterip-policy.labels" $root | nindent 4 }}
+  {{- if eq (toString .hook) "true" }}
+  annotations:
+    helm.sh/hook: pre-upgrade
+    helm.sh/hook-weight: "-2"
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+  {{- end }}
+spec:
+  hard:
+    pods: {{ $pods | quote }}
+  scopeSelector:
+    matchExpressions:
+    - scopeName: PriorityClass
+      operator: In
+      values: [{{ $class | quote }}]
+{{- end -}}
+{{- end -}}
+
+{{/*
 webhook.shutdownDelaySeconds, 0-120: --shutdown-delay. The pod's
 terminationGracePeriodSeconds is this delay, then the longest review
 (timeoutSeconds), then 10 s for the process to finish, so SIGKILL never

@@ -119,6 +119,20 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 	if err := writeFiles(map[string][]byte{kcCert: kubeletClient.CertPEM, kcKey: kubeletClient.KeyPEM}); err != nil {
 		return nil, err
 	}
+	// The admission configuration of a managed provider (GKE's): the
+	// ResourceQuota plugin admits pods of the critical priority classes
+	// only in a namespace holding a ResourceQuota scoped to the class, so
+	// the chart's pods and hook Jobs (system-cluster-critical) start only
+	// through the quota the chart ships. Nothing else on the node runs a
+	// critical pod: no kube-proxy, no DNS pods, no static pods. PodSecurity
+	// keeps its defaults (privileged where a namespace has no label).
+	admissionConfig, err := filepath.Abs(filepath.Join(o.Dir, "admission-config.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFiles(map[string][]byte{admissionConfig: []byte(ProviderAdmissionConfiguration)}); err != nil {
+		return nil, err
+	}
 	c, err := Start(ctx, Options{
 		Dir:  filepath.Join(o.Dir, "cluster"),
 		Root: o.Root,
@@ -131,7 +145,10 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 				// The apiserver dials a webhook Service's ready endpoints
 				// itself: no kube-proxy, no ClusterIP ever contacted.
 				"--enable-aggregator-routing=true",
+				// Added to the default plugins, ResourceQuota and
+				// PodSecurity among them.
 				"--enable-admission-plugins=NodeRestriction",
+				"--admission-control-config-file=" + admissionConfig,
 				// The node's address, never its name: a name would be
 				// looked up in the host's DNS, outside this machine.
 				"--kubelet-preferred-address-types=InternalIP",
@@ -307,6 +324,29 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 	}
 	return n, nil
 }
+
+// ProviderAdmissionConfiguration is the node's kube-apiserver
+// --admission-control-config-file: the ResourceQuota plugin limits pods of
+// system-node-critical and system-cluster-critical to namespaces holding a
+// ResourceQuota whose scopeSelector covers the class, as GKE configures it
+// (and as the Kubernetes docs' "Limit Priority Class consumption by
+// default" example does). The apiserver makes no exception for kube-system
+// (k8s.io/apiserver/pkg/admission/plugin/resourcequota, CheckRequest): GKE
+// ships a quota there itself.
+const ProviderAdmissionConfiguration = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ResourceQuota
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: ResourceQuotaConfiguration
+    limitedResources:
+    - resource: pods
+      matchScopes:
+      - scopeName: PriorityClass
+        operator: In
+        values: ["system-node-critical", "system-cluster-critical"]
+`
 
 // Processes are the node's processes and its control plane's, in start order.
 func (n *Node) Processes() []*Process {
