@@ -31,16 +31,20 @@ so after helm uninstall a Service created naming a reserved address (kube-dns
 with its address) gets it.
 
 It waits for the pods first because a running leader would hold the
-addresses again. The ServiceCIDRs, the Services, the apiserver's own
-IPAddresses and the ClusterIPPolicy CRD are never touched.
+addresses again, and it refuses to start while the webhook configurations
+exist: the webhook is then still installed (perhaps in another namespace
+than the one given), and its holds are in force. The ServiceCIDRs, the
+Services, the apiserver's own IPAddresses and the ClusterIPPolicy CRD are
+never touched.
 
-Needs list on pods in --namespace, list and delete on ipaddresses, delete on
-the Lease and get and delete on the Secrets, by name.
+Needs get on the two webhook configurations, list on pods in --namespace,
+list and delete on ipaddresses, delete on the Lease and get and delete on
+the Secrets, by name.
 
 Exit status: 0 nothing of the webhook's is left; 2 a flag or an argument
-cannot be used, or no kubeconfig; 3 a pod of the webhook was still there at
---timeout, or something could not be read or deleted (unreachable, not
-allowed).`
+cannot be used, or no kubeconfig; 3 the webhook configurations still
+exist, a pod of the webhook was still there at --timeout, or something
+could not be read or deleted (unreachable, not allowed).`
 
 // managedByWebhook is the label the leader puts on the Secrets it writes
 // (internal/controllers/servingcerts): only those are deleted.
@@ -67,6 +71,8 @@ func newCleanupCommand(streams IOStreams) *cobra.Command {
 	fs.StringVar(&o.podSelector, "pod-selector", "app.kubernetes.io/name=clusterip-policy-webhook", "Label selector of the webhook's pods; cleanup waits until none is left.")
 	fs.StringVar(&o.lease, "leader-election-lease", "clusterip-policy-holds", "Name of the leader's Lease to delete (serve's --leader-election-lease). Empty: keep it.")
 	fs.StringSliceVar(&o.secrets, "secret", []string{"clusterip-policy-webhook-tls", "clusterip-policy-webhook-ca"}, "Secrets to delete if the leader made them (serve's --cert-secret and --ca-secret). Empty: none.")
+	fs.StringVar(&o.mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration that must be gone (unregister deletes it).")
+	fs.StringVar(&o.validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration that must be gone (unregister deletes it).")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "Time allowed for the pods to go and for the deletes (1s-10m).")
 	kube.complete(cmd)
 	return cmd
@@ -74,6 +80,7 @@ func newCleanupCommand(streams IOStreams) *cobra.Command {
 
 type cleanupOptions struct {
 	namespace, podSelector, lease string
+	mutating, validating          string
 	secrets                       []string
 	timeout                       time.Duration
 	// pollEvery is how often the pods are listed while they go.
@@ -130,6 +137,9 @@ func (o cleanupOptions) check() string {
 	if o.timeout < time.Second || o.timeout > 10*time.Minute {
 		return fmt.Sprintf("--timeout %s: use 1s to 10m", o.timeout)
 	}
+	if o.mutating == "" || o.validating == "" {
+		return "--mutating-webhook-configuration and --validating-webhook-configuration must name the configurations (clusterip-policy)"
+	}
 	sel, err := labels.Parse(o.podSelector)
 	switch {
 	case err != nil:
@@ -153,6 +163,9 @@ func (o cleanupOptions) check() string {
 // cleanup waits for the pods to go, then deletes the Lease, the Secrets
 // and the holds; fail reports what stopped it.
 func cleanup(ctx context.Context, client kubernetes.Interface, o cleanupOptions, out io.Writer, fail func(string, ...any) int) int {
+	if err := stillRegistered(ctx, client, o); err != nil {
+		return fail("%v", err)
+	}
 	if err := waitPodsGone(ctx, client, o, out); err != nil {
 		return fail("%v", err)
 	}
@@ -180,6 +193,26 @@ func cleanup(ctx context.Context, client kubernetes.Interface, o cleanupOptions,
 		return fail("%v", err)
 	}
 	return exitcode.OK
+}
+
+// stillRegistered refuses while a webhook configuration exists: the webhook
+// is installed, and -n naming the wrong namespace (no pods there to wait
+// for) must not take the holds of a running webhook away.
+func stillRegistered(ctx context.Context, client kubernetes.Interface, o cleanupOptions) error {
+	adm := client.AdmissionregistrationV1()
+	_, err := adm.MutatingWebhookConfigurations().Get(ctx, o.mutating, metav1.GetOptions{})
+	kind, name := "MutatingWebhookConfiguration", o.mutating
+	if apierrors.IsNotFound(err) {
+		_, err = adm.ValidatingWebhookConfigurations().Get(ctx, o.validating, metav1.GetOptions{})
+		kind, name = "ValidatingWebhookConfiguration", o.validating
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the %s %s: %w", kind, name, err)
+	}
+	return fmt.Errorf("the %s %s exists: the webhook is still installed and its holds are in force. Uninstall it first (helm uninstall, or docs/install.md's uninstall), or run clusterip-policy unregister if it is being removed; nothing was deleted", kind, name)
 }
 
 // waitPodsGone lists the webhook's pods until none is left: a leader still

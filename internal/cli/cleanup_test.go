@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ func TestCleanupRefusesBadFlags(t *testing.T) {
 		{[]string{"cleanup", "-n", "x", "--pod-selector=a b"}, `--pod-selector "a b"`},
 		{[]string{"cleanup", "-n", "x", "--leader-election-lease=Holds"}, `--leader-election-lease "Holds" is not a Lease name`},
 		{[]string{"cleanup", "-n", "x", "--secret=a/b"}, `--secret "a/b" is not a Secret name`},
+		{[]string{"cleanup", "-n", "x", "--validating-webhook-configuration="}, "must name the configurations"},
 	} {
 		code, out, stderr := runCLI("", c.args...)
 		if code != exitcode.BadData || out != "" || !strings.Contains(stderr, c.want) {
@@ -67,7 +69,7 @@ func TestCleanupDeletesOnlyWhatTheWebhookWrote(t *testing.T) {
 	client := fake.NewClientset(objs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	o := cleanupOptions{namespace: "cp", podSelector: "app.kubernetes.io/name=clusterip-policy-webhook", lease: "clusterip-policy-holds",
+	o := cleanupOptions{namespace: "cp", mutating: "clusterip-policy", validating: "clusterip-policy", podSelector: "app.kubernetes.io/name=clusterip-policy-webhook", lease: "clusterip-policy-holds",
 		secrets: []string{"clusterip-policy-webhook-tls", "clusterip-policy-webhook-ca", "absent"}, timeout: time.Minute, pollEvery: 10 * time.Millisecond}
 	// The pod goes while cleanup waits; nothing may be deleted before.
 	go func() {
@@ -114,7 +116,7 @@ func TestCleanupWaitsForThePodsAndNoLonger(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var msg string
-	code := cleanup(ctx, client, cleanupOptions{namespace: "cp", podSelector: "app=w", timeout: 300 * time.Millisecond, pollEvery: 20 * time.Millisecond}, &bytes.Buffer{},
+	code := cleanup(ctx, client, cleanupOptions{namespace: "cp", podSelector: "app=w", mutating: "m", validating: "v", timeout: 300 * time.Millisecond, pollEvery: 20 * time.Millisecond}, &bytes.Buffer{},
 		func(f string, a ...any) int { msg = fmt.Sprintf(f, a...); return exitcode.Unreadable })
 	if code != exitcode.Unreadable || !strings.Contains(msg, "pods app=w in cp still there after --timeout 300ms: stuck") || !strings.Contains(msg, "run cleanup again") {
 		t.Errorf("exit %d, %q; want 3 naming the pod and the fix", code, msg)
@@ -131,4 +133,25 @@ func countHolds(t *testing.T, client *fake.Clientset) int {
 		return -1
 	}
 	return len(l.Items)
+}
+
+// While a webhook configuration exists the webhook is installed: cleanup
+// given the wrong namespace (no pods to wait for) refuses, naming the
+// configuration and the fix, and deletes nothing.
+func TestCleanupRefusesWhileTheWebhookIsRegistered(t *testing.T) {
+	for _, obj := range []runtime.Object{
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}},
+	} {
+		client := fake.NewClientset(obj, ipAddress("10.96.0.10", holds.ManagedBy))
+		var msg string
+		code := cleanup(context.Background(), client, cleanupOptions{namespace: "default", podSelector: "app=w", mutating: "clusterip-policy", validating: "clusterip-policy", timeout: time.Second, pollEvery: 10 * time.Millisecond},
+			&bytes.Buffer{}, func(f string, a ...any) int { msg = fmt.Sprintf(f, a...); return exitcode.Unreadable })
+		if code != exitcode.Unreadable || !strings.Contains(msg, "WebhookConfiguration clusterip-policy exists: the webhook is still installed") || !strings.Contains(msg, "nothing was deleted") {
+			t.Errorf("%T: exit %d, %q", obj, code, msg)
+		}
+		if n := countHolds(t, client); n != 1 {
+			t.Errorf("%T: %d holds left, want the one, untouched", obj, n)
+		}
+	}
 }

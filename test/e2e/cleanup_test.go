@@ -64,9 +64,17 @@ func TestCleanupLeavesNothingOfTheWebhooks(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A careless run while the webhook is installed (here with a
+	// namespace that has no pods to wait for) is refused, and takes
+	// nothing away.
+	env := []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+	if code, out, stderr := runForExit(t, env, c.Bin.Webhook, "cleanup", "--kubeconfig", c.AdminKubeconfig, "-n", "default"); code != 3 ||
+		!strings.Contains(stderr, "the MutatingWebhookConfiguration clusterip-policy exists: the webhook is still installed") {
+		t.Errorf("cleanup -n default while the webhook is registered: exit %d\n%s%s; want 3, naming the configuration", code, out, stderr)
+	}
+	waitHold(t, ctx, cs, "10.96.0.10", time.Second)
 	// What helm uninstall does: the pre-delete hook unregisters, then the
 	// webhook's pods go, then the post-delete hook cleans up.
-	env := []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
 	if code, out, stderr := runForExit(t, env, c.Bin.Webhook, "unregister", "--kubeconfig", c.AdminKubeconfig, "--settle=1s"); code != 0 {
 		t.Fatalf("unregister: exit %d\n%s%s", code, out, stderr)
 	}
