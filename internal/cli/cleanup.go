@@ -166,7 +166,8 @@ func cleanup(ctx context.Context, client kubernetes.Interface, o cleanupOptions,
 	if err := stillRegistered(ctx, client, o); err != nil {
 		return fail("%v", err)
 	}
-	if err := waitPodsGone(ctx, client, o, out); err != nil {
+	start := time.Now()
+	if err := waitPodsGone(ctx, client, o, out, start); err != nil {
 		return fail("%v", err)
 	}
 	if o.lease != "" {
@@ -187,11 +188,13 @@ func cleanup(ctx context.Context, client kubernetes.Interface, o cleanupOptions,
 		}
 		fmt.Fprintf(out, "Secret %s/%s: %s\n", o.namespace, name, what)
 	}
+	holdsStart := time.Now()
 	deleted, gone, err := deleteHolds(ctx, client)
-	fmt.Fprintf(out, "IPAddress holds (%s): %d deleted, %d already gone\n", holds.Selector, deleted, gone)
+	fmt.Fprintf(out, "IPAddress holds (%s): %d deleted, %d already gone, in %s\n", holds.Selector, deleted, gone, since(holdsStart))
 	if err != nil {
 		return fail("%v", err)
 	}
+	fmt.Fprintf(out, "done in %s\n", since(start))
 	return exitcode.OK
 }
 
@@ -218,7 +221,7 @@ func stillRegistered(ctx context.Context, client kubernetes.Interface, o cleanup
 // waitPodsGone lists the webhook's pods until none is left: a leader still
 // running (terminating, within its grace period) would write the holds
 // and the Lease again.
-func waitPodsGone(ctx context.Context, client kubernetes.Interface, o cleanupOptions, out io.Writer) error {
+func waitPodsGone(ctx context.Context, client kubernetes.Interface, o cleanupOptions, out io.Writer, start time.Time) error {
 	said := false
 	for {
 		pods, err := client.CoreV1().Pods(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: o.podSelector, Limit: 5})
@@ -227,7 +230,7 @@ func waitPodsGone(ctx context.Context, client kubernetes.Interface, o cleanupOpt
 		}
 		if len(pods.Items) == 0 {
 			if said {
-				fmt.Fprintf(out, "pods %s in %s: gone\n", o.podSelector, o.namespace)
+				fmt.Fprintf(out, "pods %s in %s: gone after %s\n", o.podSelector, o.namespace, since(start))
 			}
 			return nil
 		}
@@ -242,6 +245,10 @@ func waitPodsGone(ctx context.Context, client kubernetes.Interface, o cleanupOpt
 		}
 	}
 }
+
+// since is the time since start, to the millisecond: the Job's log says
+// where an uninstall's time went.
+func since(start time.Time) time.Duration { return time.Since(start).Round(time.Millisecond) }
 
 func podNames(pods []corev1.Pod) string {
 	names := make([]string, 0, len(pods))

@@ -268,10 +268,21 @@ func TestNodeLifecycle(t *testing.T) {
 		// order); without the chart's pre-delete hook (unregister) the
 		// apiserver called a Service that was gone for 1-3 s (2-19 retried
 		// creates in four runs). With it, the configurations go first.
-		n.lifecycleLoad(t, ctx, "uninstall", 45*time.Second, func() error {
-			_, err := n.try(ctx, n.helm, "uninstall", "clusterip-policy", "--namespace", ns, "--wait", "--timeout", "2m")
+		// The post-delete hook (cleanup) waits for the pods to go, within
+		// their grace period: the load runs until it is done. Its log,
+		// gone with the Job, is read while it runs.
+		hookLog := make(chan string, 1)
+		n.lifecycleLoad(t, ctx, "uninstall", 100*time.Second, func() error {
+			go func() { hookLog <- n.followHookLog(ctx, ns, "clusterip-policy-cleanup", 3*time.Minute) }()
+			_, err := n.try(ctx, n.helm, "uninstall", "clusterip-policy", "--namespace", ns, "--wait", "--timeout", "3m")
 			return err
 		})
+		select {
+		case l := <-hookLog:
+			t.Logf("e2e: node lifecycle uninstall: the post-delete hook's log:\n%s", l)
+		case <-time.After(10 * time.Second):
+			t.Log("e2e: node lifecycle uninstall: the post-delete hook's log was not read")
+		}
 		n.cleanUp(t, ctx, ns)
 		n.nothingLeft(t, ctx, ns)
 	})
@@ -372,6 +383,27 @@ func (n *realNode) pushPreviousChart(t *testing.T, ctx context.Context) (ref, ve
 	n.run(t, ctx, n.helm, "push", strings.TrimSpace(string(out)), "oci://"+n.env["NODE_REGISTRY"]+"/previous", "--plain-http")
 	t.Logf("e2e: node upgrade: the previous chart is charts/clusterip-policy of %s, packaged as %s", commit, prev)
 	return "oci://" + n.env["NODE_REGISTRY"] + "/previous/clusterip-policy", strings.TrimPrefix(prev, "v")
+}
+
+// followHookLog waits (within d) for the pod of the hook Job name in ns and
+// returns its log, followed until the container ends: a hook's Job is
+// deleted once it succeeded, with its log.
+func (n *realNode) followHookLog(ctx context.Context, ns, name string, d time.Duration) string {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	kubectl := framework.DefaultBinaries(n.root).Kubectl
+	for ctx.Err() == nil {
+		pods, err := n.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + name})
+		if err == nil && len(pods.Items) > 0 && pods.Items[0].Status.Phase != corev1.PodPending {
+			out, err := n.try(ctx, kubectl, "-n", ns, "logs", "-f", "pod/"+pods.Items[0].Name)
+			if err != nil {
+				return fmt.Sprintf("%s(kubectl logs: %v)", out, err)
+			}
+			return out
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return "(no pod of " + name + " within " + d.String() + ")"
 }
 
 // cleanUp runs the documented clean-up after helm uninstall
