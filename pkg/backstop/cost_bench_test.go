@@ -42,19 +42,7 @@ const oneExpression = `!has(object.spec.clusterIP) || object.spec.clusterIP == '
 // end-to-end benchmark calls `vap`. go test -run '^$' -bench
 // ValidatingADynamicCreate ./pkg/backstop/
 func BenchmarkValidatingADynamicCreate(b *testing.B) {
-	p, err := policy.ParseDocument([]byte(fixtures.Policy(benchmarkPolicy)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
-		tx.SetServiceCIDR(sc("kubernetes", true, "10.96.0.0/16"))
-		tx.MarkSynced(true)
-	})
-	env := policy.Env{Policy: p, Snapshot: snap}
-	set, err := Compile(Input{Policy: p, Ranges: env.Ranges(), NamespaceSelector: theWebhooksSelector, Mutating: true})
-	if err != nil {
-		b.Fatal(err)
-	}
+	set := compileWithRecord(b, benchmarkPolicy, "10.96.0.0/16")
 	fail := admissionregistrationv1.Fail
 	vap := admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "vap"},
@@ -89,26 +77,14 @@ func BenchmarkValidatingADynamicCreate(b *testing.B) {
 // than canonically (as a later mutating webhook may set it), still goes
 // through the rules and is refused.
 func TestThePlainlyDynamicSkipIsTakenOnlyWhereEveryRuleAdmits(t *testing.T) {
-	p, err := policy.ParseDocument([]byte(fixtures.Policy(`allowedCIDRs: [10.96.0.0/16, "fd00::/108"]
+	set := compileWithRecord(t, `allowedCIDRs: [10.96.0.0/16, "fd00::/108"]
 reservations:
 - {ip: 10.96.0.10, service: kube-system/kube-dns}
 - {ip: "fd00::8:a", service: team/owner}
 - {ip: 10.96.200.9, service: team/owner4}
 reservedRanges:
 - {first: 10.96.100.0, last: 10.96.100.255, namespaces: [bench-ranges]}
-`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
-		tx.SetServiceCIDR(sc("kubernetes", true, "10.96.0.0/16", "fd00::/108"))
-		tx.MarkSynced(true)
-	})
-	env := policy.Env{Policy: p, Snapshot: snap}
-	set, err := Compile(Input{Policy: p, Ranges: env.Ranges(), NamespaceSelector: theWebhooksSelector, Mutating: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "10.96.0.0/16", "fd00::/108")
 	cps := compileAsAPIServer(t, set)
 	var services compiledPolicy
 	for _, cp := range cps {
@@ -164,19 +140,7 @@ reservedRanges:
 // evaluated by the apiserver's own matcher: what the record costs the
 // commonest create. go test -run '^$' -bench RecordSkips ./pkg/backstop/
 func BenchmarkRecordSkipsADynamicCreate(b *testing.B) {
-	p, err := policy.ParseDocument([]byte(fixtures.Policy(benchmarkPolicy)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
-		tx.SetServiceCIDR(sc("kubernetes", true, "10.96.0.0/16"))
-		tx.MarkSynced(true)
-	})
-	env := policy.Env{Policy: p, Snapshot: snap}
-	set, err := Compile(Input{Policy: p, Ranges: env.Ranges(), NamespaceSelector: theWebhooksSelector, Mutating: true})
-	if err != nil || len(set.MutatingPolicies) != 1 {
-		b.Fatalf("compile: %v", err)
-	}
+	set := compileWithRecord(b, benchmarkPolicy, "10.96.0.0/16")
 	r := compileRecord(b, set.MutatingPolicies[0])
 	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "dynamic-1"},
@@ -188,4 +152,25 @@ func BenchmarkRecordSkipsADynamicCreate(b *testing.B) {
 	for b.Loop() {
 		r.matches(b, svc)
 	}
+}
+
+// compileWithRecord compiles the backstop of spec (a policy's fields) for a
+// cluster whose one ServiceCIDR holds cidrs, with the record, as the leader
+// compiles it where the apiserver serves MutatingAdmissionPolicy.
+func compileWithRecord(t testing.TB, spec string, cidrs ...string) Set {
+	t.Helper()
+	p, err := policy.ParseDocument([]byte(fixtures.Policy(spec)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
+		tx.SetServiceCIDR(sc("kubernetes", true, cidrs...))
+		tx.MarkSynced(true)
+	})
+	env := policy.Env{Policy: p, Snapshot: snap}
+	set, err := Compile(Input{Policy: p, Ranges: env.Ranges(), NamespaceSelector: theWebhooksSelector, Mutating: true})
+	if err != nil || len(set.MutatingPolicies) != 1 {
+		t.Fatalf("compile: %v (%d record policies)", err, len(set.MutatingPolicies))
+	}
+	return set
 }

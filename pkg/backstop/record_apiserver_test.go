@@ -18,9 +18,6 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"clusterip-policy/pkg/allocview"
-	"clusterip-policy/pkg/policy"
-	"clusterip-policy/test/fixtures"
 )
 
 // recorder is the record MutatingAdmissionPolicy compiled as the
@@ -137,19 +134,7 @@ func (r recorder) matches(t testing.TB, obj *corev1.Service) bool {
 // carries a record of its own still has it removed, and one that names an
 // address gets it recorded.
 func TestTheRecordSkipsARequestWithNothingToWrite(t *testing.T) {
-	p, err := policy.ParseDocument([]byte(fixtures.Policy("allowedCIDRs: [10.96.0.0/16]\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := allocview.NewView().Update(func(tx *allocview.Tx) {
-		tx.SetServiceCIDR(sc("kubernetes", true, "10.96.0.0/16"))
-		tx.MarkSynced(true)
-	})
-	env := policy.Env{Policy: p, Snapshot: snap}
-	set, err := Compile(Input{Policy: p, Ranges: env.Ranges(), NamespaceSelector: theWebhooksSelector, Mutating: true})
-	if err != nil || len(set.MutatingPolicies) != 1 {
-		t.Fatalf("compile: %v (%d record policies)", err, len(set.MutatingPolicies))
-	}
+	set := compileWithRecord(t, "allowedCIDRs: [10.96.0.0/16]\n", "10.96.0.0/16")
 	r := compileRecord(t, set.MutatingPolicies[0])
 	svc := func(ips []string, annotations map[string]string) *corev1.Service {
 		s := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "s", Annotations: annotations}}
