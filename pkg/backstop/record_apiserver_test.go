@@ -17,7 +17,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/client-go/kubernetes/scheme"
-
 )
 
 // recorder is the record MutatingAdmissionPolicy compiled as the
