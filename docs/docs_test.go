@@ -26,13 +26,20 @@ const root = ".."
 const cliPackage = "./cmd/webhook"
 
 // docFiles are the pages these tests hold honest: the README, BENCHMARKS.md,
-// RELIABILITY.md, the chart's README and docs/.
+// RELIABILITY.md, the chart's README, docs/ and docs/providers/.
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The provider pages too: an install check or a --set value given
+	// there is held to what the chart and the tests do, as anywhere.
+	providers, err := filepath.Glob(filepath.Join(root, "docs", "providers", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, providers...)
 	sort.Strings(files)
 	// The README first, then the measurements' pages and the page a chart
 	// index shows, then docs/.
@@ -172,6 +179,7 @@ const (
 	realCluster = "changes a real cluster that runs the webhook; "
 	certManager = "needs cert-manager in the cluster; the overlay is only built (manifests/overlays_test.go)"
 	measurement = "a measurement: minutes of load on a quiet machine (make bench-smoke runs the harness once with tiny numbers)"
+	gke         = "needs a GKE project (gcloud and a private cluster); the port it opens is the chart's ports.webhook, tested with the chart"
 )
 
 // documented maps every command line of a sh, bash or console block in the
@@ -225,6 +233,12 @@ var documented = map[string]how{
 	". .local/node/env":         {test: "TestNodeChartFromRegistry", evidence: "NODE_ENV"},
 	"kubectl get nodes -o wide": {notRun: "a look at the node for the reader; node-up waits for it to be Ready through the API"},
 	"export KUBECONFIG=$NODE_KUBECONFIG PATH=$PWD/.local/bin:$PATH": {notRun: "sets up the reader's shell; the node tests read the same values from .local/node/env"},
+	// docs/providers/
+	"gcloud container clusters describe CLUSTER --format='value(privateClusterConfig.masterIpv4CidrBlock)'":                                                                       {notRun: gke},
+	"gcloud compute firewall-rules list --filter=\"name~gke-CLUSTER-[0-9a-z]*-master\" --format='value(targetTags)'":                                                              {notRun: gke},
+	"gcloud compute firewall-rules create gke-CLUSTER-clusterip-policy --network NETWORK --direction INGRESS --source-ranges MASTER_CIDR --target-tags NODE_TAG --allow tcp:9443": {notRun: gke},
+	"helm install clusterip-policy ... --set hostNetwork=true --set ports.webhook=10443 --set ports.health=10444 --set ports.metrics=10445":                                       {test: "TestHelmRefusesHostNetworkInARestrictedNamespace", evidence: `eks := []string{"--set", "hostNetwork=true", "--set", "ports.webhook=10443", "--set", "ports.health=10444", "--set", "ports.metrics=10445"}`},
+	"kubectl get validatingwebhookconfiguration clusterip-policy -o jsonpath='{.webhooks[0].namespaceSelector}'":                                                                  {notRun: "a look at what AKS's admission enforcer added; the chart's own selector is checked by manifests/helm_test.go"},
 	"helm install clusterip-policy oci://$NODE_REGISTRY/charts/clusterip-policy --version VERSION --plain-http -n clusterip-policy --create-namespace --wait --set dns.clusterIP=10.96.0.10 --set-json \"extraEnv=[{\\\"name\\\":\\\"KUBERNETES_SERVICE_HOST\\\",\\\"value\\\":\\\"$NODE_APISERVER_HOST\\\"},{\\\"name\\\":\\\"KUBERNETES_SERVICE_PORT\\\",\\\"value\\\":\\\"$NODE_APISERVER_PORT\\\"}]\"": {test: "TestNodeChartFromRegistry", evidence: `"install", "clusterip-policy", chart, "--version", version, "--plain-http"`},
 	"kubectl -n clusterip-policy logs -l app.kubernetes.io/name=clusterip-policy-webhook --prefix": {test: "TestNodeChartFromRegistry", evidence: `"logs", "-l", "app.kubernetes.io/name=clusterip-policy-webhook", "--tail=20", "--prefix"`},
 	"helm uninstall clusterip-policy -n clusterip-policy --wait":                                   {test: "TestHelmChart", evidence: `"uninstall", "clusterip-policy", "--namespace", "clusterip-policy", "--wait"`},
