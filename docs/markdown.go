@@ -182,3 +182,24 @@ var trailingComment = regexp.MustCompile(`\s+#\s.*$`)
 func stripComment(s string) string { return trailingComment.ReplaceAllString(s, "") }
 
 func normalize(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// Span is a code span of running text (`...`), with its line.
+type Span struct {
+	Line int
+	Text string
+}
+
+// CodeSpans returns the code spans of running text: those on one line
+// outside fenced code blocks, their text with whitespace runs made one
+// space. A span broken across lines is not read.
+func CodeSpans(markdown string) []Span {
+	var out []Span
+	for _, l := range outsideFences(markdown) {
+		for _, m := range codeSpan.FindAllString(l.text, -1) {
+			if t := normalize(strings.Trim(m, "`")); t != "" {
+				out = append(out, Span{Line: l.Number, Text: t})
+			}
+		}
+	}
+	return out
+}
