@@ -26,7 +26,7 @@ const root = ".."
 const cliPackage = "./cmd/webhook"
 
 // docFiles are the pages these tests hold honest: the README, BENCHMARKS.md,
-// RELIABILITY.md, the chart's README, docs/ and docs/providers/.
+// RELIABILITY.md, CHANGELOG.md (the release note), the chart's README, docs/ and docs/providers/.
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
@@ -47,6 +47,7 @@ func docFiles(t *testing.T) []string {
 		filepath.Join(root, "README.md"),
 		filepath.Join(root, "BENCHMARKS.md"),
 		filepath.Join(root, "RELIABILITY.md"),
+		filepath.Join(root, "CHANGELOG.md"),
 		filepath.Join(root, "charts", "clusterip-policy", "README.md"),
 	}, files...)
 }
