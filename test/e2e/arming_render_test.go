@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"clusterip-policy/certs"
-	"clusterip-policy/internal/testutil"
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
@@ -114,14 +113,7 @@ func fieldDiff(path string, a, b any, out *[]string) {
 // what it is compared with; the caBundle is the local webhook's CA, given
 // as the chart's values.
 func TestRenderedConfigurationsDifferOnlyInTheLeadersFields(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
-	if _, err := os.Stat(helm); err != nil {
-		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
-	}
+	root, helm := repoAndHelm(t)
 	c := own(t, framework.Options{Webhooks: 0, ArmByLeader: true, NoRegister: true,
 		WebhookArgs: []string{"--policy-source=crd", "--arm-failure-policy", "--audit-interval=10m", "--manage-match-conditions"}})
 	ctx := testContext(t, 4*time.Minute)

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"clusterip-policy/internal/testutil"
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
@@ -35,14 +34,7 @@ import (
 // refusal is the apiserver's rule, read ahead of time. Only etcd and a
 // kube-apiserver: no kubelet runs the pods.
 func TestHelmRefusesHostNetworkInARestrictedNamespace(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
-	if _, err := os.Stat(helm); err != nil {
-		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
-	}
+	root, helm := repoAndHelm(t)
 	c := own(t, framework.Options{NoRBAC: true, NoRegister: true})
 	cs := c.Client(0)
 	ctx := testContext(t, 2*time.Minute)
@@ -125,14 +117,7 @@ func TestHelmRefusesHostNetworkInARestrictedNamespace(t *testing.T) {
 // here, so the quota's usage is never counted (the real node's install
 // counts it); what this shows is that its scopeSelector covers the class.
 func TestCriticalPodsQuotaAdmitsTheChartsPods(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
-	if _, err := os.Stat(helm); err != nil {
-		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
-	}
+	root, helm := repoAndHelm(t)
 	dir := t.TempDir()
 	admissionConfig := filepath.Join(dir, "admission-config.yaml")
 	if err := os.WriteFile(admissionConfig, []byte(framework.ProviderAdmissionConfiguration), 0o644); err != nil {

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/certs"
-	"clusterip-policy/internal/testutil"
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
 )
@@ -48,20 +47,14 @@ spec:
 // chart's default, as the base's), and the configurations are re-pointed
 // from the Service to its address, clientConfig.service only.
 func TestHelmChart(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
-	if _, err := os.Stat(helm); err != nil {
-		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
-	}
+	root, helm := repoAndHelm(t)
 	c := own(t, framework.Options{WebhookArgs: []string{"--policy-source=crd"}, NoRBAC: true, NoRegister: true})
 	cs := c.Client(0)
 	ctx := testContext(t, 3*60e9)
 
 	// The chart's caBundle is the CA the local webhook serves from, given as
 	// values: the chart's path for operators who bring their own certificate.
+	var err error
 	if c.WebhookCA, err = certs.NewCA("clusterip-policy-helm-e2e-ca", time.Hour); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"clusterip-policy/internal/testutil"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -31,14 +30,7 @@ import (
 // test), Helm's three-way merge deleted both. The whole path under load is
 // TestNodeLifecycle's upgrade subtest.
 func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
-	if _, err := os.Stat(helm); err != nil {
-		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
-	}
+	root, helm := repoAndHelm(t)
 	c := own(t, framework.Options{NoRBAC: true, NoRegister: true, Webhooks: 0})
 	cs := c.Client(0)
 	ctx := testContext(t, 4*time.Minute)

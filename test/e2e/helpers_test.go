@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"clusterip-policy/internal/testutil"
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
 )
@@ -266,4 +267,20 @@ func (h helmRunner) run(ctx context.Context, args ...string) (string, error) {
 		err = fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out.String())
 	}
 	return out.String(), err
+}
+
+// repoAndHelm returns the repository's root and the helm that
+// hack/build-tools.sh builds beside kubectl; without it the test is skipped
+// (failed under CI=true, testutil.MissingTool).
+func repoAndHelm(t *testing.T) (root, helm string) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm = filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
+	if _, err := os.Stat(helm); err != nil {
+		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
+	}
+	return root, helm
 }

@@ -16,7 +16,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"clusterip-policy/internal/testutil"
 	"clusterip-policy/test/e2e/framework"
 )
 
@@ -30,14 +29,7 @@ import (
 // would be given, the Deployment's image reference, against what the
 // registry serves under the tag, and the config of the image it names.
 func TestInstallFromRegistry(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := filepath.Join(filepath.Dir(framework.DefaultBinaries(root).Kubectl), "helm")
-	if _, err := os.Stat(helm); err != nil {
-		testutil.MissingTool(t, "no helm at %s (run hack/build-tools.sh): %v", helm, err)
-	}
+	root, helm := repoAndHelm(t)
 	layoutDir := filepath.Join(root, "_output", "image", "clusterip-policy")
 	imagebuild := filepath.Join(root, "_output", "tools", "imagebuild")
 	for _, p := range []string{filepath.Join(layoutDir, "index.json"), imagebuild} {
