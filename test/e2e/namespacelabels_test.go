@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ kind: ClusterRole
 metadata: {name: namespace-labeller}
 rules:
 - apiGroups: [""]
-  resources: [namespaces]
+  resources: [namespaces, namespaces/status, namespaces/finalize]
   verbs: [get, list, create, update, patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -128,6 +129,30 @@ subjects:
 	mustRefuse(t, "the tenant changes the exclusion", out, err, "clusterip-policy.io/excluded")
 	if out, err := label(tenant, "team-b", "app=ledger"); err != nil {
 		t.Errorf("the tenant adds an unguarded label beside guarded ones: %v\n%s", err, out)
+	}
+	// The status and finalize subresources store a label change too
+	// (finalize takes only a PUT): both are judged.
+	nsJSON, stderr, err := c.Kubectl(ctx, "", "get", "namespace", "team-a", "-o", "json")
+	if err != nil {
+		t.Fatalf("get namespace team-a: %v\n%s", err, stderr)
+	}
+	// No resourceVersion: the write is unconditional, so it is refused for
+	// what it changes, not for a conflict.
+	withLabel := regexp.MustCompile(`"resourceVersion": "[0-9]+",`).ReplaceAllString(
+		strings.Replace(nsJSON, `"labels": {`, `"labels": {"clusterip-policy.io/excluded": "true", `, 1), "")
+	if withLabel == nsJSON {
+		t.Fatalf("namespace team-a has no labels map to add to:\n%s", nsJSON)
+	}
+	for sub, args := range map[string][]string{
+		"status":   {"patch", "namespace", "team-a", "--subresource=status", "--type=merge", "-p", `{"metadata":{"labels":{"clusterip-policy.io/excluded":"true"}}}`},
+		"finalize": {"replace", "--raw", "/api/v1/namespaces/team-a/finalize", "-f", "-"},
+	} {
+		o, stderr, err := c.Kubectl(ctx, withLabel, append(append([]string{}, tenant...), args...)...)
+		mustRefuse(t, "the tenant sets the exclusion through "+sub, o+stderr, err, "clusterip-policy.io/excluded")
+		if got, _, gerr := c.Kubectl(ctx, "", "get", "namespace", "team-a", "-o", `jsonpath={.metadata.labels.clusterip-policy\.io/excluded}`); gerr != nil || got != "" {
+			t.Errorf("after the tenant's write of %s the namespace carries clusterip-policy.io/excluded=%q (%v)", sub, got, gerr)
+			_, _ = label(nil, "team-a", "clusterip-policy.io/excluded-")
+		}
 	}
 	// A create carrying a guarded label is refused; a plain one is not.
 	nsWith := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-c\n  labels: {team: payments}\n"

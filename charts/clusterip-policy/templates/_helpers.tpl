@@ -544,7 +544,8 @@ matchConstraints:
   resourceRules:
   - apiGroups: [""]
     apiVersions: ["v1"]
-    resources: ["namespaces"]
+    # status and finalize store a label change as the namespace does.
+    resources: ["namespaces", "namespaces/status", "namespaces/finalize"]
     operations: ["CREATE", "UPDATE"]
 matchConditions:
 - name: not-an-allowed-requester
