@@ -10,13 +10,13 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"clusterip-policy/internal/exitcode"
 	"clusterip-policy/pkg/holds"
+	"clusterip-policy/test/fixtures"
 )
 
 // Each flag cleanup cannot use is refused before it reaches a cluster,
@@ -42,13 +42,6 @@ func TestCleanupRefusesBadFlags(t *testing.T) {
 	}
 }
 
-func ipAddress(name, managedBy string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{holds.ManagedByLabel: managedBy}},
-		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "kube-system", Name: "kube-dns"}},
-	}
-}
-
 // cleanup deletes the holds, the Lease and the leader's Secrets once the
 // pods are gone, and never the apiserver's IPAddresses or a Secret someone
 // else made. (The real apiserver's preconditions are proved by
@@ -59,12 +52,12 @@ func TestCleanupDeletesOnlyWhatTheWebhookWrote(t *testing.T) {
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "cp"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy-webhook-tls", Namespace: "cp", Labels: map[string]string{"app.kubernetes.io/managed-by": "clusterip-policy"}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy-webhook-ca", Namespace: "cp", Labels: map[string]string{"app.kubernetes.io/managed-by": "Helm"}}},
-		ipAddress("10.96.0.10", holds.ManagedBy),
-		ipAddress("10.96.0.11", holds.ManagedBy),
-		ipAddress("10.96.0.1", "ipallocator.k8s.io"),
+		fixtures.IPAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns"),
+		fixtures.IPAddress("10.96.0.11", holds.ManagedBy, "kube-system", "kube-dns"),
+		fixtures.IPAddress("10.96.0.1", "ipallocator.k8s.io", "kube-system", "kube-dns"),
 	}
 	for i := range 1200 { // more than two pages
-		objs = append(objs, ipAddress(fmt.Sprintf("10.97.%d.%d", i/250, i%250), holds.ManagedBy))
+		objs = append(objs, fixtures.IPAddress(fmt.Sprintf("10.97.%d.%d", i/250, i%250), holds.ManagedBy, "kube-system", "kube-dns"))
 	}
 	client := fake.NewClientset(objs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -111,7 +104,7 @@ func TestCleanupDeletesOnlyWhatTheWebhookWrote(t *testing.T) {
 func TestCleanupWaitsForThePodsAndNoLonger(t *testing.T) {
 	client := fake.NewClientset(
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: "cp", Labels: map[string]string{"app": "w"}}},
-		ipAddress("10.96.0.10", holds.ManagedBy),
+		fixtures.IPAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns"),
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -143,7 +136,7 @@ func TestCleanupRefusesWhileTheWebhookIsRegistered(t *testing.T) {
 		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}},
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}},
 	} {
-		client := fake.NewClientset(obj, ipAddress("10.96.0.10", holds.ManagedBy))
+		client := fake.NewClientset(obj, fixtures.IPAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns"))
 		var msg string
 		code := cleanup(context.Background(), client, cleanupOptions{namespace: "default", podSelector: "app=w", mutating: "clusterip-policy", validating: "clusterip-policy", timeout: time.Second, pollEvery: 10 * time.Millisecond},
 			&bytes.Buffer{}, func(f string, a ...any) int { msg = fmt.Sprintf(f, a...); return exitcode.Unreadable })

@@ -22,6 +22,7 @@ import (
 	"clusterip-policy/internal/readiness/readinesstest"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/holds"
+	"clusterip-policy/test/fixtures"
 )
 
 // rangePolicy reserves 10.96.0.64/26 for namespace team-a, beside
@@ -91,7 +92,7 @@ func TestMutatingStageReleasesARangeHoldOnlyForAServiceTheRangeAdmits(t *testing
 		{name: "a create of a Service that exists (a duplicate, or not from an apiserver) releases nothing",
 			review: staticCreate(t, "team-a", "db", "10.96.0.70"), hold: rangeHold("10.96.0.70", holds.ManagedBy, teamBand),
 			// readinesstest's team-a/db exists in the cluster too
-			extra:   []runtime.Object{ipAddress("10.96.0.40", "ipallocator.k8s.io", "team-a", "db")},
+			extra:   []runtime.Object{fixtures.IPAddress("10.96.0.40", "ipallocator.k8s.io", "team-a", "db")},
 			allowed: true, remains: true, calls: 1},
 		{name: "the owner of a single reservation is not given the range's holds",
 			review: staticCreate(t, "kube-system", "kube-dns", "10.96.0.70"), hold: rangeHold("10.96.0.70", holds.ManagedBy, teamBand),

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -31,15 +30,6 @@ import (
 	"clusterip-policy/pkg/holds"
 	"clusterip-policy/test/fixtures"
 )
-
-// ipAddress is an IPAddress at ip naming the Service ns/name, labelled
-// managed by managedBy.
-func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip, UID: types.UID("uid-" + ip), Labels: map[string]string{holds.ManagedByLabel: managedBy}},
-		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}},
-	}
-}
 
 // wired is the mutating endpoint as serve wires it, over readinesstest's
 // gate, with the holds' release as its hook: the admission path reaches
@@ -108,7 +98,9 @@ func newWiredPolicy(t *testing.T, hook admission.AllocationHook, pol string) wir
 }
 
 func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
-	ourHold := func() runtime.Object { return ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns") }
+	ourHold := func() runtime.Object {
+		return fixtures.IPAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns")
+	}
 	kubeDNS := func() runtime.Object {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns"}}
 	}
@@ -138,7 +130,7 @@ func TestMutatingStageReleasesTheOwnersHoldBeforeAllocation(t *testing.T) {
 			objects: []runtime.Object{ourHold()}, allowed: true, remains: true},
 		{name: "a forged create of an owner that exists, whose own IPAddress holds its address, costs no API call and is counted owner-exists",
 			review:  admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns")),
-			objects: []runtime.Object{ipAddress("10.96.0.10", "ipallocator.k8s.io", "kube-system", "kube-dns"), kubeDNS()},
+			objects: []runtime.Object{fixtures.IPAddress("10.96.0.10", "ipallocator.k8s.io", "kube-system", "kube-dns"), kubeDNS()},
 			allowed: true, remains: true, ownerExists: 1},
 		{name: "another Service's create touches no IPAddress",
 			review:  admissiontest.LoadReview(t, "mutate-003-create-wh-static.json", admissiontest.Named("default", "web"), admissiontest.WithClusterIP("10.96.0.30")),
@@ -222,7 +214,7 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	rel, watch := newReleaser(t, client, holdctl.NewMetrics(hreg), func() time.Time { return now })
 	r := newWired(t, rel)
-	hold := ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns")
+	hold := fixtures.IPAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns")
 	r.mirror(hold) // the view lags behind the releases here; only the watch decides
 	review := admissiontest.LoadReview(t, "mutate-001-create-wh-auto.json", admissiontest.Named("kube-system", "kube-dns"))
 	rehold := func() {
@@ -278,7 +270,7 @@ func TestRepeatedOwnerCreatesReleaseAHoldOnlyWithinTheBudget(t *testing.T) {
 // response's auditAnnotations must say the same 503 denial, not the
 // "patched" the decision was before the release was tried.
 func TestAFailedReleaseIsRecordedAsTheDenialItIs(t *testing.T) {
-	hold := ipAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns")
+	hold := fixtures.IPAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns")
 	client := fake.NewClientset(hold)
 	rel, _ := newReleaser(t, client, holdctl.NewMetrics(prometheus.NewRegistry()), time.Now)
 	client.PrependReactor("delete", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {

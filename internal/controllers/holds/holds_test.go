@@ -19,21 +19,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/internal/readiness/readinesstest"
 	"clusterip-policy/pkg/holds"
 	"clusterip-policy/pkg/policy"
+	"clusterip-policy/test/fixtures"
 )
-
-func ipAddress(ip, managedBy, ns, name string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip, UID: types.UID("uid-" + ip), Labels: map[string]string{holds.ManagedByLabel: managedBy}},
-		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}},
-	}
-}
 
 func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 	const pol = readinesstest.Spec + `- ip: 10.96.0.20
@@ -46,9 +39,9 @@ func TestLeaderPassHoldsOnlyForAbsentOwnersAndNeverTouchesOthers(t *testing.T) {
 		// The owner of 10.96.0.20 exists (holding another address).
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ingress-vip"}},
 		// Someone else's IPAddress with our label's key but not its value.
-		ipAddress("10.96.0.40", "someone-else", "default", "x"),
+		fixtures.IPAddress("10.96.0.40", "someone-else", "default", "x"),
 		// Our hold for a reservation that left the policy.
-		ipAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
+		fixtures.IPAddress("10.96.0.50", holds.ManagedBy, "default", "gone"),
 	)
 	hm := NewMetrics(prometheus.NewRegistry())
 	k := NewKeeper(client, nil, r.Gate, judged.Names(), time.Second, DefaultWriteRate, logging.New(&strings.Builder{}), hm)
@@ -162,7 +155,7 @@ func TestNoHoldWhereTheWebhookIsNotCalled(t *testing.T) {
   service: excluded/ingress-vip
 `
 	r := readinesstest.New(t, pol, true, logr.Discard())
-	client := fake.NewClientset(ipAddress("10.96.0.20", holds.ManagedBy, "excluded", "ingress-vip"))
+	client := fake.NewClientset(fixtures.IPAddress("10.96.0.20", holds.ManagedBy, "excluded", "ingress-vip"))
 	hm := NewMetrics(prometheus.NewRegistry())
 	list := func() ([]*networkingv1.IPAddress, error) {
 		l, err := client.NetworkingV1().IPAddresses().List(context.Background(), metav1.ListOptions{LabelSelector: holds.Selector})
@@ -284,7 +277,7 @@ func TestAPassDeletesABoundedNumberOfStaleHolds(t *testing.T) {
 	r := readinesstest.New(t, readinesstest.Spec, true, logr.Discard())
 	var objs []runtime.Object
 	for i := range 150 {
-		a := ipAddress(netip.AddrFrom4([4]byte{10, 96, 2, byte(i)}).String(), holds.ManagedBy, "", "")
+		a := fixtures.IPAddress(netip.AddrFrom4([4]byte{10, 96, 2, byte(i)}).String(), holds.ManagedBy, "", "")
 		a.Spec.ParentRef = &networkingv1.ParentReference{Group: "clusterip-policy.io", Resource: "reservedranges", Name: "10.96.2.0-10.96.2.255"}
 		objs = append(objs, a)
 	}
