@@ -21,7 +21,7 @@ LDFLAGS := -s -w -X clusterip-policy/internal/version.version=$(VERSION) -X clus
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 
-.PHONY: release-tools generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release release-check version vulncheck e2e-versions node-tools node-up node-down node-e2e
+.PHONY: release-tools release-check-tools generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release release-check version vulncheck e2e-versions node-tools node-up node-down node-e2e
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -143,21 +143,35 @@ image: ## build the linux/amd64+arm64 image, the pause image and the SBOM into _
 	VERSION=$(VERSION) COMMIT=$(COMMIT) hack/image.sh
 
 # IMAGE_REPO is where the image will be pushed; the packaged chart's values
-# name it with the tag and the digest (docs/release.md).
+# and install.yaml name it with the tag and the digest (docs/release.md).
 IMAGE_REPO ?= clusterip-policy
-# The release needs helm only (hack/release.sh packages the chart with it):
-# not etcd, kube-apiserver or kubectl, which the tests run.
+# RELEASE_URL is where the release's files will be downloadable: the krew
+# manifest's archive URIs (docs/release.md).
+RELEASE_URL ?= https://downloads.example.com/clusterip-policy/$(VERSION)
+# The release needs helm (hack/release.sh packages the chart with it) and
+# kubectl (it renders install.yaml with kubectl kustomize), not etcd or
+# kube-apiserver.
 release-tools:
-	hack/build-tools.sh helm
+	hack/build-tools.sh release
 
-release: image release-tools ## image, chart package, CLI binaries, SBOM and SHA256SUMS into _output/release/
-	VERSION=$(VERSION) COMMIT=$(COMMIT) IMAGE_REPO=$(IMAGE_REPO) hack/release.sh
+release: image release-tools ## image, chart, CLI binaries and plugin archives, krew manifest, install.yaml, SBOM and SHA256SUMS into _output/release/
+	VERSION=$(VERSION) COMMIT=$(COMMIT) IMAGE_REPO=$(IMAGE_REPO) RELEASE_URL=$(RELEASE_URL) hack/release.sh
+# What the release check runs beyond make release: cosign (signs and
+# verifies, docs/release.md "Signing") and krew (installs the plugin from
+# the krew manifest), plus etcd and kube-apiserver for the apply of
+# install.yaml. Cached like every tool; CI builds them beside make test.
+release-check-tools: tools
+	hack/build-tools.sh release-check
 # make release, then a test of what it wrote (test/e2e/release_test.go):
 # sha256sum -c SHA256SUMS, the CLI's version and commit, the chart's
-# version/appVersion and image digest, a second image build's digest, and
+# version/appVersion and image digest, a second image build's digest,
 # docs/release.md's skopeo copy into Debian's docker-registry on loopback,
-# pulled back by digest. CI (.ci/run) runs it.
-release-check: release ## make release, then check it: checksums, CLI version, chart digest, reproducibility, skopeo copy to a loopback registry
+# pulled back by digest, the image and chart signed and the SBOM attested
+# with a throwaway cosign key and verified with docs/release.md's commands
+# (and refused once tampered with), the plugin installed with krew from
+# the krew manifest, its completion run by kubectl, and install.yaml
+# applied to a real kube-apiserver. CI (.ci/run) runs it.
+release-check: release release-check-tools ## make release, then check it: checksums, CLI version, chart digest, reproducibility, signatures, krew, install.yaml
 	RELEASE_DIR=_output/release $(GO) test -tags e2e -count=1 -timeout 15m -v -run '^TestReleaseArtefacts$$' ./test/e2e/
 
 vulncheck: ## known-vulnerability scan (govulncheck, database built from the golang.org/x/vulndb module)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the binaries the end-to-end tests and the demo run: etcd, kube-apiserver,
-# kubectl, helm, controller-gen, helm-docs and crd-ref-docs from their Go modules at the versions pinned in tools/*/go.mod.
+# kubectl, helm, controller-gen, helm-docs and crd-ref-docs (and, for the
+# release check, cosign and krew) from their Go modules at the versions pinned in tools/*/go.mod.
 # A binary is rebuilt only when its pinned version (recorded in a stamp file
 # beside it) differs, so a warm run costs a second; the cold build times are in
 # BENCHMARKS.md, "How long CI takes".
@@ -18,6 +19,8 @@ helm_version=$(cd "$root/tools/helm" && go list -m -f '{{.Version}}' helm.sh/hel
 controller_gen_version=$(cd "$root/tools/controller-gen" && go list -m -f '{{.Version}}' sigs.k8s.io/controller-tools)
 helm_docs_version=$(cd "$root/tools/helm-docs" && go list -m -f '{{.Version}}' github.com/norwoodj/helm-docs)
 crd_ref_docs_version=$(cd "$root/tools/crd-ref-docs" && go list -m -f '{{.Version}}' github.com/elastic/crd-ref-docs)
+cosign_version=$(cd "$root/tools/cosign" && go list -m -f '{{.Version}}' github.com/sigstore/cosign/v3)
+krew_version=$(cd "$root/tools/krew" && go list -m -f '{{.Version}}' sigs.k8s.io/krew)
 minor=${k8s_version#v1.}; minor=${minor%%.*}
 
 # shellcheck source=hack/tools-cache.sh
@@ -57,10 +60,21 @@ if [[ "${1:-}" == node ]]; then
 	exit 0
 fi
 
-# `hack/build-tools.sh helm` (make release) builds only helm, which the
-# release packages the chart with.
-if [[ "${1:-}" == helm ]]; then
+# `hack/build-tools.sh release` (make release) builds only helm and
+# kubectl: the release packages the chart with helm and renders install.yaml
+# with kubectl kustomize.
+if [[ "${1:-}" == release ]]; then
 	build helm "$helm_version" "$root/tools/helm" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$helm_version"
+	build kubectl "$k8s_version" "$root/tools/kube" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+	exit 0
+fi
+# `hack/build-tools.sh release-check` (make release-check) builds cosign,
+# which signs and verifies the release (docs/release.md, "Signing"), and
+# krew, which installs the plugin from the release's krew manifest. Both
+# print their version from the module's variables; stamp them the same way.
+if [[ "${1:-}" == release-check ]]; then
+	build cosign "$cosign_version" "$root/tools/cosign" github.com/sigstore/cosign/v3/cmd/cosign "-X sigs.k8s.io/release-utils/version.gitVersion=$cosign_version"
+	build krew "$krew_version" "$root/tools/krew" sigs.k8s.io/krew/cmd/krew "-X sigs.k8s.io/krew/internal/version.gitTag=$krew_version"
 	exit 0
 fi
 

@@ -81,6 +81,9 @@ func TestReleaseArtefacts(t *testing.T) {
 		"clusterip-policy-" + version + "-linux-arm64",
 		"clusterip-policy-" + version + ".oci.tar",
 		"clusterip-policy-" + version + ".spdx.json",
+		"clusterip-policy.yaml",
+		"install-crd.yaml",
+		"install.yaml",
 		"kubectl-clusterip_policy-" + version + "-darwin-amd64.tar.gz",
 		"kubectl-clusterip_policy-" + version + "-darwin-arm64.tar.gz",
 		"kubectl-clusterip_policy-" + version + "-linux-amd64.tar.gz",
@@ -133,7 +136,7 @@ func TestReleaseArtefacts(t *testing.T) {
 		}
 	})
 
-	t.Run("each kubectl plugin archive holds its platform's CLI, as kubectl-clusterip_policy, and the LICENSE", func(t *testing.T) {
+	t.Run("each kubectl plugin archive holds its platform's CLI, as kubectl-clusterip_policy, the LICENSE and the completion helper", func(t *testing.T) {
 		for _, platform := range []string{"darwin-amd64", "darwin-arm64", "linux-amd64", "linux-arm64"} {
 			f, err := os.Open(filepath.Join(dir, "kubectl-clusterip_policy-"+version+"-"+platform+".tar.gz"))
 			if err != nil {
@@ -144,6 +147,7 @@ func TestReleaseArtefacts(t *testing.T) {
 				t.Fatal(err)
 			}
 			members := map[string]string{}
+			modes := map[string]int64{}
 			tr := tar.NewReader(zr)
 			for {
 				hdr, err := tr.Next()
@@ -158,12 +162,23 @@ func TestReleaseArtefacts(t *testing.T) {
 					t.Fatal(err)
 				}
 				members[hdr.Name] = hex.EncodeToString(h.Sum(nil))
+				modes[hdr.Name] = hdr.Mode
 			}
 			f.Close()
 			cli := fileSHA256(t, filepath.Join(dir, "clusterip-policy-"+version+"-"+platform))
 			license := fileSHA256(t, filepath.Join(root, "LICENSE"))
-			if len(members) != 2 || members["kubectl-clusterip_policy"] != cli || members["LICENSE"] != license {
-				t.Errorf("kubectl-clusterip_policy-%s-%s.tar.gz holds %v; want kubectl-clusterip_policy (sha256 %s, the CLI's) and LICENSE (%s)", version, platform, members, cli, license)
+			complete := fileSHA256(t, filepath.Join(root, "hack", "kubectl_complete-clusterip_policy"))
+			if len(members) != 3 || members["kubectl-clusterip_policy"] != cli || members["LICENSE"] != license || members["kubectl_complete-clusterip_policy"] != complete {
+				t.Errorf("kubectl-clusterip_policy-%s-%s.tar.gz holds %v; want kubectl-clusterip_policy (sha256 %s, the CLI's), LICENSE (%s) and kubectl_complete-clusterip_policy (%s)", version, platform, members, cli, license, complete)
+			}
+			for name, mode := range modes {
+				want := int64(0o755)
+				if name == "LICENSE" {
+					want = 0o644
+				}
+				if mode != want {
+					t.Errorf("kubectl-clusterip_policy-%s-%s.tar.gz: %s has mode %o, want 0755 (0644 for LICENSE)", version, platform, name, mode)
+				}
 			}
 		}
 	})
@@ -354,6 +369,21 @@ func TestReleaseArtefacts(t *testing.T) {
 			t.Errorf("pulled back by digest, the layout's index is %s, want %s", back, digest)
 		}
 		t.Logf("e2e: release: skopeo inspect --raw and skopeo copy --all by digest %s: the same index, %s", digest, strings.Join(platforms, " "))
+	})
+
+	// Issue 40, "a release you can verify" (release_verify_test.go).
+	t.Run("the krew manifest names each archive by its SHA-256 and platform", func(t *testing.T) {
+		checkKrewManifest(t, dir, version)
+	})
+	t.Run("image and chart signed and the SBOM attested with docs/release.md's commands; verify refuses another key, image or chart", func(t *testing.T) {
+		checkSigning(t, ctx, root, dir, version, digest,
+			releaseDocBlock(t, root, "V=$(make -s version)"), releaseDocBlock(t, root, "cosign verify "))
+	})
+	t.Run("krew installs the plugin from the krew manifest on every platform, refuses a wrong archive, and kubectl completes it", func(t *testing.T) {
+		checkKrew(t, ctx, root, dir, version, releaseDocBlock(t, root, "kubectl krew install "), releaseDocBlock(t, root, "ln -s ~/.krew/"))
+	})
+	t.Run("install.yaml applied to a real kube-apiserver with docs/release.md's commands", func(t *testing.T) {
+		checkInstallYAML(t, ctx, root, dir, version, digest, releaseDocBlock(t, root, "kubectl apply --server-side -f install-crd.yaml"))
 	})
 }
 
