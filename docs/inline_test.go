@@ -63,6 +63,9 @@ var foreignFlags = map[string]string{
 	"take-ownership":          "helm",
 	"version":                 "helm",
 	"wait":                    "helm",
+	// cosign (docs/release.md)
+	"tlog-upload":          "cosign sign",
+	"insecure-ignore-tlog": "cosign verify",
 	// skopeo
 	"dest-tls-verify": "skopeo copy",
 	"src-tls-verify":  "skopeo copy",
@@ -195,12 +198,19 @@ func checkSpan(span string, root *cobra.Command, flags map[string][]string) []er
 // checkOurCommand holds `clusterip-policy ARGS` to the command tree: the
 // command exists, and every --flag it gives is one that command takes.
 func checkOurCommand(args string, root *cobra.Command) []error {
-	fields := strings.Fields(args)
+	// Placeholders (CIDR..., FILE, <TAB>) stand for what the reader types.
+	var fields []string
+	for _, f := range strings.Fields(args) {
+		if strings.HasPrefix(f, "<") || strings.ToUpper(f) == f && !strings.HasPrefix(f, "-") {
+			continue
+		}
+		fields = append(fields, f)
+	}
 	c, rest, err := root.Find(fields)
 	if err != nil {
 		return []error{fmt.Errorf("runs clusterip-policy %s: %w", args, err)}
 	}
-	if c == root && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") && strings.ToUpper(rest[0]) != rest[0] {
+	if c == root && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		return []error{fmt.Errorf("runs clusterip-policy %s, which has no command %q", args, rest[0])}
 	}
 	var errs []error
