@@ -19,6 +19,11 @@ import (
 // another's) changed the object, so the record holds what reaches the
 // allocator.
 
+// RecordCondition is the record's one matchCondition: at most two
+// addresses, naming one or carrying the record, on a request that can
+// allocate.
+const RecordCondition = "may-need-recording"
+
 // recordPath is RecordAnnotation as a JSON Pointer token (RFC 6901: "/" is
 // written "~1").
 var recordPath = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(RecordAnnotation, "~", "~0"), "/", "~1")
@@ -70,14 +75,15 @@ func (c compiler) recordPolicy() admissionregistrationv1.MutatingAdmissionPolicy
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{Services}},
 				}}},
 			},
-			MatchConditions: []admissionregistrationv1.MatchCondition{
-				// First, and costing one size(): a hostile list of
-				// 50,000 addresses (which the apiserver's validation
-				// refuses after admission) must not be walked here.
+			// One condition (oneCondition): the shape first, costing
+			// one size(), so a hostile list of 50,000 addresses (which
+			// the apiserver's validation refuses after admission) is
+			// never walked; then what a dynamic create fails at once.
+			MatchConditions: oneCondition(RecordCondition, []admissionregistrationv1.MatchCondition{
 				{Name: "at-most-two-addresses", Expression: recordShape},
-				{Name: "allocating-requests-only", Expression: recordMatch},
 				{Name: "names-an-address-or-carries-the-record", Expression: recordNeeded},
-			},
+				{Name: "allocating-requests-only", Expression: recordMatch},
+			}),
 			Variables: []admissionregistrationv1.Variable{
 				{Name: "named", Expression: varNamed},
 			},

@@ -176,8 +176,9 @@ func (c compiler) services() group {
 		g.add(c.p, v)
 	}
 	if fast, ok := c.plainlyDynamic(reserved, dynamic, dynamicOK && rangesOK, ranges, rangesExprOK); ok {
-		g.matchConditions = append(g.matchConditions, admissionregistrationv1.MatchCondition{Name: "not-plainly-dynamic", Expression: fast})
+		g.matchConditions = append([]admissionregistrationv1.MatchCondition{{Name: "not-plainly-dynamic", Expression: fast}}, g.matchConditions...)
 	}
+	g.matchConditions = oneCondition(NeedsJudging, g.matchConditions)
 	return g
 }
 
