@@ -96,11 +96,22 @@ type Reports struct {
 	metrics   *ReportMetrics
 	// served is what the last pass found, so the log says when it changes.
 	served bool
+	// foreign holds the namespaces where a report of our name exists
+	// without our label (another tool's, or someone's in the way), and
+	// when that was found: the leader leaves it alone and does not try
+	// again for foreignRetry, so such reports cost no call a pass and
+	// cannot use up the pass's writes or failures that other namespaces'
+	// reports need. At most one entry per namespace with findings.
+	foreign map[string]time.Time
 }
+
+// foreignRetry is how long a namespace whose report name is taken is left
+// alone before the leader tries to create its report again.
+const foreignRetry = time.Hour
 
 // NewReports writes through client, asking disc whether the API is served.
 func NewReports(client dynamic.Interface, disc discovery.DiscoveryInterface, log logr.Logger, m *ReportMetrics) *Reports {
-	return &Reports{client: client, discovery: disc, log: log, metrics: m}
+	return &Reports{client: client, discovery: disc, log: log, metrics: m, foreign: map[string]time.Time{}}
 }
 
 // serves reports whether the apiserver serves policyreports in
@@ -120,6 +131,7 @@ func (r *Reports) serves() (bool, error) {
 func (r *Reports) stop() {
 	r.metrics.available.Set(0)
 	r.served = false
+	r.foreign = map[string]time.Time{}
 }
 
 // Sync makes the reports say what findings say: a report for each
@@ -168,15 +180,30 @@ func (r *Reports) Sync(ctx context.Context, findings []policy.Finding, uids map[
 		}
 		writes++
 	}
+	for ns, at := range r.foreign {
+		if _, ok := byNamespace[ns]; !ok || now.Sub(at) >= foreignRetry {
+			delete(r.foreign, ns)
+		}
+	}
 	for _, ns := range slices.Sorted(maps.Keys(byNamespace)) {
 		old := existing[ns]
 		want := reportObject(ns, byNamespace[ns], uids, now, old)
 		switch {
 		case old == nil:
+			if _, taken := r.foreign[ns]; taken {
+				continue
+			}
 			write("create PolicyReport "+ns+"/"+ReportName, func() error {
 				cctx, cancel := context.WithTimeout(ctx, auditCallTimeout)
 				defer cancel()
 				_, err := r.client.Resource(ReportGVR).Namespace(ns).Create(cctx, want, metav1.CreateOptions{})
+				if apierrors.IsAlreadyExists(err) {
+					// Not ours (the list found none with our label): left
+					// alone, not a failure that would stop the pass.
+					r.foreign[ns] = now
+					r.log.Info("a PolicyReport of our name without our label is in the way; it is left alone, and this namespace gets no report (tried again in an hour)", "namespace", ns, "name", ReportName, "label", ReportManagedByLabel+"="+ReportManagedBy)
+					return nil
+				}
 				if err == nil {
 					r.metrics.writes.WithLabelValues("created").Inc()
 				}

@@ -1,13 +1,22 @@
 package periodicaudit
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	discoveryfake "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/pkg/policy"
 )
@@ -112,5 +121,59 @@ func TestReportResultMapsTheAction(t *testing.T) {
 		if msg := r["message"].(string); len(msg) > 1024 || !strings.HasPrefix(msg, "10.96.0.10 xxx") {
 			t.Errorf("action %q: message of %d bytes (over 1024?): %.40q", c.action, len(msg), msg)
 		}
+	}
+}
+
+// A report of our name without our label (another tool's, or put there to
+// get in the way) is left alone, is no failure, and costs no call on the
+// next passes: more such namespaces than the pass's failure budget do not
+// keep the other namespaces from their reports. The proof against a real
+// apiserver is the e2e TestPeriodicAuditWritesPolicyReports; this one
+// counts the calls, which a fake client can.
+func TestReportsLeaveAReportInTheWayAlone(t *testing.T) {
+	scheme := runtime.NewScheme()
+	var objs []runtime.Object
+	var findings []policy.Finding
+	for i := range maxReportFailures + 2 {
+		ns := fmt.Sprintf("squatted-%d", i)
+		objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+			"metadata": map[string]any{"name": ReportName, "namespace": ns},
+		}})
+		findings = append(findings, reportFinding(ns, "s", policy.RuleReservedForOther, policy.ActionDeny, "10.96.0.10"))
+	}
+	findings = append(findings, reportFinding("z-real", "s", policy.RuleReservedForOther, policy.ActionDeny, "10.96.0.10"))
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{ReportGVR: "PolicyReportList"}, objs...)
+	disc := &discoveryfake.FakeDiscovery{Fake: &k8stesting.Fake{Resources: []*metav1.APIResourceList{{
+		GroupVersion: ReportGVR.GroupVersion().String(),
+		APIResources: []metav1.APIResource{{Name: ReportGVR.Resource, Namespaced: true, Kind: "PolicyReport"}},
+	}}}}
+	r := NewReports(dyn, disc, logr.Discard(), NewReportMetrics(prometheus.NewRegistry()))
+	creates := func() int {
+		n := 0
+		for _, a := range dyn.Actions() {
+			if a.GetVerb() == "create" {
+				n++
+			}
+		}
+		return n
+	}
+	for pass := range 2 {
+		if err := r.Sync(context.Background(), findings, nil, time.Unix(int64(1000+pass), 0)); err != nil {
+			t.Fatalf("pass %d: %v", pass+1, err)
+		}
+	}
+	real, err := dyn.Resource(ReportGVR).Namespace("z-real").Get(context.Background(), ReportName, metav1.GetOptions{})
+	if err != nil || real.GetLabels()[ReportManagedByLabel] != ReportManagedBy {
+		t.Fatalf("z-real's report: %v %v", real, err)
+	}
+	for i := range maxReportFailures + 2 {
+		u, err := dyn.Resource(ReportGVR).Namespace(fmt.Sprintf("squatted-%d", i)).Get(context.Background(), ReportName, metav1.GetOptions{})
+		if err != nil || len(u.GetLabels()) != 0 || u.Object["results"] != nil {
+			t.Errorf("the report in the way in squatted-%d was changed: %v %v", i, u, err)
+		}
+	}
+	if n := creates(); n != maxReportFailures+3 {
+		t.Errorf("%d creates over two passes, want %d: one per namespace, none again for those in the way", n, maxReportFailures+3)
 	}
 }
