@@ -131,3 +131,140 @@ func TestChartServiceMonitor(t *testing.T) {
 		t.Errorf("serviceMonitor beside podMonitor: %v, want the refusal", err)
 	}
 }
+
+// The values monitoring.prometheusRule.* tune the alerts: disabled leaves
+// an alert out (and a group with none left), customRules sets for,
+// severity and labels, additionalRuleLabels reach every chart alert (not
+// the user's), capacity moves the levels in the expression and the
+// description, extraRules are appended to the group clusterip-policy.
+// promtool runs the tuned rules in TestChartTunedAlertsWithPromtool.
+func TestChartPrometheusRuleValues(t *testing.T) {
+	rf := renderedRules(t, append(append([]string{}, chartTunedAlertValues...),
+		"--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyDenialsRising=true",
+		"--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyViewStale=false",
+		"--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyWebhookUnreachable=true",
+		"--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyWebhookNotRegistered=true",
+		"--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyReachabilityProbeRefused=true",
+		"--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyWebhookDown.for=10m",
+		"--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyWebhookDown.severity=warning",
+		"--set", "monitoring.prometheusRule.capacity.reservedRange.warning.usedPercent=null",
+		"--set", "monitoring.prometheusRule.capacity.reservedRange.warning.freeAddresses=4",
+	)...)
+	base := loadRulesFile(t)
+	baseRules := map[string]Rule{}
+	for _, g := range base.Groups {
+		for _, r := range g.Rules {
+			baseRules[r.Alert] = r
+		}
+	}
+	got := map[string]Rule{}
+	var groups []string
+	for _, g := range rf.Groups {
+		groups = append(groups, g.Name)
+		for _, r := range g.Rules {
+			got[r.Alert] = r
+		}
+		if g.Name == "clusterip-policy" && g.Rules[len(g.Rules)-1].Alert != "MyTeamWebhookScrapeDown" {
+			t.Errorf("extraRules: the group clusterip-policy ends with %q, want the extra rule", g.Rules[len(g.Rules)-1].Alert)
+		}
+	}
+	if len(groups) != 1 {
+		t.Errorf("groups %v: the reachability group, all of whose alerts are disabled, is still rendered", groups)
+	}
+	for _, name := range []string{"ClusterIPPolicyDenialsRising", "ClusterIPPolicyWebhookUnreachable"} {
+		if _, ok := got[name]; ok {
+			t.Errorf("%s rendered though disabled", name)
+		}
+	}
+	if _, ok := got["ClusterIPPolicyViewStale"]; !ok {
+		t.Error("ClusterIPPolicyViewStale left out though disabled is false")
+	}
+	for name, r := range got {
+		if name == "MyTeamWebhookScrapeDown" {
+			if r.Labels["cluster"] != "" || r.Labels["team"] != "netops" || r.For != "2m" {
+				t.Errorf("extra rule %+v: want its own labels only (additionalRuleLabels are the chart's alerts')", r)
+			}
+			continue
+		}
+		if r.Labels["cluster"] != "prod" {
+			t.Errorf("%s labels %v: no cluster=prod from additionalRuleLabels", name, r.Labels)
+		}
+	}
+	if r := got["ClusterIPPolicyWebhookDown"]; r.For != "10m" || r.Labels["severity"] != "warning" {
+		t.Errorf("ClusterIPPolicyWebhookDown for %q severity %q, want customRules' 10m, warning", r.For, r.Labels["severity"])
+	}
+	if r := got["ClusterIPPolicyDynamicBandFilling"]; r.For != "1m" || r.Labels["severity"] != "page" || r.Labels["team"] != "netops" ||
+		!strings.Contains(r.Expr, "<= 0.5 * sum") || !strings.Contains(r.Annotations["description"], "(the alert fires at 50% used, 50% or less free, of what the allocator may use there)") {
+		t.Errorf("ClusterIPPolicyDynamicBandFilling tuned to 50%% for 1m, severity page, team netops: %+v", r)
+	}
+	if r := got["ClusterIPPolicyReservedRangeFilling"]; !strings.HasSuffix(r.Expr, ") <= 4") || !strings.Contains(r.Annotations["description"], "(the alert fires at 4 or fewer free addresses)") {
+		t.Errorf("ClusterIPPolicyReservedRangeFilling at 4 free addresses: expr %q description %q", r.Expr, r.Annotations["description"])
+	}
+	if r := got["ClusterIPPolicyReservedRangeFull"]; !strings.HasSuffix(r.Expr, ") <= 2") {
+		t.Errorf("ClusterIPPolicyReservedRangeFull at 2 free addresses: expr %q", r.Expr)
+	}
+	// What no value touched stays the file's.
+	if r, b := got["ClusterIPPolicyCertificateExpiresSoon"], baseRules["ClusterIPPolicyCertificateExpiresSoon"]; r.Expr != b.Expr || r.For != b.For || r.Annotations["description"] != b.Annotations["description"] {
+		t.Errorf("ClusterIPPolicyCertificateExpiresSoon changed: %+v, want %+v", r, b)
+	}
+	// Both forms of a level together: either fires.
+	r := renderedRules(t, "--set", "monitoring.prometheusRule.enabled=true",
+		"--set", "monitoring.prometheusRule.capacity.dynamicBand.critical.freeAddresses=10")
+	for _, g := range r.Groups {
+		for _, rule := range g.Rules {
+			if rule.Alert == "ClusterIPPolicyDynamicBandFull" && !(strings.HasPrefix(rule.Expr, "(") && strings.Contains(rule.Expr, "<= 0.05 * sum") && strings.HasSuffix(rule.Expr, ") or (max without (instance, pod, state) (clusterip_policy_band_addresses{band=\"dynamic\", state=\"free\"}) <= 10)")) {
+				t.Errorf("ClusterIPPolicyDynamicBandFull at 95%% used or 10 free: %q", rule.Expr)
+			}
+		}
+	}
+}
+
+// A tuning that cannot be what was meant is refused at render, naming the
+// value and the fix: an alert name the chart does not have (a typo would
+// leave the alert on), a level out of range, a warning past its critical,
+// a level with neither form, a label Prometheus refuses, a bad duration.
+func TestChartPrometheusRuleValuesRefused(t *testing.T) {
+	on := []string{"--set", "monitoring.prometheusRule.enabled=true"}
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unknown disabled", []string{"--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyWebhookDwon=true"},
+			[]string{"monitoring.prometheusRule.disabled.ClusterIPPolicyWebhookDwon: no such alert", "ClusterIPPolicyWebhookDown, ", "ClusterIPPolicyReachabilityProbeRefused"}},
+		{"unknown customRules", []string{"--set", "monitoring.prometheusRule.customRules.DynamicBandFull.severity=page"},
+			[]string{"monitoring.prometheusRule.customRules.DynamicBandFull: no such alert", "ClusterIPPolicyDynamicBandFull"}},
+		{"usedPercent over 100", []string{"--set", "monitoring.prometheusRule.capacity.dynamicBand.warning.usedPercent=101"},
+			[]string{"/monitoring/prometheusRule/capacity/dynamicBand/warning/usedPercent", "maximum"}},
+		{"usedPercent 0", []string{"--set", "monitoring.prometheusRule.capacity.reservedRange.warning.usedPercent=0"},
+			[]string{"/monitoring/prometheusRule/capacity/reservedRange/warning/usedPercent", "exclusiveMinimum"}},
+		{"negative freeAddresses", []string{"--set", "monitoring.prometheusRule.capacity.reservedRange.critical.freeAddresses=-1"},
+			[]string{"/monitoring/prometheusRule/capacity/reservedRange/critical/freeAddresses", "minimum"}},
+		{"warning past critical", []string{"--set", "monitoring.prometheusRule.capacity.dynamicBand.warning.usedPercent=95"},
+			[]string{"monitoring.prometheusRule.capacity.dynamicBand: warning.usedPercent 95 is not below critical.usedPercent 95"}},
+		{"warning addresses under critical", []string{"--set", "monitoring.prometheusRule.capacity.reservedRange.warning.freeAddresses=0"},
+			[]string{"monitoring.prometheusRule.capacity.reservedRange: warning.freeAddresses 0 is not above critical.freeAddresses 0"}},
+		{"no level", []string{"--set", "monitoring.prometheusRule.capacity.reservedRange.critical.freeAddresses=null"},
+			[]string{"monitoring.prometheusRule.capacity.reservedRange.critical: neither usedPercent nor freeAddresses is set"}},
+		{"bad label name", []string{"--set", "monitoring.prometheusRule.additionalRuleLabels.team-name=x"},
+			[]string{`monitoring.prometheusRule.additionalRuleLabels: "team-name" is not a Prometheus label name`}},
+		{"bad customRules label", []string{"--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyWebhookDown.labels.a\\.b=x"},
+			[]string{`monitoring.prometheusRule.customRules.ClusterIPPolicyWebhookDown.labels: "a.b" is not a Prometheus label name`}},
+		{"bad for", []string{"--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyWebhookDown.for=5 minutes"},
+			[]string{"/monitoring/prometheusRule/customRules/ClusterIPPolicyWebhookDown/for", "does not match pattern"}},
+		{"extra rule without a name", []string{"--set-json", `monitoring.prometheusRule.extraRules=[{"expr":"up == 0"}]`},
+			[]string{"/monitoring/prometheusRule/extraRules/0", "missing property 'alert'"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := helmTemplate(t, append(append([]string{}, on...), c.args...)...)
+			if err == nil {
+				t.Fatalf("%v rendered; want a refusal", c.args)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v: the refusal does not say %q:\n%v", c.args, w, err)
+				}
+			}
+		})
+	}
+}

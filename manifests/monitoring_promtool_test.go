@@ -134,3 +134,97 @@ func runAlertTests(t *testing.T, bin string, rf *RulesFile) (string, error) {
 	}
 	return runPromtool(t, bin, dir, "test", "rules", "tests.yaml", "reachability.yaml")
 }
+
+// chartTunedAlertValues are the non-default values of
+// testdata/alerts-promtool-chart-tuned-test.yaml.
+var chartTunedAlertValues = []string{
+	"--set", "monitoring.prometheusRule.enabled=true",
+	"--set", "monitoring.prometheusRule.capacity.dynamicBand.warning.usedPercent=50",
+	"--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyDynamicBandFilling.for=1m",
+	"--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyDynamicBandFilling.severity=page",
+	"--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyDynamicBandFilling.labels.team=netops",
+	"--set", "monitoring.prometheusRule.capacity.reservedRange.critical.freeAddresses=2",
+	"--set", "monitoring.prometheusRule.additionalRuleLabels.cluster=prod",
+	"--set-json", `monitoring.prometheusRule.extraRules=[{"alert":"MyTeamWebhookScrapeDown","expr":"up{job=\"clusterip-policy-webhook\"} == 0","for":"2m","labels":{"team":"netops"}}]`,
+}
+
+// renderedRules renders the chart's PrometheusRule with args and returns
+// its groups as a rules file.
+func renderedRules(t *testing.T, args ...string) *RulesFile {
+	t.Helper()
+	out, err := helmTemplate(t, args...)
+	if err != nil {
+		t.Fatalf("helm template %s: %v", strings.Join(args, " "), err)
+	}
+	docs, err := SplitYAML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range docs {
+		if !strings.Contains(string(doc), "kind: PrometheusRule") {
+			continue
+		}
+		pr, err := ParsePrometheusRule(doc)
+		if err != nil {
+			t.Fatalf("the rendered PrometheusRule: %v", err)
+		}
+		return &RulesFile{Groups: pr.Spec.Groups}
+	}
+	t.Fatalf("helm template %s rendered no PrometheusRule", strings.Join(args, " "))
+	return nil
+}
+
+// The chart's alerts as the values tune them are still rules Prometheus
+// loads, and they fire at the tuned levels: promtool checks the rendered
+// groups and runs testdata/alerts-promtool-chart-tuned-test.yaml on them.
+// The same test run on the default render fails on the alerts whose
+// levels changed, so it does test the tuning.
+func TestChartTunedAlertsWithPromtool(t *testing.T) {
+	bin := promtool(t)
+	run := func(rf *RulesFile) (string, error) {
+		dir := t.TempDir()
+		full, err := yaml.Marshal(rf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "full.yaml"), full, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := runPromtool(t, bin, dir, "check", "rules", "full.yaml"); err != nil {
+			t.Fatalf("promtool check rules on the rendered PrometheusRule: %v\n%s", err, out)
+		}
+		// Without annotations, as runAlertTests: promtool would want every
+		// text repeated in the test.
+		for gi := range rf.Groups {
+			for ri := range rf.Groups[gi].Rules {
+				rf.Groups[gi].Rules[ri].Annotations = nil
+			}
+		}
+		rules, err := yaml.Marshal(rf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		test, err := os.ReadFile(filepath.Join("testdata", "alerts-promtool-chart-tuned-test.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string][]byte{"rules.yaml": rules, "tuned.yaml": test} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return runPromtool(t, bin, dir, "test", "rules", "tuned.yaml")
+	}
+	if out, err := run(renderedRules(t, chartTunedAlertValues...)); err != nil {
+		t.Fatalf("promtool test rules on the tuned render: %v\n%s", err, out)
+	}
+	out, err := run(renderedRules(t, "--set", "monitoring.prometheusRule.enabled=true"))
+	if err == nil {
+		t.Fatal("the tuned alerts' test passed on the default render: it does not test the tuning")
+	}
+	for _, alert := range []string{"ClusterIPPolicyDynamicBandFilling", "ClusterIPPolicyReservedRangeFull", "MyTeamWebhookScrapeDown"} {
+		if !strings.Contains(out, "alertname: "+alert) {
+			t.Errorf("on the default render the test did not fail on %s:\n%s", alert, out)
+		}
+	}
+}

@@ -344,6 +344,7 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "networking.k8s.io", "ipaddresses", []string{"get", "list", "watch", "create", "delete"}, "the view of allocated addresses; create and delete: reservation holds (--hold-reservations), only IPAddresses labelled managed-by clusterip-policy.io", nil},
 	{"ClusterRole", "", "services", []string{"get", "list"}, "get: the holds' leader re-holds a reserved address only while its owner Service does not exist; list: the leader's periodic audit (--audit-interval) reads the existing Services", nil},
 	{"ClusterRole", "events.k8s.io", "events", []string{"create"}, "the periodic audit's Warning Event on each offending Service; it never updates or deletes one (it deduplicates itself)", nil},
+	{"ClusterRole", "wgpolicyk8s.io", "policyreports", []string{"list", "create", "update", "delete"}, "--policy-reports: the periodic audit's PolicyReport in each namespace with findings (list: its own, by label; delete: once the namespace has none)", nil},
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)", nil},
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec", nil},
 	{"Role", "coordination.k8s.io", "leases", []string{"get", "create", "update"}, "the Lease that elects the one replica keeping the holds and running the periodic audit", nil},

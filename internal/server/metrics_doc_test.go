@@ -66,6 +66,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	readiness.RegisterRangeUsage(reg, view, func() []policy.ReservedRange { return nil })
 	holds.NewMetrics(reg)
 	periodicaudit.NewMetrics(reg)
+	periodicaudit.NewReportMetrics(reg)
 	matchconditions.NewMetrics(reg)
 	arming.NewMetrics(reg)
 	backstop.NewMetrics(reg)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,6 +114,7 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.Float64Var(&o.holds.WriteRate, "hold-write-rate", holds.DefaultWriteRate, "With --hold-reservations: at most this many creates and deletes of holds a second by the leader (1-1000). Every free address of a reserved range is held, up to 4,096 in all: at the default a /22 range is held in about 20 s after it is added. The releases of the mutating stage have a client of their own and never wait for these.")
 	fs.DurationVar(&o.holds.Grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
 	fs.DurationVar(&o.audit.Interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+names.AuditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
+	fs.BoolVar(&o.audit.Reports, "policy-reports", true, "With --audit-interval: also write the audit's findings as wgpolicyk8s.io/v1alpha2 PolicyReports, the format Policy Reporter and Kyverno's reports read: one report "+periodicaudit.ReportName+" in each namespace with findings (a result per Service, rule and address, at most "+strconv.Itoa(periodicaudit.MaxReportResults)+"), labelled "+periodicaudit.ReportManagedByLabel+"="+periodicaudit.ReportManagedBy+", deleted once the namespace has none. Only where the apiserver serves that API (the CRD comes with Kyverno or Policy Reporter): the leader asks discovery each pass, so a CRD installed later is used from the next pass, and without it nothing is written and nothing fails. Needs list, create, update and delete on wgpolicyk8s.io policyreports (manifests/base/rbac.yaml). false: never.")
 	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there. Nor are those of any namespace the Service webhooks' namespaceSelector leaves out: the leader reads it from the live configurations (--mutating-webhook-configuration, --validating-webhook-configuration) and the namespaces' labels.")
 	fs.StringVar(&o.lease.Name, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
 	fs.StringVar(&o.lease.Identity, "leader-election-identity", leader.DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
@@ -341,6 +343,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	holdWatch := parts.holdWatch
 	if o.audit.Interval > 0 {
 		parts.audit = periodicaudit.New(client, gate, parts.skip, o.audit.Interval, o.lease.Identity, log.WithName("periodic-audit"), periodicaudit.NewMetrics(defaultRegistry), status)
+		if o.audit.Reports {
+			parts.audit.WriteReports(periodicaudit.NewReports(dyn, client.Discovery(), log.WithName("policy-reports"), periodicaudit.NewReportMetrics(defaultRegistry)))
+		}
 	}
 	keeper := matchconditions.New(client, gate, o.conditions, log.WithName("match-conditions"), matchconditions.NewMetrics(defaultRegistry), status)
 	parts.conditions = keeper

@@ -70,6 +70,9 @@ const (
 type Options struct {
 	// Interval is --audit-interval; 0 turns the audit off.
 	Interval time.Duration
+	// Reports is --policy-reports: write the findings as PolicyReports
+	// where the apiserver serves them.
+	Reports bool
 }
 
 // Validate checks the flags, naming the flag, the value and the fix.
@@ -149,6 +152,14 @@ type Audit struct {
 	emitted map[eventKey]time.Time
 	// soon is a buffered slot: a pass is wanted now (Soon).
 	soon chan struct{}
+	// reports, if not nil, writes each pass's findings as PolicyReports.
+	reports *Reports
+}
+
+// WriteReports has each pass also write its findings as PolicyReports
+// (--policy-reports); call it before Work.
+func (a *Audit) WriteReports(r *Reports) {
+	a.reports = r
 }
 
 // Soon asks the running audit for a pass now rather than at the end of the
@@ -183,6 +194,9 @@ func (a *Audit) Work() leader.Work {
 	return leader.Term(a.log, "leading: auditing existing Services", []any{"interval", a.interval.String()}, a.run, func() {
 		a.metrics.violations.Reset()
 		a.metrics.lastSuccess.Set(0)
+		if a.reports != nil {
+			a.reports.stop()
+		}
 	})
 }
 
@@ -282,10 +296,18 @@ func (a *Audit) pass(ctx context.Context) error {
 	if created > 0 || deferred > 0 || failures.N > 0 {
 		a.log.Info("periodic audit", "findings", len(report.Findings), "counts", counts, "eventsCreated", created, "eventsDeferred", deferred, "eventsFailed", failures.N)
 	}
+	var errs []error
 	if err := failures.Err(); err != nil {
-		return fmt.Errorf("%w; the Events not created are retried next pass (the audit needs create on events.k8s.io events)", err)
+		errs = append(errs, fmt.Errorf("%w; the Events not created are retried next pass (the audit needs create on events.k8s.io events)", err))
 	}
-	return nil
+	if a.reports != nil {
+		// After the Events: a report the apiserver refuses or cannot take
+		// keeps neither the Events nor the gauges from being current.
+		if err := a.reports.Sync(ctx, report.Findings, uids, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // emit creates one Warning Event on the Service of f.
