@@ -32,7 +32,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,11 +41,11 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 
 	"clusterip-policy/certs"
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/webhookconfig"
 )
 
 // The --certificate-source values.
@@ -614,85 +613,47 @@ func (k *Keeper) issue(ca *certs.CA, now time.Time) (*certs.KeyPair, *x509.Certi
 }
 
 // inject sets the caBundle of every webhook of both configurations to
-// bundle and reports whether it changed any. It writes nothing else: the
-// update carries the object as read (a conflict is retried on a fresh
-// read). A configuration that does not exist yet (an install applies it
-// after the Deployment) is skipped: nobody calls the webhook through it,
-// and the watch brings the leader back when it appears.
+// bundle and reports whether it changed any. It writes nothing else
+// (webhookconfig.Update: the update carries the object as read, a
+// conflict is retried on a fresh read). A configuration that does not
+// exist yet (an install applies it after the Deployment) is skipped:
+// nobody calls the webhook through it, and the watch brings the leader
+// back when it appears.
 func (k *Keeper) inject(ctx context.Context, bundle []byte) (bool, error) {
-	mAPI := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	vAPI := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	m, err := injectInto(ctx, "MutatingWebhookConfiguration", k.o.Mutating, bundle, mAPI.Get, mAPI.Update,
-		func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
-			out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
-			for i := range c.Webhooks {
-				out[i] = &c.Webhooks[i].ClientConfig
+	setBundle := func(_ *metav1.ObjectMeta, entries []webhookconfig.Entry) (bool, error) {
+		changed := false
+		for _, e := range entries {
+			if !bytes.Equal(e.ClientConfig.CABundle, bundle) {
+				e.ClientConfig.CABundle = bytes.Clone(bundle)
+				changed = true
 			}
-			return out
-		})
-	k.countInject(m, err)
+		}
+		return changed, nil
+	}
+	m, err := webhookconfig.Update(ctx, webhookconfig.Mutating(k.client, k.o.Mutating, "--mutating-webhook-configuration").EveryWebhook().WrittenBy(FieldManager), setBundle)
+	err = k.countInject(m, err)
 	if err != nil {
 		return false, err
 	}
-	v, err := injectInto(ctx, "ValidatingWebhookConfiguration", k.o.Validating, bundle, vAPI.Get, vAPI.Update,
-		func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
-			out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
-			for i := range c.Webhooks {
-				out[i] = &c.Webhooks[i].ClientConfig
-			}
-			return out
-		})
-	k.countInject(v, err)
+	v, err := webhookconfig.Update(ctx, webhookconfig.Validating(k.client, k.o.Validating, "--validating-webhook-configuration").EveryWebhook().WrittenBy(FieldManager), setBundle)
+	err = k.countInject(v, err)
 	if m || v {
 		k.log.Info("wrote the caBundle of the webhook configurations", "mutating", m, "validating", v, "digest", digestOf(bundle))
 	}
 	return m || v, err
 }
 
-func (k *Keeper) countInject(changed bool, err error) {
+// countInject counts one configuration's write and returns its error, but
+// none for a configuration that does not exist (yet).
+func (k *Keeper) countInject(changed bool, err error) error {
 	switch {
+	case apierrors.IsNotFound(err):
+		return nil
 	case err != nil:
 		k.metrics.bundle.WithLabelValues("failed").Inc()
+		return fmt.Errorf("write the caBundle: %w", err)
 	case changed:
 		k.metrics.bundle.WithLabelValues("updated").Inc()
 	}
-}
-
-// injectInto is inject for one configuration.
-func injectInto[C any](ctx context.Context, kind, name string, bundle []byte,
-	get func(context.Context, string, metav1.GetOptions) (C, error),
-	put func(context.Context, C, metav1.UpdateOptions) (C, error),
-	clientConfigs func(C) []*admissionregistrationv1.WebhookClientConfig,
-) (bool, error) {
-	written := false
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		cfg, err := get(rctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s %s: %w", kind, name, err)
-		}
-		changed := false
-		for _, cc := range clientConfigs(cfg) {
-			if !bytes.Equal(cc.CABundle, bundle) {
-				cc.CABundle = bytes.Clone(bundle)
-				changed = true
-			}
-		}
-		if !changed {
-			return nil
-		}
-		if _, err := put(rctx, cfg, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-			if apierrors.IsConflict(err) {
-				return err
-			}
-			return fmt.Errorf("write the caBundle of %s %s: %w", kind, name, err)
-		}
-		written = true
-		return nil
-	})
-	return written, err
+	return nil
 }
