@@ -6,14 +6,18 @@
 // matchCondition: internal/controllers/matchconditions; failurePolicy:
 // internal/controllers/arming; the caBundle:
 // internal/controllers/servingcerts) and everything else (the static
-// conditions, what another loop wrote) stays as read.
+// conditions, what another loop wrote) stays as read. Names are the two
+// configurations, bound by their flags once and handed to every loop that
+// reads or writes them.
 package webhookconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,6 +34,28 @@ const FieldManager = "clusterip-policy-webhook"
 // conflictBackoff bounds the retries of one write on conflicts: 6 tries
 // within about 0.7 s (20 ms doubling, with jitter).
 var conflictBackoff = wait.Backoff{Steps: 6, Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2}
+
+// Names are the two webhook configurations: serve binds their flags once
+// (AddFlags) and hands the one value to every loop that reads or writes
+// them (the matchConditions, the arming, the backstop, the certificates,
+// the namespaces judged).
+type Names struct {
+	Mutating, Validating string
+}
+
+// AddFlags declares the configurations' flags, checked by Validate.
+func (n *Names) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&n.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the validating one's, which namespaces the holds and the periodic audit cover.")
+	fs.StringVar(&n.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the mutating one's, which namespaces the holds and the periodic audit cover.")
+}
+
+// Validate checks the flags, naming the flags and the fix.
+func (n Names) Validate() error {
+	if n.Mutating == "" || n.Validating == "" {
+		return errors.New("--mutating-webhook-configuration and --validating-webhook-configuration must name the configurations (clusterip-policy in manifests/base)")
+	}
+	return nil
+}
 
 // Entry is one webhook of a configuration (the Service webhook, or each
 // webhook with EveryWebhook), as pointers into the object read, so an Edit
@@ -75,12 +101,12 @@ func (c Configuration[C]) WrittenBy(fieldManager string) Configuration[C] {
 	return c
 }
 
-// Mutating is the MutatingWebhookConfiguration name (given by flag) and
-// its webhook names.MutatingServiceWebhook.
-func Mutating(client kubernetes.Interface, name, flag string) Configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
+// Mutating is the MutatingWebhookConfiguration n names and its webhook
+// names.MutatingServiceWebhook.
+func Mutating(client kubernetes.Interface, n Names) Configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	return Configuration[*admissionregistrationv1.MutatingWebhookConfiguration]{
-		Kind: "MutatingWebhookConfiguration", Name: name, Flag: flag, Webhook: names.MutatingServiceWebhook,
+		Kind: "MutatingWebhookConfiguration", Name: n.Mutating, Flag: "--mutating-webhook-configuration", Webhook: names.MutatingServiceWebhook,
 		get: api.Get, put: api.Update,
 		entries: func(cfg *admissionregistrationv1.MutatingWebhookConfiguration, every bool) (*metav1.ObjectMeta, []Entry) {
 			var out []Entry
@@ -94,12 +120,12 @@ func Mutating(client kubernetes.Interface, name, flag string) Configuration[*adm
 	}
 }
 
-// Validating is the ValidatingWebhookConfiguration name (given by flag)
-// and its webhook names.ValidatingServiceWebhook.
-func Validating(client kubernetes.Interface, name, flag string) Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
+// Validating is the ValidatingWebhookConfiguration n names and its
+// webhook names.ValidatingServiceWebhook.
+func Validating(client kubernetes.Interface, n Names) Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
 	api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	return Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration]{
-		Kind: "ValidatingWebhookConfiguration", Name: name, Flag: flag, Webhook: names.ValidatingServiceWebhook,
+		Kind: "ValidatingWebhookConfiguration", Name: n.Validating, Flag: "--validating-webhook-configuration", Webhook: names.ValidatingServiceWebhook,
 		get: api.Get, put: api.Update,
 		entries: func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, every bool) (*metav1.ObjectMeta, []Entry) {
 			var out []Entry

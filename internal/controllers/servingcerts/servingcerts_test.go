@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/webhookconfig"
 )
 
 func testOptions() Options {
@@ -31,7 +32,7 @@ func testOptions() Options {
 		Secret: "clusterip-policy-webhook-tls", CASecret: "clusterip-policy-webhook-ca",
 		Service: "clusterip-policy-webhook", ExtraSANs: []string{"127.0.0.1"},
 		Validity: time.Hour, CAValidity: 3 * time.Hour, Settle: 5 * time.Second,
-		Mutating: "clusterip-policy", Validating: "clusterip-policy",
+		Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"},
 	}
 }
 
