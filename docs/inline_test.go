@@ -60,12 +60,16 @@ var foreignFlags = map[string]string{
 	"reuse-values":            "helm upgrade",
 	"set":                     "helm",
 	"set-file":                "helm",
+	"set-json":                "helm",
+	"show-only":               "helm template",
 	"take-ownership":          "helm",
 	"version":                 "helm",
 	"wait":                    "helm",
 	// cosign (docs/release.md)
 	"tlog-upload":          "cosign sign",
 	"insecure-ignore-tlog": "cosign verify",
+	// Kyverno, compared in design.md
+	"openreportsEnabled": "Kyverno",
 	// skopeo
 	"dest-tls-verify": "skopeo copy",
 	"src-tls-verify":  "skopeo copy",
@@ -84,7 +88,8 @@ var proseSpans = map[string]string{
 	"clusterip-policy is not ready: ...; retry in a few seconds":              "the webhook's refusal while its view is not ready",
 	"clusterip-policy webhook v0.1.0 (commit 1a2b3c4, go1.26.8, linux/amd64)": "the version line the binary prints",
 	"clusterip-policy readiness probe (in memory)":                            "a row of a table of what is measured",
-	"--name[=value]": "the form of a flag in the chart's extraArgs",
+	"--name[=value]":  "the form of a flag in the chart's extraArgs",
+	"--hold-max-wait": "a flag that does not exist: architecture.md's example of adding one",
 }
 
 // toolFlag finds a flag definition in a Go main package of ours that is
@@ -144,7 +149,7 @@ var ourCommand = regexp.MustCompile(`^(?:kubectl clusterip-policy|clusterip-poli
 
 // flagToken is one --flag (or --flag=value) of a span; a name ending in
 // '-' names a family (`--leader-election-*`).
-var flagToken = regexp.MustCompile(`(?:^|\s)--([a-z][a-z0-9-]*)`)
+var flagToken = regexp.MustCompile(`(?:^|\s)--([a-z][a-zA-Z0-9-]*)`)
 
 // conditionWait is a wait on one of the ClusterIPPolicy's conditions.
 var conditionWait = regexp.MustCompile(`--for=condition=([A-Za-z]+)\b.*clusterippolic|clusterippolic.*--for=condition=([A-Za-z]+)\b`)

@@ -14,12 +14,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"clusterip-policy/internal/names"
 )
 
 // One Lease (--leader-election-lease) elects the replica that runs the
@@ -49,6 +52,16 @@ const (
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 )
+
+// AddFlags declares the Lease's flags, checked by Validate.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Namespace, "leader-election-namespace", names.WebhookNamespace(), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there. Nor are those of any namespace the Service webhooks' namespaceSelector leaves out: the leader reads it from the live configurations (--mutating-webhook-configuration, --validating-webhook-configuration) and the namespaces' labels.")
+	fs.StringVar(&o.Name, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
+	fs.StringVar(&o.Identity, "leader-election-identity", DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", DefaultLeaseDuration, "How long the Lease holds off the other replicas after its holder stopped renewing it: the longest a dead leader leaves the leader work (holds, audit, backstop, status) undone. Longer than --leader-election-renew-deadline; at most 5m.")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", DefaultRenewDeadline, "How long the leader keeps trying to renew the Lease (an apiserver slow or away) before it ends its term. Longer than 1.2 retry periods.")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", DefaultRetryPeriod, "How often every replica tries to take or renew the Lease (500ms-1m); each try is one API call.")
+}
 
 // Validate checks the flags, naming the flag, the value and the fix. It is
 // called once, whenever any leader work is on; works names them (the flags

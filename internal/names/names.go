@@ -8,6 +8,8 @@
 // the binary never imports manifests.
 package names
 
+import "os"
+
 // Paths of the admission endpoints.
 const (
 	MutatePath   = "/mutate-v1-service"
@@ -80,4 +82,14 @@ func ValidProbeID(id string) bool {
 		}
 	}
 	return true
+}
+
+// WebhookNamespace is the webhook's own namespace, the default of
+// --cert-namespace and --leader-election-namespace: $POD_NAMESPACE (the
+// downward API), else clusterip-policy.
+func WebhookNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "clusterip-policy"
 }

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,10 +51,9 @@ import (
 	"clusterip-policy/internal/readiness"
 	"clusterip-policy/internal/tlsauth"
 	"clusterip-policy/internal/version"
+	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
-	holdplan "clusterip-policy/pkg/holds"
-	conditions "clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/pkg/policy"
 )
 
@@ -74,6 +72,9 @@ type serveOptions struct {
 	shutdownDelay  time.Duration
 	maxStaleness   time.Duration
 	clientCAFile   string
+	// configurations are the two webhook configurations' names, bound once
+	// and handed to every loop that reads or writes them (validate).
+	configurations webhookconfig.Names
 	holds          holds.Options
 	lease          leader.Options
 	audit          periodicaudit.Options
@@ -84,22 +85,31 @@ type serveOptions struct {
 	backstop       backstop.Options
 }
 
+// serveFlags is serve's flag set: its own flags and each package's
+// options', each declared by its AddFlags beside the Validate that checks
+// it (a flag's name, default and help are in one file).
 func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.addFlags(fs)
+	o.configurations.AddFlags(fs)
+	o.certs.AddFlags(fs)
+	o.lease.AddFlags(fs)
+	o.holds.AddFlags(fs)
+	o.audit.AddFlags(fs)
+	o.conditions.AddFlags(fs)
+	o.arming.AddFlags(fs)
+	o.backstop.AddFlags(fs)
+	return fs
+}
+
+// addFlags declares serve's own flags (the policy, the client, the ports
+// and addresses, the client CAs), checked by validate.
+func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.policyPath, "policy", "", "Path of the ClusterIPPolicy object manifest (required unless --policy-source=crd; the retired policy file format still loads). It is re-read when it changes, so a ConfigMap mounted as a directory takes effect without a restart; a file that fails to load is refused and the last good policy stays.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for reaching the apiserver. Empty: the in-cluster service account.")
 	o.logLevel = logging.Info
 	fs.Var(&o.logLevel, "log-level", logging.LevelHelp)
 	fs.StringVar(&o.certDir, "cert-dir", "/tls", "With --certificate-source=file: directory holding the serving certificate as tls.crt and tls.key (a kubernetes.io/tls Secret mounted as a volume, from cert-manager or your own), and optionally ca.crt (read for clusterip_policy_certificate_expiry_seconds{certificate=\"ca\"}). The files are reloaded when they change, so certificates rotate without a restart.")
-	fs.StringVar(&o.certs.Source, "certificate-source", servingcerts.SourceFile, "Where the admission port's certificate comes from: file (--cert-dir; the default) or managed: the elected replica creates and renews a CA (--ca-secret, which only it reads) and the serving certificate (--cert-secret), and writes the caBundle of every webhook of the two webhook configurations; every replica serves the serving Secret read through the API (a watch of that Secret by name), not a mounted volume. A new CA joins the caBundle beside the old one and is served only after --ca-bundle-settle. Needs create on Secrets in --cert-namespace, get, list, watch and update on the two Secrets by name, and get and update on the two configurations (manifests/base/rbac.yaml); uses the Lease.")
-	fs.StringVar(&o.certs.Namespace, "cert-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "With --certificate-source=managed: namespace of the two Secrets and of the webhook Service (default: $POD_NAMESPACE from the downward API).")
-	fs.StringVar(&o.certs.Secret, "cert-secret", "clusterip-policy-webhook-tls", "With --certificate-source=managed: the kubernetes.io/tls Secret every replica serves (tls.crt, tls.key; ca.crt is the caBundle in force). The leader creates it.")
-	fs.StringVar(&o.certs.CASecret, "ca-secret", "clusterip-policy-webhook-ca", "With --certificate-source=managed: the Secret holding the CA's key and the bundle of trusted CAs; only the leader reads it. The leader creates it; deleting it makes a new CA (rotated without a failed review).")
-	fs.StringVar(&o.certs.Service, "cert-service", "clusterip-policy-webhook", "With --certificate-source=managed: the webhook Service, whose DNS names (name, name.ns, name.ns.svc, name.ns.svc.cluster.local) the serving certificate carries.")
-	fs.StringArrayVar(&o.certs.ExtraSANs, "cert-extra-san", nil, "With --certificate-source=managed: one more DNS name or IP address for the serving certificate (repeatable), for a webhook registered by URL.")
-	fs.DurationVar(&o.certs.Validity, "cert-validity", 90*24*time.Hour, "With --certificate-source=managed: lifetime of the serving certificate; it is renewed after 2/3 of it (the caBundle does not change). 10s-20y, at most --ca-validity.")
-	fs.DurationVar(&o.certs.CAValidity, "ca-validity", 5*365*24*time.Hour, "With --certificate-source=managed: lifetime of the CA; it is rotated after 2/3 of it, the old CA staying in the caBundle until it expires. 10s-20y.")
-	fs.DurationVar(&o.certs.Settle, "ca-bundle-settle", 5*time.Second, "With --certificate-source=managed: how long a new caBundle must have been in every webhook configuration before the replicas serve a certificate of a new CA: the time your apiservers take to load a changed configuration, with a margin (docs/design.md has the figures). 0-5m.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address the webhook listens on; empty means all interfaces.")
 	fs.IntVar(&o.port, "port", 9443, "Port of the HTTPS webhook endpoints "+strings.Join(names.Paths, ", ")+".")
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz (liveness: the process answers) and /readyz (ready: webhook serving, policy loaded, view of ServiceCIDRs and IPAddresses synced).")
@@ -110,32 +120,6 @@ func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 15*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
-	fs.BoolVar(&o.holds.Enabled, "hold-reservations", false, "Keep an IPAddress (label "+holdplan.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
-	fs.Float64Var(&o.holds.WriteRate, "hold-write-rate", holds.DefaultWriteRate, "With --hold-reservations: at most this many creates and deletes of holds a second by the leader (1-1000). Every free address of a reserved range is held, up to 4,096 in all: at the default a /22 range is held in about 20 s after it is added. The releases of the mutating stage have a client of their own and never wait for these.")
-	fs.DurationVar(&o.holds.Grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
-	fs.DurationVar(&o.audit.Interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+names.AuditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
-	fs.BoolVar(&o.audit.Reports, "policy-reports", true, "With --audit-interval: also write the audit's findings as wgpolicyk8s.io/v1alpha2 PolicyReports, the format Policy Reporter and Kyverno's reports read: one report "+periodicaudit.ReportName+" in each namespace with findings (a result per Service, rule and address, at most "+strconv.Itoa(periodicaudit.MaxReportResults)+"), labelled "+periodicaudit.ReportManagedByLabel+"="+periodicaudit.ReportManagedBy+", deleted once the namespace has none. Only where the apiserver serves that API (the CRD comes with Kyverno or Policy Reporter): the leader asks discovery each pass, so a CRD installed later is used from the next pass, and without it nothing is written and nothing fails. Needs list, create, update and delete on wgpolicyk8s.io policyreports (manifests/base/rbac.yaml). false: never.")
-	fs.StringVar(&o.lease.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "clusterip-policy"), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there. Nor are those of any namespace the Service webhooks' namespaceSelector leaves out: the leader reads it from the live configurations (--mutating-webhook-configuration, --validating-webhook-configuration) and the namespaces' labels.")
-	fs.StringVar(&o.lease.Name, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
-	fs.StringVar(&o.lease.Identity, "leader-election-identity", leader.DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
-	fs.DurationVar(&o.lease.LeaseDuration, "leader-election-lease-duration", leader.DefaultLeaseDuration, "How long the Lease holds off the other replicas after its holder stopped renewing it: the longest a dead leader leaves the leader work (holds, audit, backstop, status) undone. Longer than --leader-election-renew-deadline; at most 5m.")
-	fs.DurationVar(&o.lease.RenewDeadline, "leader-election-renew-deadline", leader.DefaultRenewDeadline, "How long the leader keeps trying to renew the Lease (an apiserver slow or away) before it ends its term. Longer than 1.2 retry periods.")
-	fs.DurationVar(&o.lease.RetryPeriod, "leader-election-retry-period", leader.DefaultRetryPeriod, "How often every replica tries to take or renew the Lease (500ms-1m); each try is one API call.")
-	fs.BoolVar(&o.conditions.Manage, "manage-match-conditions", false, "Keep the matchCondition "+conditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
-	fs.DurationVar(&o.conditions.Settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
-	fs.BoolVar(&o.arming.Arm, "arm-failure-policy", false, "Arm the Service webhooks: the manifests register them with failurePolicy Ignore, so that no Service create fails while no replica is ready (an install, a GitOps sync that renders them again), and the leader sets failurePolicy Fail on each once the apiserver has reached a ready replica through it: a server-side dry-run create of a headless Service in namespace default that both webhooks answer with a warning naming the probe. It repeats every --reachability-probe-interval and reports the result (the ClusterIPPolicy status condition WebhookReachable, clusterip_policy_webhook_reachable, the alert ClusterIPPolicyWebhookUnreachable); once armed, an unreachable webhook stays Fail and is reported. A webhook found at Ignore again is probed and armed within seconds. Needs --audit-interval (what is admitted unchecked while not armed is named by the audit, which runs at once after arming), get and update on the two configurations, and create on services in namespace default (a dry run; manifests/base/rbac.yaml). docs/design.md, \"Arming the failurePolicy\". Off (the default; manifests/base and the chart turn it on): the failurePolicy is the manifests'.")
-	fs.DurationVar(&o.arming.ProbeInterval, "reachability-probe-interval", 10*time.Second, "How often the leader probes, with --arm-failure-policy, that the apiservers reach both Service webhooks (±20% jitter; at once while one is not armed). 2s-5m; at 10s the alert ClusterIPPolicyWebhookUnreachable fires within a minute of the webhook becoming unreachable, with 15s scrape and rule intervals.")
-	fs.BoolVar(&o.backstop.Enabled, "backstop", false, "Keep the backstop written: ValidatingAdmissionPolicies (and, where the apiserver serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, one that records the addresses a request names) compiled from the policy and the active ranges, which the apiserver enforces in-process whether or not it can reach the webhook: unapproved ServiceCIDRs and ones whose dynamic band covers another range's static band, addresses outside allowedCIDRs, reserved addresses and reserved ranges taken by others, and named addresses in a dynamic band (docs/backstop.md). One replica, elected with the Lease, writes them; the bindings exist while the Service webhook configurations do (the break-glass deletes both). Needs get, patch and delete on those policies and bindings by name (manifests/base/rbac.yaml). Off (the default; manifests/base and the chart turn it on): nothing of the policy holds while the apiservers cannot reach a replica.")
-	fs.StringVar(&o.conditions.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the validating one's, which namespaces the holds and the periodic audit cover.")
-	fs.StringVar(&o.conditions.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the mutating one's, which namespaces the holds and the periodic audit cover.")
-	return fs
-}
-
-func envOr(name, fallback string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return fallback
 }
 
 // validate checks every flag before anything starts, naming the flag, the
@@ -161,7 +145,8 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	if o.port <= 0 || o.port > 65535 {
 		return nil, fmt.Errorf("--port %d is not a TCP port; use 1-65535", o.port)
 	}
-	o.certs.Mutating, o.certs.Validating = o.conditions.Mutating, o.conditions.Validating
+	// The configurations' names, bound once, are every loop's.
+	o.certs.Configurations, o.conditions.Configurations, o.arming.Configurations, o.backstop.Configurations = o.configurations, o.configurations, o.configurations, o.configurations
 	if err := o.certs.Validate(o.certDirSet); err != nil {
 		return nil, err
 	}
@@ -192,17 +177,16 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	if err := o.audit.Validate(); err != nil {
 		return nil, err
 	}
+	if err := o.configurations.Validate(); err != nil {
+		return nil, err
+	}
 	if err := o.conditions.Validate(); err != nil {
 		return nil, err
 	}
-	o.arming.Mutating, o.arming.Validating = o.conditions.Mutating, o.conditions.Validating
 	if err := o.arming.Validate(); err != nil {
 		return nil, err
 	}
-	o.backstop.Mutating, o.backstop.Validating, o.backstop.Namespace = o.conditions.Mutating, o.conditions.Validating, o.lease.Namespace
-	if err := o.backstop.Validate(); err != nil {
-		return nil, err
-	}
+	o.backstop.Namespace = o.lease.Namespace
 	if o.arming.Arm && o.audit.Interval == 0 {
 		return nil, errors.New("--arm-failure-policy needs --audit-interval: while the Service webhooks are not armed (failurePolicy Ignore), a create the apiservers cannot send to the webhook is admitted unchecked, and the periodic audit is what names it; give --audit-interval=5m (manifests/base), or drop --arm-failure-policy and register the webhooks with failurePolicy Fail")
 	}
@@ -320,7 +304,7 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	// rest (docs/design.md, "Which namespaces are judged here"). The Lease
 	// namespace is the webhook's own, which the configurations exclude.
 	if o.holds.Enabled || o.audit.Interval > 0 {
-		parts.skip = judged.NewScope(client, o.conditions.Mutating, o.conditions.Validating, []string{o.lease.Namespace}, log.WithName("judged"))
+		parts.skip = judged.NewScope(client, o.configurations.Mutating, o.configurations.Validating, []string{o.lease.Namespace}, log.WithName("judged"))
 	}
 	if o.holds.Enabled {
 		hcfg := rest.CopyConfig(cfg)

@@ -1,18 +1,23 @@
-// Package webhookconfig is the one way the leader's loops change the Service
-// webhooks of the two webhook configurations: read the object (get), edit
-// the Service webhook's entry in place, write it back (update), retrying a
-// conflict on a fresh read. The update carries what was read, so each loop
-// changes only its own fields (the managed matchCondition:
-// internal/controllers/matchconditions; failurePolicy:
-// internal/controllers/arming) and everything else (clientConfig, the
-// caBundle, the static conditions, what another loop wrote) stays as read.
+// Package webhookconfig is the one way the leader's loops change the two
+// webhook configurations: read the object (get), edit the Service
+// webhook's entry (or, for the caBundle, every webhook's) in place, write
+// it back (update), retrying a conflict on a fresh read. The update carries
+// what was read, so each loop changes only its own fields (the managed
+// matchCondition: internal/controllers/matchconditions; failurePolicy:
+// internal/controllers/arming; the caBundle:
+// internal/controllers/servingcerts) and everything else (the static
+// conditions, what another loop wrote) stays as read. Names are the two
+// configurations, bound by their flags once and handed to every loop that
+// reads or writes them.
 package webhookconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -22,15 +27,39 @@ import (
 	"clusterip-policy/internal/names"
 )
 
-// FieldManager is the field manager of every write.
+// FieldManager is the field manager of every write but those of a
+// Configuration WrittenBy another.
 const FieldManager = "clusterip-policy-webhook"
 
 // conflictBackoff bounds the retries of one write on conflicts: 6 tries
 // within about 0.7 s (20 ms doubling, with jitter).
 var conflictBackoff = wait.Backoff{Steps: 6, Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2}
 
-// Entry is one Service webhook of a configuration, as pointers into the
-// object read, so an Edit changes the object that is written back.
+// Names are the two webhook configurations: serve binds their flags once
+// (AddFlags) and hands the one value to every loop that reads or writes
+// them (the matchConditions, the arming, the backstop, the certificates,
+// the namespaces judged).
+type Names struct {
+	Mutating, Validating string
+}
+
+// AddFlags declares the configurations' flags, checked by Validate.
+func (n *Names) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&n.Mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration whose webhook "+names.MutatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the validating one's, which namespaces the holds and the periodic audit cover.")
+	fs.StringVar(&n.Validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration whose webhook "+names.ValidatingServiceWebhook+" gets the managed matchCondition, whose webhooks get the caBundle with --certificate-source=managed, and whose namespaceSelector says, with the mutating one's, which namespaces the holds and the periodic audit cover.")
+}
+
+// Validate checks the flags, naming the flags and the fix.
+func (n Names) Validate() error {
+	if n.Mutating == "" || n.Validating == "" {
+		return errors.New("--mutating-webhook-configuration and --validating-webhook-configuration must name the configurations (clusterip-policy in manifests/base)")
+	}
+	return nil
+}
+
+// Entry is one webhook of a configuration (the Service webhook, or each
+// webhook with EveryWebhook), as pointers into the object read, so an Edit
+// changes the object that is written back.
 type Entry struct {
 	MatchConditions *[]admissionregistrationv1.MatchCondition
 	FailurePolicy   **admissionregistrationv1.FailurePolicyType
@@ -45,21 +74,44 @@ type Configuration[C any] struct {
 	Kind, Name, Flag, Webhook string
 	get                       func(ctx context.Context, name string, opts metav1.GetOptions) (C, error)
 	put                       func(ctx context.Context, cfg C, opts metav1.UpdateOptions) (C, error)
-	// entries returns the object's metadata and each entry named Webhook.
-	entries func(C) (*metav1.ObjectMeta, []Entry)
+	// entries returns the object's metadata and each entry named Webhook,
+	// or every entry when every is set.
+	entries func(cfg C, every bool) (*metav1.ObjectMeta, []Entry)
+	// every: an Edit is handed every webhook of the configuration (EveryWebhook).
+	every bool
+	// manager is the field manager of the write ("": FieldManager).
+	manager string
 }
 
-// Mutating is the MutatingWebhookConfiguration name (given by flag) and
-// its webhook names.MutatingServiceWebhook.
-func Mutating(client kubernetes.Interface, name, flag string) Configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
+// EveryWebhook is c with every webhook of the configuration as its
+// entries, not only the Service webhook: the caBundle is every webhook's,
+// as the ServiceCIDR and ClusterIPPolicy webhooks are served by the same
+// port. A configuration without webhooks is then no error: there is
+// nothing to edit.
+func (c Configuration[C]) EveryWebhook() Configuration[C] {
+	c.every = true
+	return c
+}
+
+// WrittenBy is c written as fieldManager: a loop whose fields must stay
+// its own in managedFields (the caBundle, which a Helm upgrade by
+// server-side apply must not take back) writes as itself.
+func (c Configuration[C]) WrittenBy(fieldManager string) Configuration[C] {
+	c.manager = fieldManager
+	return c
+}
+
+// Mutating is the MutatingWebhookConfiguration n names and its webhook
+// names.MutatingServiceWebhook.
+func Mutating(client kubernetes.Interface, n Names) Configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	return Configuration[*admissionregistrationv1.MutatingWebhookConfiguration]{
-		Kind: "MutatingWebhookConfiguration", Name: name, Flag: flag, Webhook: names.MutatingServiceWebhook,
+		Kind: "MutatingWebhookConfiguration", Name: n.Mutating, Flag: "--mutating-webhook-configuration", Webhook: names.MutatingServiceWebhook,
 		get: api.Get, put: api.Update,
-		entries: func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) (*metav1.ObjectMeta, []Entry) {
+		entries: func(cfg *admissionregistrationv1.MutatingWebhookConfiguration, every bool) (*metav1.ObjectMeta, []Entry) {
 			var out []Entry
 			for i := range cfg.Webhooks {
-				if w := &cfg.Webhooks[i]; w.Name == names.MutatingServiceWebhook {
+				if w := &cfg.Webhooks[i]; every || w.Name == names.MutatingServiceWebhook {
 					out = append(out, Entry{MatchConditions: &w.MatchConditions, FailurePolicy: &w.FailurePolicy, ClientConfig: &w.ClientConfig})
 				}
 			}
@@ -68,17 +120,17 @@ func Mutating(client kubernetes.Interface, name, flag string) Configuration[*adm
 	}
 }
 
-// Validating is the ValidatingWebhookConfiguration name (given by flag)
-// and its webhook names.ValidatingServiceWebhook.
-func Validating(client kubernetes.Interface, name, flag string) Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
+// Validating is the ValidatingWebhookConfiguration n names and its
+// webhook names.ValidatingServiceWebhook.
+func Validating(client kubernetes.Interface, n Names) Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
 	api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	return Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration]{
-		Kind: "ValidatingWebhookConfiguration", Name: name, Flag: flag, Webhook: names.ValidatingServiceWebhook,
+		Kind: "ValidatingWebhookConfiguration", Name: n.Validating, Flag: "--validating-webhook-configuration", Webhook: names.ValidatingServiceWebhook,
 		get: api.Get, put: api.Update,
-		entries: func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) (*metav1.ObjectMeta, []Entry) {
+		entries: func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, every bool) (*metav1.ObjectMeta, []Entry) {
 			var out []Entry
 			for i := range cfg.Webhooks {
-				if w := &cfg.Webhooks[i]; w.Name == names.ValidatingServiceWebhook {
+				if w := &cfg.Webhooks[i]; every || w.Name == names.ValidatingServiceWebhook {
 					out = append(out, Entry{MatchConditions: &w.MatchConditions, FailurePolicy: &w.FailurePolicy, ClientConfig: &w.ClientConfig})
 				}
 			}
@@ -95,7 +147,9 @@ type Edit func(meta *metav1.ObjectMeta, entries []Entry) (changed bool, err erro
 // it, and reports whether it wrote. Nothing else in the configuration
 // changes: the update carries what was read, and a conflict is retried on
 // a fresh read (edit runs again on it). A configuration without the
-// Service webhook is an error naming the fix.
+// Service webhook is an error naming the fix (but with EveryWebhook). A
+// configuration that does not exist is an error apierrors.IsNotFound
+// recognises.
 func Update[C any](ctx context.Context, c Configuration[C], edit Edit) (bool, error) {
 	written := false
 	err := retry.RetryOnConflict(conflictBackoff, func() error {
@@ -105,8 +159,8 @@ func Update[C any](ctx context.Context, c Configuration[C], edit Edit) (bool, er
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", c.Kind, c.Name, err)
 		}
-		meta, entries := c.entries(cfg)
-		if len(entries) == 0 {
+		meta, entries := c.entries(cfg, c.every)
+		if len(entries) == 0 && !c.every {
 			return fmt.Errorf("%s %s has no webhook %s; apply manifests/base/webhook-configurations.yaml or fix %s", c.Kind, c.Name, c.Webhook, c.Flag)
 		}
 		changed, err := edit(meta, entries)
@@ -116,7 +170,11 @@ func Update[C any](ctx context.Context, c Configuration[C], edit Edit) (bool, er
 		if !changed {
 			return nil
 		}
-		_, err = c.put(rctx, cfg, metav1.UpdateOptions{FieldManager: FieldManager})
+		manager := FieldManager
+		if c.manager != "" {
+			manager = c.manager
+		}
+		_, err = c.put(rctx, cfg, metav1.UpdateOptions{FieldManager: manager})
 		written = err == nil
 		return err
 	})

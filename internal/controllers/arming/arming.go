@@ -36,6 +36,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,18 +77,22 @@ type Options struct {
 	Arm bool
 	// ProbeInterval is --reachability-probe-interval.
 	ProbeInterval time.Duration
-	// Mutating and Validating name the configurations
-	// (--mutating-webhook-configuration, --validating-webhook-configuration).
-	Mutating, Validating string
+	// Configurations are the two webhook configurations, serve's one value
+	// (webhookconfig.Names, which checks them).
+	Configurations webhookconfig.Names
+}
+
+// AddFlags declares the arming's flags, checked by Validate (the
+// configurations' names are webhookconfig.Names').
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Arm, "arm-failure-policy", false, "Arm the Service webhooks: the manifests register them with failurePolicy Ignore, so that no Service create fails while no replica is ready (an install, a GitOps sync that renders them again), and the leader sets failurePolicy Fail on each once the apiserver has reached a ready replica through it: a server-side dry-run create of a headless Service in namespace default that both webhooks answer with a warning naming the probe. It repeats every --reachability-probe-interval and reports the result (the ClusterIPPolicy status condition WebhookReachable, clusterip_policy_webhook_reachable, the alert ClusterIPPolicyWebhookUnreachable); once armed, an unreachable webhook stays Fail and is reported. A webhook found at Ignore again is probed and armed within seconds. Needs --audit-interval (what is admitted unchecked while not armed is named by the audit, which runs at once after arming), get and update on the two configurations, and create on services in namespace default (a dry run; manifests/base/rbac.yaml). docs/design.md, \"Arming the failurePolicy\". Off (the default; manifests/base and the chart turn it on): the failurePolicy is the manifests'.")
+	fs.DurationVar(&o.ProbeInterval, "reachability-probe-interval", 10*time.Second, "How often the leader probes, with --arm-failure-policy, that the apiservers reach both Service webhooks (±20% jitter; at once while one is not armed). 2s-5m; at 10s the alert ClusterIPPolicyWebhookUnreachable fires within a minute of the webhook becoming unreachable, with 15s scrape and rule intervals.")
 }
 
 // Validate checks the flags, naming the flag, the value and the fix.
 func (o Options) Validate() error {
 	if o.ProbeInterval < 2*time.Second || o.ProbeInterval > 5*time.Minute {
 		return fmt.Errorf("--reachability-probe-interval %s is outside 2s-5m; the default 10s lets the alert ClusterIPPolicyWebhookUnreachable fire within a minute of the apiservers losing the webhook", o.ProbeInterval)
-	}
-	if o.Arm && (o.Mutating == "" || o.Validating == "") {
-		return errors.New("--arm-failure-policy needs --mutating-webhook-configuration and --validating-webhook-configuration to name the configurations (clusterip-policy in manifests/base)")
 	}
 	return nil
 }
@@ -205,7 +210,7 @@ func New(client kubernetes.Interface, o Options, log logr.Logger, m *Metrics, re
 // term's end the gauges say nothing is known here.
 func (k *Keeper) Work() leader.Work {
 	return leader.Term(k.log, "leading: probing that the apiservers reach the webhook",
-		[]any{"armFailurePolicy", k.o.Arm, "probeInterval", k.o.ProbeInterval.String(), "mutatingWebhookConfiguration", k.o.Mutating, "validatingWebhookConfiguration", k.o.Validating},
+		[]any{"armFailurePolicy", k.o.Arm, "probeInterval", k.o.ProbeInterval.String(), "mutatingWebhookConfiguration", k.o.Configurations.Mutating, "validatingWebhookConfiguration", k.o.Configurations.Validating},
 		k.lead, k.metrics.reset)
 }
 
@@ -543,10 +548,10 @@ func (k *Keeper) arm(ctx context.Context, stage string) {
 	var name string
 	if stage == StageMutate {
 		_, err = webhookconfig.Update(ctx, k.mutating(), setFail)
-		name = k.o.Mutating
+		name = k.o.Configurations.Mutating
 	} else {
 		_, err = webhookconfig.Update(ctx, k.validating(), setFail)
-		name = k.o.Validating
+		name = k.o.Configurations.Validating
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -567,9 +572,9 @@ func (k *Keeper) arm(ctx context.Context, stage string) {
 }
 
 func (k *Keeper) validating() webhookconfig.Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
-	return webhookconfig.Validating(k.client, k.o.Validating, "--validating-webhook-configuration")
+	return webhookconfig.Validating(k.client, k.o.Configurations)
 }
 
 func (k *Keeper) mutating() webhookconfig.Configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
-	return webhookconfig.Mutating(k.client, k.o.Mutating, "--mutating-webhook-configuration")
+	return webhookconfig.Mutating(k.client, k.o.Configurations)
 }

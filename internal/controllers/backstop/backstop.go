@@ -18,7 +18,6 @@ package backstop
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +36,7 @@ import (
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
 	"clusterip-policy/internal/readiness"
+	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/backstop"
 )
@@ -80,23 +81,20 @@ const (
 type Options struct {
 	// Enabled is --backstop.
 	Enabled bool
-	// Mutating and Validating name the Service webhook configurations:
-	// the bindings exist while they do, and copy their namespaceSelector.
-	Mutating, Validating string
+	// Configurations are the Service webhook configurations, serve's one
+	// value (webhookconfig.Names, which checks them): the bindings exist
+	// while they do, and copy their namespaceSelector.
+	Configurations webhookconfig.Names
 	// Namespace is the webhook's own, which the Service webhooks never
 	// judge: the bindings leave it out while no configuration says more.
 	Namespace string
 }
 
-// Validate checks the flags, naming the flag, the value and the fix.
-func (o *Options) Validate() error {
-	if !o.Enabled {
-		return nil
-	}
-	if o.Mutating == "" || o.Validating == "" {
-		return errors.New("--backstop needs --mutating-webhook-configuration and --validating-webhook-configuration to name the configurations (clusterip-policy in manifests/base)")
-	}
-	return nil
+// AddFlags declares the backstop's flag: a switch, with nothing to check
+// (the configurations' names are webhookconfig.Names', which checks them;
+// the namespace is the Lease's).
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "backstop", false, "Keep the backstop written: ValidatingAdmissionPolicies (and, where the apiserver serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, one that records the addresses a request names) compiled from the policy and the active ranges, which the apiserver enforces in-process whether or not it can reach the webhook: unapproved ServiceCIDRs and ones whose dynamic band covers another range's static band, addresses outside allowedCIDRs, reserved addresses and reserved ranges taken by others, and named addresses in a dynamic band (docs/backstop.md). One replica, elected with the Lease, writes them; the bindings exist while the Service webhook configurations do (the break-glass deletes both). Needs get, patch and delete on those policies and bindings by name (manifests/base/rbac.yaml). Off (the default; manifests/base and the chart turn it on): nothing of the policy holds while the apiservers cannot reach a replica.")
 }
 
 // Metrics are the backstop's.
@@ -450,12 +448,12 @@ func (k *Keeper) write(ctx context.Context, set backstop.Set, s state) (lifted b
 // configurations says whether both Service webhook configurations exist,
 // and returns the validating one when it does.
 func (k *Keeper) configurations(ctx context.Context) (bool, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
-	_, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Mutating, metav1.GetOptions{})
+	_, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Configurations.Mutating, metav1.GetOptions{})
 	mutatingThere := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, nil, err
 	}
-	vwc, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Validating, metav1.GetOptions{})
+	vwc, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Configurations.Validating, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil, nil

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/backstop"
 	"clusterip-policy/pkg/policy"
@@ -82,7 +83,7 @@ func registeredKeeper() (*fake.Clientset, *Keeper) {
 	cs := fake.NewClientset(
 		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}},
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}})
-	return cs, &Keeper{client: cs, o: Options{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}
+	return cs, &Keeper{client: cs, o: Options{Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}}
 }
 
 const (

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -102,6 +103,13 @@ type Options struct {
 // (1,024 addresses) is held in about 20 s, and the apiserver sees no more
 // than a small controller's writes.
 const DefaultWriteRate = 50
+
+// AddFlags declares the holds' flags, checked by Validate.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "hold-reservations", false, "Keep an IPAddress (label "+holds.Selector+") for each reserved address whose owner Service does not exist, so the apiserver's allocator never hands it out; the mutating stage deletes it when the owner is created. One replica, elected with a Lease, keeps the holds. Needs create/delete on ipaddresses, get on services and the Lease (manifests/base/rbac.yaml). Off: reservations are defended by the validating stage alone.")
+	fs.Float64Var(&o.WriteRate, "hold-write-rate", DefaultWriteRate, "With --hold-reservations: at most this many creates and deletes of holds a second by the leader (1-1000). Every free address of a reserved range is held, up to 4,096 in all: at the default a /22 range is held in about 20 s after it is added. The releases of the mutating stage have a client of their own and never wait for these.")
+	fs.DurationVar(&o.Grace, "hold-grace", time.Second, "How long a reserved address must stay free before the leader holds it again: it outlasts an owner's create between the mutating stage (which released the hold) and the allocation, and bounds how soon a hold comes back after a failed owner create.")
+}
 
 // Validate checks the flags, naming the flag, the value and the fix.
 func (o *Options) Validate() error {

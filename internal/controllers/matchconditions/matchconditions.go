@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,9 +66,10 @@ const (
 
 // Options are the managed matchConditions' flags.
 type Options struct {
-	Manage     bool
-	Mutating   string
-	Validating string
+	Manage bool
+	// Configurations are the two webhook configurations, serve's one value
+	// (webhookconfig.Names).
+	Configurations webhookconfig.Names
 	// Settle is how long after a write the leader waits before it reports
 	// the new conditions in force: the apiservers load a changed webhook
 	// configuration from their own informer (measured on one loaded
@@ -75,11 +77,15 @@ type Options struct {
 	Settle time.Duration
 }
 
+// AddFlags declares the managed matchConditions' flags, checked by
+// Validate (the configurations' names are webhookconfig.Names').
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Manage, "manage-match-conditions", false, "Keep the matchCondition "+matchconditions.Name+" of both Service webhooks in step with the policy and the active ServiceCIDRs, so the apiservers call the webhook only where its answer can differ from \"allowed, unchanged\" (docs/matchconditions.md). One replica, elected with the Lease, writes it; it changes nothing else in the configurations. Needs get and update on the two configurations (manifests/base/rbac.yaml). Off (the default; manifests/base turns it on): the configurations' static conditions are all there is, and the leader removes a managed condition left from when it was on.")
+	fs.DurationVar(&o.Settle, "match-conditions-settle", time.Second, "How long after writing the managed matchCondition the leader waits before it reports the policy in force for the requests the condition skips (clusterip_policy_match_conditions_synced, the log line \"managed matchConditions in force\"): the time the apiservers take to load a changed webhook configuration, with a margin (5-53 ms measured on one loaded apiserver). 0-1m.")
+}
+
 // Validate checks the flags, naming the flag, the value and the fix.
 func (o *Options) Validate() error {
-	if o.Mutating == "" || o.Validating == "" {
-		return errors.New("--mutating-webhook-configuration and --validating-webhook-configuration must name the configurations (clusterip-policy in manifests/base)")
-	}
 	if o.Settle < 0 || o.Settle > time.Minute {
 		return fmt.Errorf("--match-conditions-settle %s is outside 0-1m; give the time your apiservers take to load a changed webhook configuration, with a margin (default 1s)", o.Settle)
 	}
@@ -167,7 +173,7 @@ func New(client kubernetes.Interface, gate *readiness.Gate, o Options, log logr.
 		m.managed.Set(1)
 	}
 	return &Keeper{client: client, gate: gate, o: o, log: log, metrics: m, report: report,
-		mutators: &mutatorWatch{client: client, ourConfig: o.Mutating, log: log}}
+		mutators: &mutatorWatch{client: client, ourConfig: o.Configurations.Mutating, log: log}}
 }
 
 // wantedConditions is what the leader writes at one moment.
@@ -221,7 +227,7 @@ func (k *Keeper) wanted(now time.Time) wantedConditions {
 // term's end the gauges say nothing is kept here.
 func (k *Keeper) Work() leader.Work {
 	return leader.Term(k.log, "leading: keeping the managed matchConditions",
-		[]any{"mutatingWebhookConfiguration", k.o.Mutating, "validatingWebhookConfiguration", k.o.Validating}, k.lead,
+		[]any{"mutatingWebhookConfiguration", k.o.Configurations.Mutating, "validatingWebhookConfiguration", k.o.Configurations.Validating}, k.lead,
 		func() { k.metrics.otherMutators.Set(-1) }, func() { k.metrics.synced.Set(0) })
 }
 
@@ -473,11 +479,11 @@ func (k *Keeper) logRemoveError(err error) {
 }
 
 func (k *Keeper) validating() webhookconfig.Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {
-	return webhookconfig.Validating(k.client, k.o.Validating, "--validating-webhook-configuration")
+	return webhookconfig.Validating(k.client, k.o.Configurations)
 }
 
 func (k *Keeper) mutating() webhookconfig.Configuration[*admissionregistrationv1.MutatingWebhookConfiguration] {
-	return webhookconfig.Mutating(k.client, k.o.Mutating, "--mutating-webhook-configuration")
+	return webhookconfig.Mutating(k.client, k.o.Configurations)
 }
 
 // update sets the managed condition of c's Service webhook to expr ("":

@@ -24,6 +24,7 @@ import (
 
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/readiness/readinesstest"
+	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
 	"clusterip-policy/test/fixtures"
@@ -112,7 +113,7 @@ func testConfigurations() (*admissionregistrationv1.MutatingWebhookConfiguration
 func TestWriteChangesOnlyTheManagedConditionAndAnnotations(t *testing.T) {
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0.DeepCopy(), v0.DeepCopy())
-	k := New(client, nil, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
+	k := New(client, nil, Options{Manage: true, Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
 	ctx := context.Background()
 	c := matchconditions.Conditions{Mutating: "request.operation != 'CREATE'", Validating: "true", Digest: "d1"}
 	changed, err := k.write(ctx, c, "p1")
@@ -156,7 +157,7 @@ func TestWriteRefusesAConfigurationWithoutOurWebhook(t *testing.T) {
 	m0, v0 := testConfigurations()
 	v0.Webhooks = v0.Webhooks[1:]
 	client := fake.NewClientset(m0, v0)
-	k := New(client, nil, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
+	k := New(client, nil, Options{Manage: true, Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
 	_, err := k.write(context.Background(), matchconditions.Conditions{Mutating: "true", Validating: "true", Digest: "d"}, "p")
 	if err == nil || !strings.Contains(err.Error(), "has no webhook "+names.ValidatingServiceWebhook) {
 		t.Fatalf("err %v", err)
@@ -198,7 +199,7 @@ func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t 
 	r := readinesstest.New(t, readinesstest.Spec, false, logr.Discard())
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0, v0)
-	k := New(client, r.Gate, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
+	k := New(client, r.Gate, Options{Manage: true, Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); k.Work()(ctx) }()
@@ -267,7 +268,7 @@ func TestManagementOffRemovesALeftoverConditionDespiteATransientError(t *testing
 		}
 		return false, nil, nil
 	})
-	k := New(client, nil, Options{Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
+	k := New(client, nil, Options{Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); k.KeepRemoved(ctx) }()
@@ -290,7 +291,7 @@ func TestARefusedWriteOfNewConditionsFallsBackToTheFailSafeOnes(t *testing.T) {
 	r := readinesstest.New(t, readinesstest.Spec, true, logr.Discard())
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0, v0)
-	k := New(client, r.Gate, Options{Manage: true, Mutating: "clusterip-policy", Validating: "clusterip-policy"}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
+	k := New(client, r.Gate, Options{Manage: true, Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); k.Work()(ctx) }()

@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,6 +75,12 @@ type Options struct {
 	// Reports is --policy-reports: write the findings as PolicyReports
 	// where the apiserver serves them.
 	Reports bool
+}
+
+// AddFlags declares the periodic audit's flags, checked by Validate.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&o.Interval, "audit-interval", 0, "How often the leader audits the existing Services against the policy (as the audit command does): it lists them, sets clusterip_policy_existing_violations{rule}, and puts a Warning Event (reason "+names.AuditEventReason+") on each offending Service, once per Service, rule and address an hour, at most 50 a pass. 1s-24h; 0 (the default; manifests/base sets 5m) turns it off. Needs list on services and create on events.k8s.io events (manifests/base/rbac.yaml).")
+	fs.BoolVar(&o.Reports, "policy-reports", true, "With --audit-interval: also write the audit's findings as wgpolicyk8s.io/v1alpha2 PolicyReports, the format Policy Reporter and Kyverno's reports read: one report "+ReportName+" in each namespace with findings (a result per Service, rule and address, at most "+strconv.Itoa(MaxReportResults)+"), labelled "+ReportManagedByLabel+"="+ReportManagedBy+", deleted once the namespace has none. Only where the apiserver serves that API (the CRD comes with Kyverno or Policy Reporter): the leader asks discovery each pass, so a CRD installed later is used from the next pass, and without it nothing is written and nothing fails. Needs list, create, update and delete on wgpolicyk8s.io policyreports (manifests/base/rbac.yaml). false: never.")
 }
 
 // Validate checks the flags, naming the flag, the value and the fix.

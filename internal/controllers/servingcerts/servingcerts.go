@@ -32,7 +32,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,11 +42,12 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 
 	"clusterip-policy/certs"
 	"clusterip-policy/internal/leader"
+	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/webhookconfig"
 )
 
 // The --certificate-source values.
@@ -73,9 +74,9 @@ type Options struct {
 	// Settle is how long a new caBundle must have been in every
 	// configuration before the leader serves a certificate only it trusts.
 	Settle time.Duration
-	// Mutating and Validating name the configurations whose webhooks get
-	// the caBundle (serve fills them from the matchConditions' flags).
-	Mutating, Validating string
+	// Configurations are the configurations whose webhooks get the
+	// caBundle, serve's one value (webhookconfig.Names).
+	Configurations webhookconfig.Names
 }
 
 // Limits of the flags: lifetimes short enough for a test to see a
@@ -88,6 +89,20 @@ const (
 
 // Managed reports whether the leader manages the certificates.
 func (o Options) Managed() bool { return o.Source == SourceManaged }
+
+// AddFlags declares the certificate flags (--cert-dir, which serve reads
+// for the file source, is serve's), checked by Validate.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Source, "certificate-source", SourceFile, "Where the admission port's certificate comes from: file (--cert-dir; the default) or managed: the elected replica creates and renews a CA (--ca-secret, which only it reads) and the serving certificate (--cert-secret), and writes the caBundle of every webhook of the two webhook configurations; every replica serves the serving Secret read through the API (a watch of that Secret by name), not a mounted volume. A new CA joins the caBundle beside the old one and is served only after --ca-bundle-settle. Needs create on Secrets in --cert-namespace, get, list, watch and update on the two Secrets by name, and get and update on the two configurations (manifests/base/rbac.yaml); uses the Lease.")
+	fs.StringVar(&o.Namespace, "cert-namespace", names.WebhookNamespace(), "With --certificate-source=managed: namespace of the two Secrets and of the webhook Service (default: $POD_NAMESPACE from the downward API).")
+	fs.StringVar(&o.Secret, "cert-secret", "clusterip-policy-webhook-tls", "With --certificate-source=managed: the kubernetes.io/tls Secret every replica serves (tls.crt, tls.key; ca.crt is the caBundle in force). The leader creates it.")
+	fs.StringVar(&o.CASecret, "ca-secret", "clusterip-policy-webhook-ca", "With --certificate-source=managed: the Secret holding the CA's key and the bundle of trusted CAs; only the leader reads it. The leader creates it; deleting it makes a new CA (rotated without a failed review).")
+	fs.StringVar(&o.Service, "cert-service", "clusterip-policy-webhook", "With --certificate-source=managed: the webhook Service, whose DNS names (name, name.ns, name.ns.svc, name.ns.svc.cluster.local) the serving certificate carries.")
+	fs.StringArrayVar(&o.ExtraSANs, "cert-extra-san", nil, "With --certificate-source=managed: one more DNS name or IP address for the serving certificate (repeatable), for a webhook registered by URL.")
+	fs.DurationVar(&o.Validity, "cert-validity", 90*24*time.Hour, "With --certificate-source=managed: lifetime of the serving certificate; it is renewed after 2/3 of it (the caBundle does not change). 10s-20y, at most --ca-validity.")
+	fs.DurationVar(&o.CAValidity, "ca-validity", 5*365*24*time.Hour, "With --certificate-source=managed: lifetime of the CA; it is rotated after 2/3 of it, the old CA staying in the caBundle until it expires. 10s-20y.")
+	fs.DurationVar(&o.Settle, "ca-bundle-settle", 5*time.Second, "With --certificate-source=managed: how long a new caBundle must have been in every webhook configuration before the replicas serve a certificate of a new CA: the time your apiservers take to load a changed configuration, with a margin (docs/design.md has the figures). 0-5m.")
+}
 
 // Validate checks the flags, naming the flag, the value and the fix.
 // certDirSet says whether --cert-dir was given on the command line.
@@ -219,7 +234,7 @@ func New(client kubernetes.Interface, o Options, log logr.Logger, m *Metrics) *K
 func (k *Keeper) Work() leader.Work {
 	return leader.Term(k.log, "keeping the webhook's CA, serving certificate and caBundles",
 		[]any{"secret", k.o.Namespace + "/" + k.o.Secret, "caSecret", k.o.Namespace + "/" + k.o.CASecret,
-			"configurations", []string{k.o.Mutating, k.o.Validating}, "validity", k.o.Validity.String(), "caValidity", k.o.CAValidity.String()},
+			"configurations", []string{k.o.Configurations.Mutating, k.o.Configurations.Validating}, "validity", k.o.Validity.String(), "caValidity", k.o.CAValidity.String()},
 		k.lead, func() { k.metrics.failing.Set(0) })
 }
 
@@ -311,7 +326,7 @@ func (k *Keeper) watch(ctx context.Context, kick func()) (stop func()) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 		}))
 	}
-	m, v := named(k.o.Mutating), named(k.o.Validating)
+	m, v := named(k.o.Configurations.Mutating), named(k.o.Configurations.Validating)
 	_, _ = m.Admissionregistration().V1().MutatingWebhookConfigurations().Informer().AddEventHandler(h)
 	_, _ = v.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer().AddEventHandler(h)
 	factories = append(factories, m, v)
@@ -495,23 +510,23 @@ func (k *Keeper) trustedNow(ctx context.Context) ([]*x509.Certificate, error) {
 			out = append(out, certs...)
 		}
 	}
-	m, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Mutating, metav1.GetOptions{})
+	m, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Configurations.Mutating, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		for _, h := range m.Webhooks {
 			add(h.ClientConfig.CABundle)
 		}
 	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("read MutatingWebhookConfiguration %s: %w", k.o.Mutating, err)
+		return nil, fmt.Errorf("read MutatingWebhookConfiguration %s: %w", k.o.Configurations.Mutating, err)
 	}
-	v, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Validating, metav1.GetOptions{})
+	v, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Configurations.Validating, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		for _, h := range v.Webhooks {
 			add(h.ClientConfig.CABundle)
 		}
 	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("read ValidatingWebhookConfiguration %s: %w", k.o.Validating, err)
+		return nil, fmt.Errorf("read ValidatingWebhookConfiguration %s: %w", k.o.Configurations.Validating, err)
 	}
 	return out, nil
 }
@@ -614,85 +629,47 @@ func (k *Keeper) issue(ca *certs.CA, now time.Time) (*certs.KeyPair, *x509.Certi
 }
 
 // inject sets the caBundle of every webhook of both configurations to
-// bundle and reports whether it changed any. It writes nothing else: the
-// update carries the object as read (a conflict is retried on a fresh
-// read). A configuration that does not exist yet (an install applies it
-// after the Deployment) is skipped: nobody calls the webhook through it,
-// and the watch brings the leader back when it appears.
+// bundle and reports whether it changed any. It writes nothing else
+// (webhookconfig.Update: the update carries the object as read, a
+// conflict is retried on a fresh read). A configuration that does not
+// exist yet (an install applies it after the Deployment) is skipped:
+// nobody calls the webhook through it, and the watch brings the leader
+// back when it appears.
 func (k *Keeper) inject(ctx context.Context, bundle []byte) (bool, error) {
-	mAPI := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	vAPI := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	m, err := injectInto(ctx, "MutatingWebhookConfiguration", k.o.Mutating, bundle, mAPI.Get, mAPI.Update,
-		func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
-			out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
-			for i := range c.Webhooks {
-				out[i] = &c.Webhooks[i].ClientConfig
+	setBundle := func(_ *metav1.ObjectMeta, entries []webhookconfig.Entry) (bool, error) {
+		changed := false
+		for _, e := range entries {
+			if !bytes.Equal(e.ClientConfig.CABundle, bundle) {
+				e.ClientConfig.CABundle = bytes.Clone(bundle)
+				changed = true
 			}
-			return out
-		})
-	k.countInject(m, err)
+		}
+		return changed, nil
+	}
+	m, err := webhookconfig.Update(ctx, webhookconfig.Mutating(k.client, k.o.Configurations).EveryWebhook().WrittenBy(FieldManager), setBundle)
+	err = k.countInject(m, err)
 	if err != nil {
 		return false, err
 	}
-	v, err := injectInto(ctx, "ValidatingWebhookConfiguration", k.o.Validating, bundle, vAPI.Get, vAPI.Update,
-		func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
-			out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
-			for i := range c.Webhooks {
-				out[i] = &c.Webhooks[i].ClientConfig
-			}
-			return out
-		})
-	k.countInject(v, err)
+	v, err := webhookconfig.Update(ctx, webhookconfig.Validating(k.client, k.o.Configurations).EveryWebhook().WrittenBy(FieldManager), setBundle)
+	err = k.countInject(v, err)
 	if m || v {
 		k.log.Info("wrote the caBundle of the webhook configurations", "mutating", m, "validating", v, "digest", digestOf(bundle))
 	}
 	return m || v, err
 }
 
-func (k *Keeper) countInject(changed bool, err error) {
+// countInject counts one configuration's write and returns its error, but
+// none for a configuration that does not exist (yet).
+func (k *Keeper) countInject(changed bool, err error) error {
 	switch {
+	case apierrors.IsNotFound(err):
+		return nil
 	case err != nil:
 		k.metrics.bundle.WithLabelValues("failed").Inc()
+		return fmt.Errorf("write the caBundle: %w", err)
 	case changed:
 		k.metrics.bundle.WithLabelValues("updated").Inc()
 	}
-}
-
-// injectInto is inject for one configuration.
-func injectInto[C any](ctx context.Context, kind, name string, bundle []byte,
-	get func(context.Context, string, metav1.GetOptions) (C, error),
-	put func(context.Context, C, metav1.UpdateOptions) (C, error),
-	clientConfigs func(C) []*admissionregistrationv1.WebhookClientConfig,
-) (bool, error) {
-	written := false
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		cfg, err := get(rctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s %s: %w", kind, name, err)
-		}
-		changed := false
-		for _, cc := range clientConfigs(cfg) {
-			if !bytes.Equal(cc.CABundle, bundle) {
-				cc.CABundle = bytes.Clone(bundle)
-				changed = true
-			}
-		}
-		if !changed {
-			return nil
-		}
-		if _, err := put(rctx, cfg, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-			if apierrors.IsConflict(err) {
-				return err
-			}
-			return fmt.Errorf("write the caBundle of %s %s: %w", kind, name, err)
-		}
-		written = true
-		return nil
-	})
-	return written, err
+	return nil
 }

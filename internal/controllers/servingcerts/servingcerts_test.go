@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/webhookconfig"
 )
 
 func testOptions() Options {
@@ -31,7 +32,7 @@ func testOptions() Options {
 		Secret: "clusterip-policy-webhook-tls", CASecret: "clusterip-policy-webhook-ca",
 		Service: "clusterip-policy-webhook", ExtraSANs: []string{"127.0.0.1"},
 		Validity: time.Hour, CAValidity: 3 * time.Hour, Settle: 5 * time.Second,
-		Mutating: "clusterip-policy", Validating: "clusterip-policy",
+		Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"},
 	}
 }
 
@@ -194,6 +195,42 @@ func TestFirstPassCreatesTheCAAndCertificateAndInjectsEveryWebhook(t *testing.T)
 		if a.GetVerb() != "get" {
 			t.Errorf("a pass with nothing due wrote: %s %s", a.GetVerb(), a.GetResource().Resource)
 		}
+	}
+}
+
+// The caBundle is written as the certificates' own field manager, which a
+// Helm upgrade by server-side apply leaves alone (test/e2e's helm tests),
+// into every webhook and nothing else of the configuration.
+func TestTheCABundleIsWrittenAsItsOwnFieldManagerAndNothingElse(t *testing.T) {
+	w := newWorld(t, testOptions())
+	ctx := context.Background()
+	m, err := w.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Webhooks[0].MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "another-loops", Expression: "true"}}
+	if _, err := w.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	managers := map[string]string{}
+	w.client.PrependReactor("update", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if u, ok := a.(k8stesting.UpdateActionImpl); ok && strings.HasSuffix(a.GetResource().Resource, "webhookconfigurations") {
+			managers[a.GetResource().Resource] = u.UpdateOptions.FieldManager
+		}
+		return false, nil, nil
+	})
+	w.pass()
+	want := map[string]string{"mutatingwebhookconfigurations": FieldManager, "validatingwebhookconfigurations": FieldManager}
+	if fmt.Sprint(managers) != fmt.Sprint(want) {
+		t.Errorf("the configurations were updated by the field managers %v, want %v", managers, want)
+	}
+	w.requireTrusted("after the first pass")
+	m, err = w.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterip-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Webhooks[0].MatchConditions; len(c) != 1 || c[0].Name != "another-loops" {
+		t.Errorf("the caBundle write changed the matchConditions to %v", c)
 	}
 }
 
