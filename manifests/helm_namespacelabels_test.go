@@ -8,11 +8,11 @@ import (
 	admv1 "k8s.io/api/admissionregistration/v1"
 )
 
-// namespaceLabelGuards are the names of the two namespace label policies
-// (and of their bindings).
-var namespaceLabelGuards = []string{"clusterip-policy-namespace-labels", "clusterip-policy-reserved-range-labels"}
+// namespaceLabelGuards are the names of the namespace label policy (and of
+// its binding).
+var namespaceLabelGuards = []string{"clusterip-policy-namespace-labels"}
 
-// guardPolicies returns the namespace label policies and bindings of o by
+// guardPolicies returns the namespace label policy and binding of o by
 // name.
 func guardPolicies(o *objects) (map[string]*admv1.ValidatingAdmissionPolicy, map[string]*admv1.ValidatingAdmissionPolicyBinding) {
 	ps, bs := map[string]*admv1.ValidatingAdmissionPolicy{}, map[string]*admv1.ValidatingAdmissionPolicyBinding{}
@@ -33,7 +33,7 @@ func guardPolicies(o *objects) (map[string]*admv1.ValidatingAdmissionPolicy, map
 	return ps, bs
 }
 
-// The chart's namespace label policies with default values are the base's,
+// The chart's namespace label policy with default values is the base's,
 // field for field, so the kustomize path guards the same labels.
 func TestChartNamespaceLabelGuardMatchesTheBase(t *testing.T) {
 	chartPs, chartBs := guardPolicies(renderChart(t).objects)
@@ -54,19 +54,25 @@ func TestChartNamespaceLabelGuardMatchesTheBase(t *testing.T) {
 	}
 }
 
-// What the values change: the keys and requesters in the expressions, the
-// range guard only with the policy object, nothing when off; a guard
-// nobody may pass, and values that would break the expressions, are
-// refused naming the value.
+// What the values change: the keys (the Service webhooks' selector, the
+// rendered policy's reservedRanges selectors, extra keys) and requesters in
+// the expressions, nothing when off; a guard nobody may pass, and values
+// that would break the expressions, are refused naming the value. It reads
+// no object (no paramKind): one whose kind is missing would fail every
+// namespace write.
 func TestChartNamespaceLabelGuardValues(t *testing.T) {
 	r := renderChart(t, "--set-json", `webhook.namespaceSelector={"matchExpressions":[{"key":"zone","operator":"NotIn","values":["lab"]},{"key":"env","operator":"DoesNotExist"}]}`,
+		"--set-file", "policy=../examples/reserved-ranges/clusterippolicy.yaml",
 		"--set-json", `namespaceLabelGuard.extraKeys=["example.com/cost-center"]`,
 		"--set-json", `namespaceLabelGuard.allowedGroups=["oidc:platform"]`,
 		"--set-json", `namespaceLabelGuard.allowedUsers=["system:serviceaccount:argocd:argocd-application-controller"]`)
 	ps, bs := guardPolicies(r.objects)
 	p := ps["clusterip-policy-namespace-labels"]
-	if p == nil || len(bs) != 2 {
-		t.Fatalf("policies %v, bindings %v; want both", ps, bs)
+	if p == nil || len(bs) != 1 {
+		t.Fatalf("policies %v, bindings %v; want the one", ps, bs)
+	}
+	if p.Spec.ParamKind != nil || bs["clusterip-policy-namespace-labels"].Spec.ParamRef != nil {
+		t.Errorf("the guard reads a parameter object (%v, %v): while its kind is missing every namespace write would fail", p.Spec.ParamKind, bs["clusterip-policy-namespace-labels"].Spec.ParamRef)
 	}
 	changed := ""
 	for _, v := range p.Spec.Variables {
@@ -74,8 +80,9 @@ func TestChartNamespaceLabelGuardValues(t *testing.T) {
 			changed = v.Expression
 		}
 	}
-	if !strings.Contains(changed, `k in ["env","example.com/cost-center","zone"]`) {
-		t.Errorf("the guarded keys in %q, want env, zone and the extra key", changed)
+	// team: examples/reserved-ranges' namespaceSelector.
+	if !strings.Contains(changed, `k in ["env","example.com/cost-center","team","zone"]`) {
+		t.Errorf("the guarded keys in %q, want env, zone, team and the extra key", changed)
 	}
 	cond := p.Spec.MatchConditions[0].Expression
 	if !strings.Contains(cond, `g in ["oidc:platform"]`) || !strings.Contains(cond, `username in ["system:serviceaccount:argocd:argocd-application-controller"]`) {
@@ -84,17 +91,12 @@ func TestChartNamespaceLabelGuardValues(t *testing.T) {
 	if !strings.Contains(p.Spec.Validations[0].MessageExpression, "only oidc:platform, system:serviceaccount:argocd:argocd-application-controller may") {
 		t.Errorf("the refusal %q does not name who may", p.Spec.Validations[0].MessageExpression)
 	}
-	rp := ps["clusterip-policy-reserved-range-labels"]
-	if rp == nil || rp.Spec.ParamKind == nil || rp.Spec.ParamKind.Kind != "ClusterIPPolicy" {
-		t.Fatalf("the range guard %v reads no ClusterIPPolicy", rp)
-	}
-	if ref := bs["clusterip-policy-reserved-range-labels"].Spec.ParamRef; ref == nil || ref.Name != "default" || ref.ParameterNotFoundAction == nil || *ref.ParameterNotFoundAction != admv1.AllowAction {
-		t.Errorf("the range guard's paramRef %+v, want default with Allow when it is absent", ref)
-	}
-
-	ps, bs = guardPolicies(renderChart(t, "--set", "policySource=file").objects)
-	if len(ps) != 1 || len(bs) != 1 || ps["clusterip-policy-namespace-labels"] == nil {
-		t.Errorf("with policySource=file: %d policies, %d bindings; want only the key guard (no policy object to read ranges from)", len(ps), len(bs))
+	// The policy kept elsewhere: only what the values say.
+	ps, _ = guardPolicies(renderChart(t, "--set", "createPolicyObject=false", "--set-file", "policy=../examples/reserved-ranges/clusterippolicy.yaml").objects)
+	for _, v := range ps["clusterip-policy-namespace-labels"].Spec.Variables {
+		if v.Name == "changed" && strings.Contains(v.Expression, `"team"`) {
+			t.Errorf("with createPolicyObject=false the guard names the policy value's keys: %q", v.Expression)
+		}
 	}
 	ps, bs = guardPolicies(renderChart(t, "--set", "namespaceLabelGuard.enabled=false").objects)
 	if len(ps)+len(bs) != 0 {

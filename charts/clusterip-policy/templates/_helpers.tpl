@@ -535,26 +535,3 @@ NET_BIND_SERVICE too). extraArgs may not set them behind the chart's back.
 {{- toJson $out -}}
 {{- end -}}
 
-{{- /* What the two namespace label policies (namespacelabels.yaml) share: they
-judge namespace creates and updates, unless the requester is allowed, by the
-labels before (none on a create) and after; a variables list follows. */ -}}
-{{- define "clusterip-policy.namespaceLabelGuardCommon" -}}
-failurePolicy: Fail
-matchConstraints:
-  resourceRules:
-  - apiGroups: [""]
-    apiVersions: ["v1"]
-    # status and finalize store a label change as the namespace does.
-    resources: ["namespaces", "namespaces/status", "namespaces/finalize"]
-    operations: ["CREATE", "UPDATE"]
-matchConditions:
-- name: not-an-allowed-requester
-  expression: >-
-    !(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in {{ .guard.allowedGroups | default list | toJson }})) &&
-    !(request.userInfo.username in {{ .guard.allowedUsers | default list | toJson }})
-variables:
-- name: newLabels
-  expression: "has(object.metadata.labels) ? object.metadata.labels : {}"
-- name: oldLabels
-  expression: "oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
-{{- end -}}
