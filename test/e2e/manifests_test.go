@@ -408,6 +408,8 @@ spec:
 			// Services and puts an Event on each offending one.
 			"services [] []":             {resource: "services", nonResource: "[]", names: "[]", verbs: "[get list]"},
 			"events.events.k8s.io [] []": {resource: "events.events.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"},
+			// --policy-reports: the periodic audit's findings as PolicyReports.
+			"policyreports.wgpolicyk8s.io [] []": {resource: "policyreports.wgpolicyk8s.io", nonResource: "[]", names: "[]", verbs: "[list create update delete]"},
 			// The holds and the audit skip the namespaces the Service
 			// webhooks' namespaceSelector leaves out: labels only.
 			"namespaces [] []": {resource: "namespaces", nonResource: "[]", names: "[]", verbs: "[list watch]"},
