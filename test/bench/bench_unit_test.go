@@ -166,13 +166,15 @@ apiserver_admission_controller_admission_duration_seconds_sum{name="ValidatingAd
 apiserver_admission_controller_admission_duration_seconds_count{name="ValidatingAdmissionPolicy",operation="CREATE",rejected="false",type="validate"} 100
 apiserver_admission_controller_admission_duration_seconds_count{name="ValidatingAdmissionPolicy",operation="UPDATE",rejected="false",type="validate"} 9
 apiserver_admission_controller_admission_duration_seconds_count{name="ValidatingAdmissionWebhook",operation="CREATE",rejected="false",type="validate"} 7
+apiserver_admission_controller_admission_duration_seconds_sum{name="MutatingAdmissionPolicy",operation="CREATE",rejected="false",type="admit"} 0.25
+apiserver_admission_controller_admission_duration_seconds_sum{name="MutatingAdmissionPolicy",operation="UPDATE",rejected="false",type="admit"} 9
 `
 	c, err := ParseCounters(text)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.AllWebhookRequests != 16 || c.Requests[framework.MutatingWebhookName] != 8 || c.Requests[framework.ValidatingWebhookName] != 6 ||
-		c.DurationSum[framework.MutatingWebhookName] != 0.016 || c.DurationCount[framework.MutatingWebhookName] != 8 || c.VAPDenials != 1 || c.VAPPluginSum != 0.5 || c.VAPPluginCount != 100 {
+		c.DurationSum[framework.MutatingWebhookName] != 0.016 || c.DurationCount[framework.MutatingWebhookName] != 8 || c.VAPDenials != 1 || c.VAPPluginSum != 0.5 || c.VAPPluginCount != 100 || c.MAPPluginSum != 0.25 {
 		t.Errorf("ParseCounters = %+v", c)
 	}
 	if _, err := ParseCounters("apiserver_admission_webhook_request_total{name=\"x\"} many\n"); err == nil {
@@ -190,6 +192,7 @@ func delta(mutate, validate, other, vapDenials float64, apiCPU, whCPU time.Durat
 		VAPDenials:         vapDenials,
 		VAPPluginSum:       0.01,
 		VAPPluginCount:     100,
+		MAPPluginSum:       0.015,
 		CPU:                map[string]time.Duration{procAPIServer: apiCPU, procNop: 0, procOurs: 0},
 	}
 	if config == ConfigOurs || config == ConfigNop {
@@ -213,7 +216,7 @@ func TestResultFiguresAndChecks(t *testing.T) {
 	w := Workload{KindMixed, 4}
 	r := NewResult(1, 0, w, ConfigNop, plan, outcome(30), delta(30, 30, 0, 0, 600*time.Millisecond, 120*time.Millisecond, ConfigNop), true)
 	if len(r.Problems) != 0 || r.CreatesPerSec != 15 || r.P50ms != 15 || r.P99ms != 30 || r.APIServerCPUPerCreate != 20 ||
-		r.WebhookCPUPerCall != 2 || r.CallsPerCreate != 2 || r.MutateMeanms != 2 || r.ValidateMeanms != 1 || r.VAPPluginMeanms != 0.1 || r.Static != 3 || r.Owners != 1 {
+		r.WebhookCPUPerCall != 2 || r.CallsPerCreate != 2 || r.MutateMeanms != 2 || r.ValidateMeanms != 1 || r.VAPPluginMeanms != 0.1 || r.MAPPluginPerCreate != 0.5 || r.Static != 3 || r.Owners != 1 {
 		t.Errorf("nop result = %+v", r)
 	}
 	for name, c := range map[string]struct {

@@ -77,6 +77,9 @@ type Result struct {
 	// (apiserver_admission_controller_admission_duration_seconds), in
 	// every configuration: with no policy it matches nothing.
 	VAPPluginMeanms Num `json:"vapAdmissionMeanms"`
+	// The MutatingAdmissionPolicy plugin's time per create (the backstop's
+	// record; near zero where no such policy exists).
+	MAPPluginPerCreate Num `json:"mapPluginmsPerCreate"`
 	// The two webhook admission plugins' time per create (rules,
 	// selectors, matchConditions and any calls), and of it the
 	// matchCondition evaluations that skipped a call.
@@ -149,6 +152,7 @@ func NewResult(round, existing int, w Workload, config string, plan []Request, o
 	r.MutateSkips, r.ValidateSkips = d.Exclusions[webhookNames[0]], d.Exclusions[webhookNames[1]]
 	r.VAPDenials = d.VAPDenials
 	r.VAPPluginMeanms = Num(perUnit(d.VAPPluginSum*1000, d.VAPPluginCount))
+	r.MAPPluginPerCreate = Num(perUnit(d.MAPPluginSum*1000, float64(len(plan))))
 	r.WebhookPluginPerCreate = Num(perUnit(d.WebhookPluginSum*1000, float64(len(plan))))
 	r.MatchCondPerCreate = Num(perUnit(d.MatchCondSum*1000, float64(len(plan))))
 

@@ -19,6 +19,9 @@ const (
 	metricVAPChecks      = "apiserver_validating_admission_policy_check_total"
 	metricPluginDuration = "apiserver_admission_controller_admission_duration_seconds"
 	vapPlugin            = "ValidatingAdmissionPolicy"
+	// The MutatingAdmissionPolicy plugin: the backstop's record runs in
+	// it, so its time belongs to the backstop's cost beside the VAP's.
+	mapPlugin = "MutatingAdmissionPolicy"
 	// The two webhook admission plugins' own time per request: matching
 	// rules, selectors and matchConditions, and the calls they make. With
 	// no call this is what registering a webhook costs a create.
@@ -48,6 +51,8 @@ type Counters struct {
 	// policies exist (with none, it matches nothing).
 	VAPPluginSum   float64 // seconds
 	VAPPluginCount float64
+	// The MutatingAdmissionPolicy plugin on Service CREATEs (seconds).
+	MAPPluginSum float64
 	// Both webhook plugins on Service CREATEs (seconds), and the
 	// matchCondition evaluations the apiserver times (those that skipped
 	// a webhook or failed: it does not time a match).
@@ -80,6 +85,7 @@ func ParseCounters(text string) (Counters, error) {
 	plugin := []string{`name="` + vapPlugin + `"`, `operation="CREATE"`}
 	c.VAPPluginSum = sum(metricPluginDuration+"_sum", plugin...)
 	c.VAPPluginCount = sum(metricPluginDuration+"_count", plugin...)
+	c.MAPPluginSum = sum(metricPluginDuration+"_sum", `name="`+mapPlugin+`"`, `operation="CREATE"`)
 	for _, p := range webhookPlugins {
 		c.WebhookPluginSum += sum(metricPluginDuration+"_sum", `name="`+p+`"`, `operation="CREATE"`)
 	}
@@ -113,6 +119,7 @@ type Delta struct {
 	VAPDenials         float64
 	VAPPluginSum       float64
 	VAPPluginCount     float64
+	MAPPluginSum       float64
 	WebhookPluginSum   float64
 	MatchCondSum       float64
 	CPU                map[string]time.Duration
@@ -130,6 +137,7 @@ func (s Snapshot) Sub(before Snapshot) Delta {
 		VAPDenials:         s.Counters.VAPDenials - before.Counters.VAPDenials,
 		VAPPluginSum:       s.Counters.VAPPluginSum - before.Counters.VAPPluginSum,
 		VAPPluginCount:     s.Counters.VAPPluginCount - before.Counters.VAPPluginCount,
+		MAPPluginSum:       s.Counters.MAPPluginSum - before.Counters.MAPPluginSum,
 		WebhookPluginSum:   s.Counters.WebhookPluginSum - before.Counters.WebhookPluginSum,
 		MatchCondSum:       s.Counters.MatchCondSum - before.Counters.MatchCondSum,
 		CPU:                map[string]time.Duration{},

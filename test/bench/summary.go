@@ -29,6 +29,7 @@ var Figures = []Figure{
 	{"mutateAdmissionMeanms", "mutate admission ms", func(r Result) Num { return r.MutateMeanms }},
 	{"validateAdmissionMeanms", "validate admission ms", func(r Result) Num { return r.ValidateMeanms }},
 	{"vapAdmissionMeanms", "VAP plugin ms", func(r Result) Num { return r.VAPPluginMeanms }},
+	{"mapPluginmsPerCreate", "MAP plugin ms/create", func(r Result) Num { return r.MAPPluginPerCreate }},
 	{"webhookPluginsmsPerCreate", "webhook plugins ms/create", func(r Result) Num { return r.WebhookPluginPerCreate }},
 	{"matchConditionsmsPerCreate", "skipping matchConditions ms/create", func(r Result) Num { return r.MatchCondPerCreate }},
 }
@@ -256,7 +257,7 @@ func (s Summary) Markdown() string {
 	fmt.Fprintf(&b, "- machine: %s\n", m.Machine)
 	fmt.Fprintf(&b, "- %d rounds of %d creates per run; configurations %s, alternated in each round; workloads %v; ours with extra args %q\n",
 		m.Knobs.Rounds, m.Knobs.Creates, strings.Join(m.Knobs.Configs, ", "), m.Knobs.Workloads, strings.Join(m.Knobs.WebhookArgs, " "))
-	fmt.Fprintf(&b, "- cells: median (min–max) over the rounds without problems; ratios vs none and vs nop are taken within each round (this run over the base's run of the same round), median (min–max) over the rounds (JSON: pairedVsNone, pairedVsNop; vsNone and vsNop are the ratios of the medians); CPU from /proc/PID/stat (10 ms ticks); admission ms: apiserver_admission_webhook_admission_duration_seconds sum/count; calls: apiserver_admission_webhook_request_total; VAP plugin ms: apiserver_admission_controller_admission_duration_seconds{name=\"ValidatingAdmissionPolicy\"} sum/count on CREATE (runs in every configuration); webhook plugins ms/create: the same histogram for MutatingAdmissionWebhook + ValidatingAdmissionWebhook (rules, selectors, matchConditions and calls) over the creates; skipping matchConditions ms/create: apiserver_admission_match_condition_evaluation_seconds sum on CREATE (timed only when a condition skips a webhook) over the creates\n")
+	fmt.Fprintf(&b, "- cells: median (min–max) over the rounds without problems; ratios vs none and vs nop are taken within each round (this run over the base's run of the same round), median (min–max) over the rounds (JSON: pairedVsNone, pairedVsNop; vsNone and vsNop are the ratios of the medians); CPU from /proc/PID/stat (10 ms ticks); admission ms: apiserver_admission_webhook_admission_duration_seconds sum/count; calls: apiserver_admission_webhook_request_total; VAP plugin ms: apiserver_admission_controller_admission_duration_seconds{name=\"ValidatingAdmissionPolicy\"} sum/count on CREATE (runs in every configuration); MAP plugin ms/create: the same histogram for MutatingAdmissionPolicy over the creates; webhook plugins ms/create: the same histogram for MutatingAdmissionWebhook + ValidatingAdmissionWebhook (rules, selectors, matchConditions and calls) over the creates; skipping matchConditions ms/create: apiserver_admission_match_condition_evaluation_seconds sum on CREATE (timed only when a condition skips a webhook) over the creates\n")
 	fmt.Fprintf(&b, "- vap: `%s`\n", strings.Join(strings.Fields(m.VAPExpression), " "))
 	var last string
 	for _, r := range s.Rows {
