@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/x509"
 	"os"
 	"regexp"
 	"sort"
@@ -10,21 +9,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"clusterip-policy/internal/admission"
-	"clusterip-policy/internal/controllers/arming"
-	"clusterip-policy/internal/controllers/backstop"
-	"clusterip-policy/internal/controllers/holds"
-	"clusterip-policy/internal/controllers/matchconditions"
-	"clusterip-policy/internal/controllers/periodicaudit"
-	"clusterip-policy/internal/controllers/servingcerts"
-	"clusterip-policy/internal/policysource"
-	"clusterip-policy/internal/readiness"
-	"clusterip-policy/internal/readiness/readinesstest"
-	"clusterip-policy/pkg/allocview"
-	"clusterip-policy/pkg/allocview/kubesource"
-	"clusterip-policy/pkg/policy"
 )
 
 // describedNames is a prometheus.Registerer that keeps the name of every
@@ -57,21 +43,16 @@ func (d describedNames) Unregister(prometheus.Collector) bool { return true }
 // packages register, as serve registers them, is named there.
 func TestEveryMetricIsDocumented(t *testing.T) {
 	reg := describedNames{}
-	r := readinesstest.New(t, readinesstest.Spec, true, logr.Discard())
-	admission.Endpoints(admission.Config{Gate: r.Gate, DecisionLog: logr.Discard(), Registry: reg})
-	policysource.NewMetrics(reg)
-	view := allocview.NewView()
-	readiness.RegisterViewMetrics(reg, view, kubesource.New(fake.NewClientset(), view, logr.Discard()))
-	readiness.RegisterBandUsage(reg, view, func() []allocview.Band { return nil })
-	readiness.RegisterRangeUsage(reg, view, func() []policy.ReservedRange { return nil })
-	holds.NewMetrics(reg)
-	periodicaudit.NewMetrics(reg)
-	periodicaudit.NewReportMetrics(reg)
-	matchconditions.NewMetrics(reg)
-	arming.NewMetrics(reg)
-	backstop.NewMetrics(reg)
-	servingcerts.NewMetrics(reg)
-	servingcerts.RegisterExpiry(reg, func() (leaf, ca *x509.Certificate) { return nil, nil })
+	// As serve builds them, with every feature on: the core, the table of
+	// features, and the admission endpoints.
+	c := testHostContext(t, reg, append(everyRoleArgs, "--policy-reports")...)
+	if _, err := buildCore(c, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := buildFeatures(c); err != nil {
+		t.Fatal(err)
+	}
+	admission.Endpoints(admission.Config{Gate: c.gate, DecisionLog: logr.Discard(), Registry: reg})
 	if len(reg) < 20 {
 		t.Fatalf("only %d metrics described: %v", len(reg), reg)
 	}

@@ -12,16 +12,6 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
-
-	"clusterip-policy/internal/controllers/arming"
-	"clusterip-policy/internal/controllers/backstop"
-	"clusterip-policy/internal/controllers/holds"
-	"clusterip-policy/internal/controllers/matchconditions"
-	"clusterip-policy/internal/controllers/periodicaudit"
-	"clusterip-policy/internal/controllers/policystatus"
-	"clusterip-policy/internal/controllers/servingcerts"
-	"clusterip-policy/internal/judged"
-	"clusterip-policy/internal/readiness/readinesstest"
 )
 
 // everyRoleArgs turns on every leader role.
@@ -36,21 +26,42 @@ func parseServeFlags(t *testing.T, args ...string) *serveOptions {
 	return &o
 }
 
-// roles is the one list of the leader's roles: a role is added there, with
-// its flag and its Work, and in docs/architecture.md's table of roles; the
-// test fails until both say the same, in the same order.
+// testHostContext is the context serve builds, over fake clients, with
+// the flags args and metrics registered in reg.
+func testHostContext(t *testing.T, reg prometheus.Registerer, args ...string) *hostContext {
+	t.Helper()
+	return &hostContext{
+		o: parseServeFlags(t, args...), cfg: &rest.Config{Host: "https://127.0.0.1:1"}, client: fake.NewClientset(),
+		dyn: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), log: logr.Discard(), registry: reg,
+	}
+}
+
+// roles are the features that lead: the one table of features (features.go)
+// is also the list of the leader's roles, each with its flag and its Work,
+// and docs/architecture.md's table of roles lists them; the test fails
+// until both say the same, in the same order.
+func roles() []feature {
+	var r []feature
+	for _, f := range features {
+		if f.leads != nil {
+			r = append(r, f)
+		}
+	}
+	return r
+}
+
 func TestTheRolesAreTheDocumentedOnes(t *testing.T) {
 	seen := map[string]bool{}
 	var names []string
-	for _, r := range roles {
+	for _, r := range roles() {
 		for _, k := range []string{"name " + r.name, "flag " + r.flag} {
 			if k != "flag " && seen[k] {
 				t.Errorf("two roles have the %s", k)
 			}
 			seen[k] = true
 		}
-		if r.name == "" || r.on == nil || r.work == nil {
-			t.Errorf("role %q has no name, on or work", r.name)
+		if r.name == "" || r.build == nil {
+			t.Errorf("role %q has no name or build", r.name)
 		}
 		names = append(names, r.name)
 	}
@@ -76,7 +87,7 @@ func TestTheRolesAreTheDocumentedOnes(t *testing.T) {
 	if strings.Join(documented, " ") != strings.Join(names, " ") {
 		t.Errorf("internal/server's roles are %v; docs/architecture.md's table of roles lists %v: add the role to both, in the same order", names, documented)
 	}
-	for _, r := range roles {
+	for _, r := range roles() {
 		if r.flag != "" && !strings.Contains(flags[r.name], r.flag) {
 			t.Errorf("docs/architecture.md's row of role %s says it is turned on by %q, want %q in it", r.name, flags[r.name], r.flag)
 		}
@@ -84,56 +95,57 @@ func TestTheRolesAreTheDocumentedOnes(t *testing.T) {
 }
 
 // Every role is turned on by a serve flag, and off by default; what the
-// Lease's check names (leaderWorks) and what runs (leaderWorkList) come
-// from the same table, so each role turned on yields one Work.
+// Lease's check names (leaderWorks) and what runs (buildFeatures) come
+// from the same table, so each role turned on yields one Work, and none
+// with the defaults.
 func TestEveryRoleIsTurnedOnByItsFlagAndYieldsAWork(t *testing.T) {
-	if o := parseServeFlags(t, "--policy=p.yaml"); len(o.leaderWorks()) != 0 {
-		t.Errorf("the defaults turn on leader work %v, want none", o.leaderWorks())
+	defaults := parseServeFlags(t, "--policy=p.yaml")
+	if w := defaults.leaderWorks(); len(w) != 0 {
+		t.Errorf("the defaults turn on leader work %v, want none", w)
 	}
-	for _, r := range roles {
-		if r.on(parseServeFlags(t, "--policy=p.yaml")) {
+	for _, r := range roles() {
+		if r.leads(defaults) {
 			t.Errorf("role %s is on by default", r.name)
 		}
 	}
 
-	o := parseServeFlags(t, everyRoleArgs...)
+	c := testHostContext(t, prometheus.NewRegistry(), everyRoleArgs...)
 	var flags []string
-	for _, r := range roles {
-		if !r.on(o) {
+	for _, r := range roles() {
+		if !r.leads(c.o) {
 			t.Errorf("role %s is off with %v", r.name, everyRoleArgs)
 		}
 		if r.flag != "" {
 			flags = append(flags, r.flag)
 		}
 	}
-	if got := o.leaderWorks(); strings.Join(got, ", ") != strings.Join(flags, ", ") {
+	if got := c.o.leaderWorks(); strings.Join(got, ", ") != strings.Join(flags, ", ") {
 		t.Errorf("leaderWorks() = %v, want every role's flag %v", got, flags)
 	}
-
-	client := fake.NewClientset()
-	reg := prometheus.NewRegistry()
-	r := readinesstest.New(t, readinesstest.Spec, true, logr.Discard())
-	status := policystatus.New(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), policystatus.Options{}, logr.Discard())
-	p := &leaderParts{
-		o: o, cfg: &rest.Config{Host: "https://127.0.0.1:1"}, client: client, log: logr.Discard(), gate: r.Gate, status: status,
-		skip:       judged.NewScope(client, "m", "v", []string{"clusterip-policy"}, logr.Discard()),
-		holdClient: client, holdWatch: holds.NewWatch(client), holdMetrics: holds.NewMetrics(reg),
-		conditions:      matchconditions.New(client, r.Gate, o.conditions, logr.Discard(), matchconditions.NewMetrics(reg), status),
-		certMetrics:     servingcerts.NewMetrics(reg),
-		armingMetrics:   arming.NewMetrics(reg),
-		backstopMetrics: backstop.NewMetrics(reg),
+	if _, err := buildCore(c, nil); err != nil {
+		t.Fatal(err)
 	}
-	p.audit = periodicaudit.New(client, r.Gate, p.skip, o.audit.Interval, "test", logr.Discard(), periodicaudit.NewMetrics(reg), status)
-	works, err := leaderWorkList(p)
+	h, err := buildFeatures(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(works) != len(roles) {
-		t.Errorf("%d Works for %d roles turned on", len(works), len(roles))
+	if len(h.works) != len(roles()) {
+		t.Errorf("%d Works for %d roles turned on", len(h.works), len(roles()))
 	}
-	for i, w := range works {
-		if w == nil {
-			t.Errorf("role %s yields no Work", roles[i].name)
-		}
+	if h.hook == nil || h.ready["holds"] == nil || len(h.tls) != 1 || len(h.serve) != 1 {
+		t.Errorf("with every feature on: hook %v, ready checks %v, %d TLS options, %d serve runnables; want the holds' release and ready check, the managed certificate's TLS option and watcher", h.hook, h.ready, len(h.tls), len(h.serve))
+	}
+}
+
+// A feature whose build disagrees with its leads is refused at start,
+// naming it: the Lease would elect a replica for nothing, or run nothing
+// it was elected for.
+func TestAFeatureThatLeadsWithoutAWorkIsRefused(t *testing.T) {
+	saved := features
+	t.Cleanup(func() { features = saved })
+	features = []feature{{name: "broken", flag: "--broken", leads: func(*serveOptions) bool { return true }, build: func(*hostContext) (parts, error) { return parts{}, nil }}}
+	c := testHostContext(t, prometheus.NewRegistry(), everyRoleArgs...)
+	if _, err := buildFeatures(c); err == nil || !strings.Contains(err.Error(), "feature broken: leads is true but its build gave no Work") {
+		t.Errorf("buildFeatures = %v, want the broken feature named", err)
 	}
 }

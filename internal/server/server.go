@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
@@ -251,10 +252,11 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) error {
+// newHostContext makes the clients every part of the server shares.
+func newHostContext(o *serveOptions, log logr.Logger, registry prometheus.Registerer) (*hostContext, error) {
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.UserAgent = "clusterip-policy/" + version.Version()
 	// Explicit rather than client-go's default of 5 a second, burst 10,
@@ -264,79 +266,71 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-
-	view := allocview.NewView()
-	pm := policysource.NewMetrics(defaultRegistry)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	return &hostContext{o: o, cfg: cfg, client: client, dyn: dyn, log: log, registry: registry}, nil
+}
+
+// buildCore makes what every review needs, whatever the features: the
+// ClusterIPPolicy status sink, the policy and its source, the view of
+// ServiceCIDRs and IPAddresses, the namespaces' labels, and the gate that
+// answers whether a review can be decided. It sets c.status and c.gate.
+func buildCore(c *hostContext, staticCIDRs []netip.Prefix) ([]runnable, error) {
+	o := c.o
 	// The ClusterIPPolicy status writer (its role runs with
 	// --policy-source=crd) is the sink the other loops report to: built
-	// first, handed to their constructors.
-	status := policystatus.New(dyn, policystatus.Options{Audit: o.audit.Interval > 0, Conditions: o.conditions.Manage, Probe: o.arming.Arm, Backstop: o.backstop.Enabled}, log.WithName("policy-status"))
-	var object *policysource.ObjectSource
+	// first, handed to the features.
+	c.status = policystatus.New(c.dyn, policystatus.Options{Audit: o.audit.Interval > 0, Conditions: o.conditions.Manage, Probe: o.arming.Arm, Backstop: o.backstop.Enabled}, c.log.WithName("policy-status"))
+	pm := policysource.NewMetrics(c.registry)
+	var run []runnable
 	var policies *policysource.Store
 	if o.policySource == policysource.SourceCRD {
-		policies = policysource.NewStore(policy.ObjectResource+"/"+policy.ObjectName, log.WithName("policy"), pm)
-		object = policysource.NewObjectSource(dyn, policies, status, log.WithName("policy"))
+		policies = policysource.NewStore(policy.ObjectResource+"/"+policy.ObjectName, c.log.WithName("policy"), pm)
+		object := policysource.NewObjectSource(c.dyn, policies, c.status, c.log.WithName("policy"))
+		run = append(run, runnable{"policy object watcher", object.Run})
 	} else {
-		policies = policysource.NewStore(o.policyPath, log.WithName("policy"), pm)
+		policies = policysource.NewStore(o.policyPath, c.log.WithName("policy"), pm)
 		if err := policies.Reload(); err != nil {
-			return err // no good policy to fall back to at start
+			return nil, err // no good policy to fall back to at start
 		}
+		run = append(run, runnable{"policy watcher", func(ctx context.Context) error { policies.Watch(ctx, o.reloadInterval); return nil }})
 	}
-	source := kubesource.New(client, view, log.WithName("view"))
-	readiness.RegisterViewMetrics(defaultRegistry, view, source)
+	view := allocview.NewView()
+	source := kubesource.New(c.client, view, c.log.WithName("view"))
+	readiness.RegisterViewMetrics(c.registry, view, source)
 	// Every replica watches the namespaces' labels: a reserved range's
 	// namespaceSelector needs them, and a review carries none.
-	nsLabels := judged.NewLabels(client)
-	gate := &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs, NamespaceLabels: nsLabels.Of}
-	readiness.RegisterBandUsage(defaultRegistry, view, readiness.ReservedBands(policies))
-	readiness.RegisterRangeUsage(defaultRegistry, view, readiness.ReservedRanges(policies))
-	var hook admission.AllocationHook // the holds' release; nil with holds off
-	parts := &leaderParts{o: &o, cfg: cfg, client: client, log: log, gate: gate, status: status}
-	// Which namespaces the Service webhooks are called for, read by the
-	// leader from the live configurations (their namespaceSelector) and
-	// the namespaces' labels: the holds and the periodic audit skip the
-	// rest (docs/design.md, "Which namespaces are judged here"). The Lease
-	// namespace is the webhook's own, which the configurations exclude.
-	if o.holds.Enabled || o.audit.Interval > 0 {
-		parts.skip = judged.NewScope(client, o.configurations.Mutating, o.configurations.Validating, []string{o.lease.Namespace}, log.WithName("judged"))
+	nsLabels := judged.NewLabels(c.client)
+	c.gate = &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs, NamespaceLabels: nsLabels.Of}
+	readiness.RegisterBandUsage(c.registry, view, readiness.ReservedBands(policies))
+	readiness.RegisterRangeUsage(c.registry, view, readiness.ReservedRanges(policies))
+	return append(run,
+		runnable{"view", source.Run},
+		runnable{"namespace labels", func(ctx context.Context) error { nsLabels.Run(ctx); return nil }},
+	), nil
+}
+
+// runServer builds the core and every feature (features.go), serves the
+// admission endpoints, the probes and the metrics, and runs until a
+// signal or the first failure.
+func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) error {
+	c, err := newHostContext(&o, log, defaultRegistry)
+	if err != nil {
+		return err
 	}
-	if o.holds.Enabled {
-		hcfg := rest.CopyConfig(cfg)
-		hcfg.QPS, hcfg.Burst = holds.ClientQPS, holds.ClientBurst
-		hclient, err := kubernetes.NewForConfig(hcfg)
-		if err != nil {
-			return fmt.Errorf("kubernetes client: %w", err)
-		}
-		parts.holdClient, parts.holdMetrics = hclient, holds.NewMetrics(defaultRegistry)
-		parts.holdWatch = holds.NewWatch(hclient) // every replica's watch of the holds
-		hook = holds.NewReleaser(hclient, parts.holdWatch, log.WithName("holds"), parts.holdMetrics, time.Now)
-		// The keeper writes through a client of its own, so a reserved
-		// range's creates never make a release wait on the client's limit.
-		kcfg := rest.CopyConfig(hcfg)
-		kcfg.QPS, kcfg.Burst = float32(2*o.holds.WriteRate), int(2*o.holds.WriteRate)
-		if parts.keeperClient, err = kubernetes.NewForConfig(kcfg); err != nil {
-			return fmt.Errorf("kubernetes client: %w", err)
-		}
+	run, err := buildCore(c, staticCIDRs)
+	if err != nil {
+		return err
 	}
-	holdWatch := parts.holdWatch
-	if o.audit.Interval > 0 {
-		parts.audit = periodicaudit.New(client, gate, parts.skip, o.audit.Interval, o.lease.Identity, log.WithName("periodic-audit"), periodicaudit.NewMetrics(defaultRegistry), status)
-		if o.audit.Reports {
-			parts.audit.WriteReports(periodicaudit.NewReports(dyn, client.Discovery(), log.WithName("policy-reports"), periodicaudit.NewReportMetrics(defaultRegistry)))
-		}
+	h, err := buildFeatures(c)
+	if err != nil {
+		return err
 	}
-	keeper := matchconditions.New(client, gate, o.conditions, log.WithName("match-conditions"), matchconditions.NewMetrics(defaultRegistry), status)
-	parts.conditions = keeper
-	// Registered whatever the flag, as -1 (nothing known here): a
-	// dashboard or alert reads the same series on every replica.
-	parts.armingMetrics = arming.NewMetrics(defaultRegistry)
-	parts.backstopMetrics = backstop.NewMetrics(defaultRegistry)
+	run = append(run, h.run...)
 
 	// Not webhook.Options.ClientCAName: it reads the CA once at start, and
 	// only from inside --cert-dir (see internal/tlsauth).
@@ -346,30 +340,13 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 			return fmt.Errorf("--client-ca-file: %w", err)
 		}
 		log.Info("client certificates required on the admission port", "clientCAFile", o.clientCAFile, "digest", cas.Digest(), "cas", cas.Subject())
+		run = append(run, runnable{"client CA watcher", func(ctx context.Context) error { cas.Watch(ctx, tlsauth.ReloadInterval); return nil }})
 	}
-	// The serving certificate: the Secret read through the API (managed),
-	// or controller-runtime's watcher of --cert-dir (file).
-	tlsOpts := tlsauth.Options(cas)
-	cm := servingcerts.NewMetrics(defaultRegistry)
-	parts.certMetrics = cm
-	var certSource *servingcerts.Source
-	if o.certs.Managed() {
-		certSource = servingcerts.NewSource(client, o.certs.Namespace, o.certs.Secret, log.WithName("certificates"), cm)
-		tlsOpts = append(tlsOpts, certSource.TLSOption())
-		servingcerts.RegisterExpiry(defaultRegistry, certSource.Served)
-	} else {
-		servingcerts.RegisterExpiry(defaultRegistry, servingcerts.FromDir(o.certDir))
+	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: append(tlsauth.Options(cas), h.tls...)})
+	for path, handler := range admission.Endpoints(admission.Config{Gate: c.gate, DecisionLog: log.WithName("audit"), Registry: defaultRegistry, Hook: h.hook}) {
+		server.Register(path, handler)
 	}
-	// The leader-only loops: one Work for each role the flags turn on
-	// (roles.go).
-	leaderWorks, err := leaderWorkList(parts)
-	if err != nil {
-		return err
-	}
-	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOpts})
-	for path, h := range admission.Endpoints(admission.Config{Gate: gate, DecisionLog: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
-		server.Register(path, h)
-	}
+	serve := append(h.serve, runnable{"webhook server", server.Start})
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{
@@ -377,17 +354,8 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		// The same answer every review gets: policy loaded, view synced
 		// and not stale for longer than --max-view-staleness.
 		"reviews": func(*http.Request) error {
-			_, err := gate.Check(time.Now())
+			_, err := c.gate.Check(time.Now())
 			return err
-		},
-		// A release is decided from the watch of the holds: until it has
-		// listed them, an owner's create could not be told whether there is
-		// a hold to release.
-		"holds": func(*http.Request) error {
-			if holdWatch != nil && !holdWatch.Synced() {
-				return errors.New("the reservation holds are not listed yet")
-			}
-			return nil
 		},
 		"shutdown": func(*http.Request) error {
 			if draining.Load() {
@@ -396,71 +364,72 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 			return nil
 		},
 	}
-	probes := http.NewServeMux()
-	probes.Handle("/healthz", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
-	probes.Handle("/healthz/", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
-	probes.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: readyChecks}))
-	probes.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: readyChecks}))
+	for name, check := range h.ready {
+		readyChecks[name] = check
+	}
+	run = append(run, runnable{"health probes", func(ctx context.Context) error { return serveHTTP(ctx, o.healthAddr, probeMux(readyChecks)) }})
+	if o.metricsAddr != "0" {
+		metricsMux := http.NewServeMux()
+		metricsMux.Handle("/metrics", promhttp.HandlerFor(defaultRegistry, promhttp.HandlerOpts{}))
+		run = append(run, runnable{"metrics", func(ctx context.Context) error { return serveHTTP(ctx, o.metricsAddr, metricsMux) }})
+	}
+	if len(h.works) > 0 {
+		run = append(run, runnable{"leader election", func(ctx context.Context) error {
+			return leader.Run(ctx, c.client, o.lease, log.WithName("leader"), h.works...)
+		}})
+	}
+	return host(log, o.shutdownDelay, &draining, serve, run)
+}
 
+// probeMux serves /healthz (the process answers) and /readyz (checks).
+func probeMux(readyChecks map[string]healthz.Checker) *http.ServeMux {
+	probes := http.NewServeMux()
+	live := &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}
+	ready := &healthz.Handler{Checks: readyChecks}
+	probes.Handle("/healthz", http.StripPrefix("/healthz", live))
+	probes.Handle("/healthz/", http.StripPrefix("/healthz", live))
+	probes.Handle("/readyz", http.StripPrefix("/readyz", ready))
+	probes.Handle("/readyz/", http.StripPrefix("/readyz", ready))
+	return probes
+}
+
+// host runs serve with the webhook's context and run with the background
+// one, until a signal or the first failure. On a signal it reports not
+// ready (draining) and keeps serving for shutdownDelay, so load balancers
+// and apiservers stop sending requests first; then the webhook stops
+// (finishing in-flight reviews), then everything else.
+func host(log logr.Logger, shutdownDelay time.Duration, draining *atomic.Bool, serve, run []runnable) error {
 	signals, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
-	// Two contexts: the webhook keeps serving through the shutdown delay,
-	// everything else stops after it.
 	webhookCtx, stopWebhook := context.WithCancel(context.Background())
 	defer stopWebhook()
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 
-	errs := make(chan error, 10) // one per goroutine below, so none blocks on exit
+	errs := make(chan error, len(serve)+len(run)) // one per goroutine, so none blocks on exit
 	var wg sync.WaitGroup
-	goRun := func(name string, fn func() error) {
+	start := func(ctx context.Context, r runnable) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(); err != nil {
-				errs <- fmt.Errorf("%s: %w", name, err)
+			if err := r.run(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", r.name, err)
 			}
 		}()
 	}
-	goRun("view", func() error { return source.Run(bgCtx) })
-	goRun("namespace labels", func() error { nsLabels.Run(bgCtx); return nil })
-	if holdWatch != nil {
-		goRun("holds watch", func() error { holdWatch.Run(bgCtx); return nil })
+	for _, r := range serve {
+		start(webhookCtx, r)
 	}
-	if object != nil {
-		goRun("policy object watcher", func() error { return object.Run(bgCtx) })
-	} else {
-		goRun("policy watcher", func() error { policies.Watch(bgCtx, o.reloadInterval); return nil })
-	}
-	if certSource != nil {
-		// With the webhook's context: it serves until the server stops.
-		goRun("serving certificate watcher", func() error { return certSource.Run(webhookCtx) })
-	}
-	goRun("webhook server", func() error { return server.Start(webhookCtx) })
-	if !o.conditions.Manage {
-		// Every replica, with or without a Lease: a managed condition left
-		// from when management was on must go whatever else is on.
-		goRun("managed matchConditions removal", func() error { keeper.KeepRemoved(bgCtx); return nil })
-	}
-	if len(leaderWorks) > 0 {
-		goRun("leader election", func() error { return leader.Run(bgCtx, client, o.lease, log.WithName("leader"), leaderWorks...) })
-	}
-	if cas != nil {
-		goRun("client CA watcher", func() error { cas.Watch(bgCtx, tlsauth.ReloadInterval); return nil })
-	}
-	goRun("health probes", func() error { return serveHTTP(bgCtx, o.healthAddr, probes) })
-	if o.metricsAddr != "0" {
-		metricsMux := http.NewServeMux()
-		metricsMux.Handle("/metrics", promhttp.HandlerFor(defaultRegistry, promhttp.HandlerOpts{}))
-		goRun("metrics", func() error { return serveHTTP(bgCtx, o.metricsAddr, metricsMux) })
+	for _, r := range run {
+		start(bgCtx, r)
 	}
 
 	var failure error
 	select {
 	case <-signals.Done():
-		log.Info("shutting down: reporting not ready, then finishing in-flight reviews", "delay", o.shutdownDelay.String())
+		log.Info("shutting down: reporting not ready, then finishing in-flight reviews", "delay", shutdownDelay.String())
 		draining.Store(true)
-		time.Sleep(o.shutdownDelay)
+		time.Sleep(shutdownDelay)
 	case failure = <-errs:
 	}
 	stopWebhook() // waits for in-flight requests (up to a minute) inside Start

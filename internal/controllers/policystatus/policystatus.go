@@ -37,7 +37,7 @@ import (
 // audit and writes the managed matchConditions, the two other things the
 // status reports, so its view is the one worth showing. In CRD mode the
 // webhook therefore always takes part in the election (the role
-// policy-status, internal/server/roles.go), even when no other leader work
+// policy-status, internal/server/features.go), even when no other leader work
 // is on.
 
 const (
