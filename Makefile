@@ -21,7 +21,7 @@ LDFLAGS := -s -w -X clusterip-policy/internal/version.version=$(VERSION) -X clus
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 
-.PHONY: release-tools release-check-tools generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-smoke release release-check version vulncheck e2e-versions node-tools node-up node-down node-e2e
+.PHONY: release-tools release-check-tools generate help build test unit e2e chaos tools vet fmt-check lint up down demo image certs bench review bench-e2e bench-cli bench-smoke release release-check version vulncheck e2e-versions node-tools node-up node-down node-e2e
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -112,12 +112,16 @@ bench-e2e: tools build ## side-by-side end-to-end create benchmark (knobs BENCH_
 	@mkdir -p .local/bench
 	BENCH_E2E=1 $(GO) test -tags e2e -count=1 -timeout 90m -v -run '^TestBenchE2E$$' ./test/bench/ 2>&1 | tee .local/bench/bench.log; exit $${PIPESTATUS[0]}
 
+bench-cli: tools build ## bands --usage and suggest against a real apiserver with 20,000 Services (BENCH_CLI_SERVICES; table in .local/bench/cli.md)
+	@mkdir -p .local/bench
+	BENCH_CLI=1 $(GO) test -tags e2e -count=1 -timeout 60m -v -run '^TestBenchCLI$$' ./test/bench/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|bench:|cli_test'; rc=$${PIPESTATUS[0]}; cat .local/bench/cli.md; exit $$rc
+
 # The harness once with tiny numbers, every configuration once: fails when
 # a configuration is not in force during its run or a webhook is not called
 # where it must be.
 bench-smoke: tools build ## the end-to-end benchmark harness once with tiny numbers (CI)
 	@mkdir -p .local
-	$(GO) test -tags e2e -count=1 -timeout 10m -v -run '^TestBenchSmoke$$' ./test/bench/ > .local/bench-smoke.log 2>&1; rc=$$?; \
+	$(GO) test -tags e2e -count=1 -timeout 10m -v -run '^(TestBenchSmoke|TestBenchCLISmoke)$$' ./test/bench/ > .local/bench-smoke.log 2>&1; rc=$$?; \
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|bench:|PROBLEM' .local/bench-smoke.log; \
 	if [ $$rc -ne 0 ]; then echo "=== bench smoke failed (exit $$rc); full log follows (.local/bench-smoke.log)"; cat .local/bench-smoke.log; fi; \
 	exit $$rc
