@@ -20,9 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
@@ -93,10 +91,13 @@ type fixed struct{ n Namespaces }
 
 func (f fixed) Current() (Namespaces, error) { return f.n, nil }
 
-// Scope is the Source the leader runs: Run reads the configurations and
-// watches the namespaces while the term lasts.
+// Scope is the Source the leader runs: Run reads the configurations while
+// the term lasts. The namespaces' labels are the replica's own watch
+// (Labels), which every replica keeps for the reserved ranges: one watch
+// of the Namespaces per replica, not a second one for the leader.
 type Scope struct {
 	client     kubernetes.Interface
+	namespaces *Labels
 	mutating   string // MutatingWebhookConfiguration name
 	validating string // ValidatingWebhookConfiguration name
 	excluded   []string
@@ -106,8 +107,8 @@ type Scope struct {
 	mu        sync.Mutex
 	selectors []labels.Selector // nil until read
 	described string            // the selectors as read, for the log
-	lister    corelisters.NamespaceLister
-	err       error // why the selectors are not known (nil when they are)
+	listed    bool              // the namespaces were listed in this term
+	err       error             // why the selectors are not known (nil when they are)
 	warned    map[string]bool
 }
 
@@ -115,29 +116,23 @@ type Scope struct {
 // configurations named mutating and validating (the
 // --mutating-webhook-configuration and --validating-webhook-configuration
 // flags); excluded are never judged (the Lease namespace: the
-// configurations exclude the webhook's own).
-func NewScope(client kubernetes.Interface, mutating, validating string, excluded []string, log logr.Logger) *Scope {
-	return &Scope{client: client, mutating: mutating, validating: validating, excluded: excluded, interval: ReadInterval, log: log}
+// configurations exclude the webhook's own). namespaces is the replica's
+// watch of the namespaces' labels, run by the caller.
+func NewScope(client kubernetes.Interface, namespaces *Labels, mutating, validating string, excluded []string, log logr.Logger) *Scope {
+	return &Scope{client: client, namespaces: namespaces, mutating: mutating, validating: validating, excluded: excluded, interval: ReadInterval, log: log}
 }
 
 // Current implements Source.
 func (s *Scope) Current() (Namespaces, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.selectors == nil || s.lister == nil {
+	if s.selectors == nil || !s.listed {
 		if s.err != nil {
 			return Namespaces{}, fmt.Errorf("%w: %w", ErrNotKnown, s.err)
 		}
 		return Namespaces{}, ErrNotKnown
 	}
-	lister := s.lister
-	return Namespaces{excluded: s.excluded, selectors: s.selectors, labelsOf: func(ns string) (map[string]string, bool) {
-		o, err := lister.Get(ns)
-		if err != nil {
-			return nil, false
-		}
-		return o.Labels, true
-	}}, nil
+	return Namespaces{excluded: s.excluded, selectors: s.selectors, labelsOf: s.namespaces.Of}, nil
 }
 
 // Run keeps the answer current until ctx ends (the leader's term), then
@@ -145,22 +140,16 @@ func (s *Scope) Current() (Namespaces, error) {
 func (s *Scope) Run(ctx context.Context) {
 	defer func() {
 		s.mu.Lock()
-		s.selectors, s.described, s.lister, s.err, s.warned = nil, "", nil, nil, nil
+		s.selectors, s.described, s.listed, s.err, s.warned = nil, "", false, nil, nil
 		s.mu.Unlock()
 	}()
-	factory := informers.NewSharedInformerFactory(s.client, 0)
-	lister := factory.Core().V1().Namespaces().Lister()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
 	s.read(ctx)
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			s.log.Info("stopped before the namespaces were listed", "type", typ.String())
-			return
-		}
+	if !s.namespaces.WaitForSync(ctx) {
+		s.log.Info("stopped before the namespaces were listed")
+		return
 	}
 	s.mu.Lock()
-	s.lister = lister
+	s.listed = true
 	s.mu.Unlock()
 	for {
 		s.warn()

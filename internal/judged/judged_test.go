@@ -138,14 +138,17 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 	m, v := configurations(chartSelector, chartSelector)
 	client := fake.NewClientset(m, v, namespaceObj("team-a", nil), namespaceObj("legacy", map[string]string{"clusterip-policy.io/excluded": "true"}), namespaceObj("kube-system", nil))
 	var log syncLog
-	s := NewScope(client, "clusterip-policy", "clusterip-policy", []string{"clusterip-policy"}, logging.New(&log))
+	labels := NewLabels(client)
+	s := NewScope(client, labels, "clusterip-policy", "clusterip-policy", []string{"clusterip-policy"}, logging.New(&log))
 	s.interval = 10 * time.Millisecond
 	if _, err := s.Current(); !errors.Is(err, ErrNotKnown) {
 		t.Fatalf("before Run: %v, want ErrNotKnown", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	// The term's scope waits for the replica's watch of the namespaces.
 	go func() { defer close(done); s.Run(ctx) }()
+	go labels.Run(ctx)
 	judged := func(ns string) bool {
 		n, err := s.Current()
 		return err == nil && n.Judged(ns)
@@ -219,7 +222,7 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 func TestScopeRefusesAConfigurationWithoutTheServiceWebhook(t *testing.T) {
 	m, v := configurations(chartSelector, chartSelector)
 	m.Webhooks[0].Name = "renamed.example.com"
-	s := NewScope(fake.NewClientset(m, v), "clusterip-policy", "clusterip-policy", nil, logr.Discard())
+	s := NewScope(fake.NewClientset(m, v), nil, "clusterip-policy", "clusterip-policy", nil, logr.Discard())
 	s.read(context.Background())
 	_, err := s.Current()
 	if !errors.Is(err, ErrNotKnown) || !strings.Contains(err.Error(), "MutatingWebhookConfiguration clusterip-policy needs webhook "+names.MutatingServiceWebhook) {
@@ -243,7 +246,7 @@ func TestScopeWithoutAccessIsNotKnown(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(admissionregistrationv1.Resource("validatingwebhookconfigurations"), "clusterip-policy", errors.New("RBAC says no"))
 	})
 	var log syncLog
-	s := NewScope(client, "clusterip-policy", "clusterip-policy", nil, logging.New(&log))
+	s := NewScope(client, nil, "clusterip-policy", "clusterip-policy", nil, logging.New(&log))
 	s.read(context.Background())
 	if _, err := s.Current(); !errors.Is(err, ErrNotKnown) || !apierrors.IsForbidden(err) {
 		t.Errorf("forbidden: %v, want ErrNotKnown wrapping the Forbidden", err)

@@ -3,10 +3,13 @@ package judged
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"clusterip-policy/internal/poll"
 )
 
 // Labels keeps the namespaces' labels on every replica, for the
@@ -36,6 +39,23 @@ func (l *Labels) Of(namespace string) (map[string]string, bool) {
 	}
 	return ns.Labels, true
 }
+
+// Synced reports whether the namespaces are listed (and Run still runs).
+func (l *Labels) Synced() bool { return l.lister.Load() != nil }
+
+// WaitForSync waits until the namespaces are listed, or ctx ends (false).
+func (l *Labels) WaitForSync(ctx context.Context) bool {
+	for !l.Synced() {
+		if !poll.Sleep(ctx, syncPoll) {
+			return false
+		}
+	}
+	return true
+}
+
+// syncPoll is how often WaitForSync looks: the first list of the
+// namespaces takes a round trip or more.
+const syncPoll = 50 * time.Millisecond
 
 // Run watches the namespaces until ctx ends.
 func (l *Labels) Run(ctx context.Context) {

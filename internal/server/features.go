@@ -64,6 +64,10 @@ type hostContext struct {
 	log      logr.Logger
 	registry prometheus.Registerer
 	gate     *readiness.Gate
+	// namespaces is the replica's one watch of the namespaces' labels
+	// (the core's): the reserved ranges read it in every review, and the
+	// judged scope on the leader.
+	namespaces *judged.Labels
 	// status is the ClusterIPPolicy status writer, the sink the other
 	// loops report to (its own Work is the policy-status row's).
 	status *policystatus.Writer
@@ -114,7 +118,7 @@ var features = []feature{
 				return parts{}, nil
 			}
 			log := c.log.WithName("judged")
-			c.skip = judged.NewScope(c.client, c.o.configurations.Mutating, c.o.configurations.Validating, []string{c.o.lease.Namespace}, log)
+			c.skip = judged.NewScope(c.client, c.namespaces, c.o.configurations.Mutating, c.o.configurations.Validating, []string{c.o.lease.Namespace}, log)
 			return parts{work: leader.Term(log, "leading: reading which namespaces the Service webhooks are called for", nil, c.skip.Run)}, nil
 		},
 	},

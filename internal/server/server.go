@@ -278,7 +278,8 @@ func newHostContext(o *serveOptions, log logr.Logger, registry prometheus.Regist
 // buildCore makes what every review needs, whatever the features: the
 // ClusterIPPolicy status sink, the policy and its source, the view of
 // ServiceCIDRs and IPAddresses, the namespaces' labels, and the gate that
-// answers whether a review can be decided. It sets c.status and c.gate.
+// answers whether a review can be decided. It sets c.status, c.gate and
+// c.namespaces.
 func buildCore(c *hostContext, staticCIDRs []netip.Prefix) ([]runnable, error) {
 	o := c.o
 	// The ClusterIPPolicy status writer (its role runs with
@@ -304,13 +305,13 @@ func buildCore(c *hostContext, staticCIDRs []netip.Prefix) ([]runnable, error) {
 	readiness.RegisterViewMetrics(c.registry, view, source)
 	// Every replica watches the namespaces' labels: a reserved range's
 	// namespaceSelector needs them, and a review carries none.
-	nsLabels := judged.NewLabels(c.client)
-	c.gate = &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs, NamespaceLabels: nsLabels.Of}
+	c.namespaces = judged.NewLabels(c.client)
+	c.gate = &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs, NamespaceLabels: c.namespaces.Of}
 	readiness.RegisterBandUsage(c.registry, view, readiness.ReservedBands(policies))
 	readiness.RegisterRangeUsage(c.registry, view, readiness.ReservedRanges(policies))
 	return append(run,
 		runnable{"view", source.Run},
-		runnable{"namespace labels", func(ctx context.Context) error { nsLabels.Run(ctx); return nil }},
+		runnable{"namespace labels", func(ctx context.Context) error { c.namespaces.Run(ctx); return nil }},
 	), nil
 }
 

@@ -1,0 +1,105 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
+)
+
+// TestOneWatchOfNamespacesPerReplica: the leader's namespace scope (holds,
+// audit) reads the replica's own watch of the namespaces, which every
+// replica keeps for the reserved ranges, rather than opening a second one.
+// Measured on the apiserver (apiserver_longrunning_requests, WATCH): the
+// watches a leading replica with the holds and the audit on adds, by
+// resource, logged whole; namespaces must be one.
+func TestOneWatchOfNamespacesPerReplica(t *testing.T) {
+	c := own(t, framework.Options{Policy: fixtures.Policy(""), Webhooks: 0, WebhookArgs: []string{"--hold-reservations", "--audit-interval=5m"}})
+	ctx := testContext(t, 2*time.Minute)
+	before, err := watchesByResource(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Leading, and the scope known with the namespaces listed: an audit
+	// pass succeeded, which needs both.
+	fixtures.EventuallyNil(t, "the replica to lead and pass an audit", time.Minute, func() error {
+		passes, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`)
+		if err != nil || passes < 1 {
+			return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v (%v)", passes, err)
+		}
+		return nil
+	})
+	var added map[string]float64
+	fixtures.EventuallyNil(t, "the replica's watches to be counted", 30*time.Second, func() error {
+		after, err := watchesByResource(ctx, c)
+		if err != nil {
+			return err
+		}
+		added = map[string]float64{}
+		for r, n := range after {
+			if d := n - before[r]; d != 0 {
+				added[r] = d
+			}
+		}
+		if added["namespaces"] < 1 {
+			return fmt.Errorf("no watch of namespaces yet: %v", added)
+		}
+		return nil
+	})
+	var rows []string
+	for r, n := range added {
+		rows = append(rows, fmt.Sprintf("%s %v", r, n))
+	}
+	sort.Strings(rows)
+	t.Logf("watches a leading replica (holds, audit) opens, by resource: %s", strings.Join(rows, ", "))
+	if added["namespaces"] != 1 {
+		t.Errorf("the replica watches namespaces %v times, want once (the replica's watch, read by the leader's scope too)", added["namespaces"])
+	}
+}
+
+// watchesByResource reads apiserver 0's open WATCH requests, by resource.
+func watchesByResource(ctx context.Context, c *framework.Cluster) (map[string]float64, error) {
+	text, err := apiserverMetricsText(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_longrunning_requests{") || !strings.Contains(line, `verb="WATCH"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `resource="`)
+		resource, _, _ := strings.Cut(rest, `"`)
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("apiserver metrics line %q: %w", line, err)
+		}
+		out[resource] += v
+	}
+	return out, sc.Err()
+}
+
+// apiserverMetricsText is apiserver 0's /metrics, read as the admin.
+func apiserverMetricsText(ctx context.Context, c *framework.Cluster) (string, error) {
+	body, err := c.Client(0).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return "", fmt.Errorf("GET /metrics: %w", err)
+	}
+	return string(body), nil
+}
