@@ -19,6 +19,7 @@ import (
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
 	"clusterip-policy/internal/controllers/servingcerts"
+	"clusterip-policy/internal/metricsauth"
 	"clusterip-policy/internal/policysource"
 	"clusterip-policy/internal/readiness"
 	"clusterip-policy/internal/readiness/readinesstest"
@@ -71,6 +72,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	arming.NewMetrics(reg)
 	backstop.NewMetrics(reg)
 	servingcerts.NewMetrics(reg)
+	metricsauth.NewMetrics(reg)
 	servingcerts.RegisterExpiry(reg, func() (leaf, ca *x509.Certificate) { return nil, nil })
 	if len(reg) < 20 {
 		t.Fatalf("only %d metrics described: %v", len(reg), reg)
