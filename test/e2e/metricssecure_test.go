@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,20 +148,44 @@ func TestSecureMetricsAnswerOnlyAnAuthorizedToken(t *testing.T) {
 	}
 	t.Logf("e2e: --metrics-secure: 503 without the reviews' RBAC; with it 401 without a token and with a forged one, 403 for a service account without get on /metrics, 200 with one bound to it, 405 for POST")
 
-	// The attacker: 300 distinct forged tokens, as fast as one client
-	// sends them. The apiserver counts the TokenReviews it served.
-	const flood = 300
+	// The port speaks HTTP/1.1 only (the admission port's TLS options):
+	// no HTTP/2 and its rapid-reset exposure, whatever the client offers.
+	conn, err := tls.Dial("tcp", w.MetricsAddr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}}) //nolint:gosec // self-signed
+	if err != nil {
+		t.Fatalf("TLS to the metrics port: %v", err)
+	}
+	if p := conn.ConnectionState().NegotiatedProtocol; p == "h2" {
+		t.Errorf("the metrics port negotiated %q; want HTTP/1.1 only", p)
+	}
+	conn.Close()
+
+	// The attacker: 300 distinct forged tokens from 10 connections at
+	// once, as fast as they answer. The apiserver counts the TokenReviews
+	// it served.
+	const flood, workers = 300, 10
 	reviewsBefore := tokenReviews(t, cs)
 	logStart = logSize(t, w)
 	codes := map[int]int{}
+	var codesMu sync.Mutex
+	var wg sync.WaitGroup
 	start := time.Now()
-	for i := range flood {
-		code, _, err := scrape(http.MethodGet, "https", fmt.Sprintf("forged-%d-%d", start.UnixNano(), i))
-		if err != nil {
-			t.Fatalf("forged token %d: %v", i, err)
-		}
-		codes[code]++
+	for worker := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := worker; i < flood; i += workers {
+				code, _, err := scrape(http.MethodGet, "https", fmt.Sprintf("forged-%d-%d", start.UnixNano(), i))
+				if err != nil {
+					t.Errorf("forged token %d: %v", i, err)
+					return
+				}
+				codesMu.Lock()
+				codes[code]++
+				codesMu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	elapsed := time.Since(start)
 	reviews := tokenReviews(t, cs) - reviewsBefore
 	lines := refusalLines(t, w, logStart)
