@@ -268,6 +268,11 @@ var documented = map[string]how{
 	"openssl x509 -req -in webhook-client.csr -CA client-ca.crt -CAkey client-ca.key -CAcreateserial -out webhook-client.crt -days 365 -extfile <(printf \"basicConstraints=CA:FALSE\\nkeyUsage=critical,digitalSignature\\nextendedKeyUsage=clientAuth\\n\")":                              {notRun: "as the client CA above"},
 	"kubectl -n clusterip-policy create secret generic clusterip-policy-client-ca --from-file=ca.crt=client-ca.crt":                                                                                                                                                                         {notRun: realCluster + "the component's mount is checked by manifests/components_test.go"},
 
+	// docs/observability.md
+	"TOKEN=$(kubectl -n monitoring create token prometheus-k8s)":                         {notRun: noKubelet + "; TestSecureMetricsAnswerOnlyAnAuthorizedToken makes a service account token with a TokenRequest, as kubectl create token does"},
+	"kubectl -n clusterip-policy port-forward deploy/clusterip-policy-webhook 8080 &":    {notRun: noKubelet},
+	"curl -sk -H \"Authorization: Bearer $TOKEN\" https://127.0.0.1:8080/metrics | head": {notRun: noKubelet + "; TestSecureMetricsAnswerOnlyAnAuthorizedToken scrapes the metrics port so, over HTTPS without verifying the self-signed certificate, with a bearer token"},
+
 	// docs/why-refused.md
 	"kubectl -n clusterip-policy logs -l app.kubernetes.io/name=clusterip-policy-webhook --tail=-1 --max-log-requests=10 | jq -c 'select(.logger==\"audit\" and .decision==\"denied\") | {ts, stage, namespace, name, user, rules, message}'":                                                                                         {test: "TestNodeKustomizeSelfSigned", evidence: "whyRefusedLogsCommand(t, n.root)"},
 	"jq -c 'select(.annotations[\"mutate-services.clusterip-policy.io/decision\"]==\"denied\" or .annotations[\"validate-services.clusterip-policy.io/decision\"]==\"denied\" or .annotations[\"validate-servicecidrs.clusterip-policy.io/decision\"]==\"denied\") | {verb, objectRef, user: .user.username, annotations}' audit.log": {notRun: "reads the apiserver's audit log; TestAuditAnnotationsInAPIServerAuditLog finds these annotations in one"},

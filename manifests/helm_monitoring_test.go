@@ -4,9 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -266,5 +268,91 @@ func TestChartPrometheusRuleValuesRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// metrics.secure turns on --metrics-secure, grants the webhook create on
+// tokenreviews and subjectaccessreviews (and nothing else: rbacExact),
+// renders the scrapers' ClusterRole bound to no one, and makes both
+// monitors scrape over HTTPS with a token: the ServiceMonitor Prometheus'
+// own, the PodMonitor the Secret it is given (without one, the render is
+// refused naming the fix). Off, none of it.
+func TestChartSecureMetrics(t *testing.T) {
+	endpoint := func(r renderedChart, kind, list string) map[string]any {
+		for _, m := range r.all {
+			if m["kind"] == kind {
+				return m["spec"].(map[string]any)[list].([]any)[0].(map[string]any)
+			}
+		}
+		t.Fatalf("no %s rendered", kind)
+		return nil
+	}
+	secureFlag := func(r renderedChart) bool {
+		_, ok := flagValue(&r.objects.Deployments[0].Spec.Template.Spec.Containers[0], "metrics-secure")
+		return ok
+	}
+	reviews := func(r renderedChart) (grants []string) {
+		for _, role := range r.objects.ClusterRoles {
+			for _, rule := range role.Rules {
+				for _, res := range rule.Resources {
+					if res == "tokenreviews" || res == "subjectaccessreviews" {
+						grants = append(grants, role.Name+": "+strings.Join(rule.APIGroups, ",")+"/"+res+" "+strings.Join(rule.Verbs, ","))
+					}
+				}
+			}
+		}
+		return grants
+	}
+	reader := func(r renderedChart) *rbacv1.ClusterRole {
+		for _, role := range r.objects.ClusterRoles {
+			if role.Name == metricsReaderRole {
+				return role
+			}
+		}
+		return nil
+	}
+
+	plain := renderChart(t, "--set", "monitoring.serviceMonitor.enabled=true")
+	if e := endpoint(plain, "ServiceMonitor", "endpoints"); secureFlag(plain) || e["scheme"] != nil || e["bearerTokenFile"] != nil || len(reviews(plain)) != 0 || reader(plain) != nil {
+		t.Errorf("by default: --metrics-secure %t, ServiceMonitor endpoint %v, review grants %v, reader role %v; want plain HTTP and none of them", secureFlag(plain), e, reviews(plain), reader(plain) != nil)
+	}
+
+	sm := renderChart(t, "--set", "metrics.secure=true", "--set", "monitoring.serviceMonitor.enabled=true")
+	if !secureFlag(sm) {
+		t.Error("metrics.secure did not reach the container as --metrics-secure")
+	}
+	if e := endpoint(sm, "ServiceMonitor", "endpoints"); e["scheme"] != "https" || e["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" ||
+		e["tlsConfig"].(map[string]any)["insecureSkipVerify"] != true {
+		t.Errorf("ServiceMonitor endpoint with metrics.secure: %v; want https, Prometheus' token, the self-signed certificate accepted", e)
+	}
+	want := []string{"clusterip-policy-webhook: authentication.k8s.io/tokenreviews create", "clusterip-policy-webhook: authorization.k8s.io/subjectaccessreviews create"}
+	if got := reviews(sm); !slices.Equal(got, want) {
+		t.Errorf("review grants with metrics.secure: %v, want %v", got, want)
+	}
+	role := reader(sm)
+	if role == nil || !isMetricsReader(role) {
+		t.Errorf("with metrics.secure, ClusterRole %s: %+v; want get on the non-resource URL /metrics alone", metricsReaderRole, role)
+	}
+	for _, b := range sm.objects.ClusterRoleBindings {
+		if b.RoleRef.Name == metricsReaderRole {
+			t.Errorf("ClusterRoleBinding %s binds %s: the operator binds the scraper, the chart no one", b.Name, metricsReaderRole)
+		}
+	}
+	for _, p := range rbacExact(sm.objects) {
+		t.Error(p)
+	}
+
+	pm := renderChart(t, "--set", "metrics.secure=true", "--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.tokenSecret.name=prom-token")
+	e := endpoint(pm, "PodMonitor", "podMetricsEndpoints")
+	auth, _ := e["authorization"].(map[string]any)
+	if creds, _ := auth["credentials"].(map[string]any); e["scheme"] != "https" || auth["type"] != "Bearer" || creds["name"] != "prom-token" || creds["key"] != "token" {
+		t.Errorf("PodMonitor endpoint with metrics.secure: %v; want https and a Bearer token from the Secret prom-token's key token", e)
+	}
+	_, err := helmTemplate(t, "--set", "metrics.secure=true", "--set", "monitoring.podMonitor.enabled=true")
+	if err == nil || !strings.Contains(err.Error(), "needs monitoring.podMonitor.tokenSecret") {
+		t.Errorf("metrics.secure with a PodMonitor and no token Secret: %v; want a refusal naming monitoring.podMonitor.tokenSecret", err)
+	}
+	if _, err := helmTemplate(t, "--set", "metrics.secure=yes"); err == nil {
+		t.Error("metrics.secure=yes rendered; want the schema's boolean refusal")
 	}
 }

@@ -344,6 +344,8 @@ var rbacGrants = []rbacGrant{
 	{"ClusterRole", "networking.k8s.io", "ipaddresses", []string{"get", "list", "watch", "create", "delete"}, "the view of allocated addresses; create and delete: reservation holds (--hold-reservations), only IPAddresses labelled managed-by clusterip-policy.io", nil},
 	{"ClusterRole", "", "services", []string{"get", "list"}, "get: the holds' leader re-holds a reserved address only while its owner Service does not exist; list: the leader's periodic audit (--audit-interval) reads the existing Services", nil},
 	{"ClusterRole", "events.k8s.io", "events", []string{"create"}, "the periodic audit's Warning Event on each offending Service; it never updates or deletes one (it deduplicates itself)", nil},
+	{"ClusterRole", "authentication.k8s.io", "tokenreviews", []string{"create"}, "--metrics-secure (the chart's metrics.secure): the apiserver authenticates each new scrape token", nil},
+	{"ClusterRole", "authorization.k8s.io", "subjectaccessreviews", []string{"create"}, "--metrics-secure (the chart's metrics.secure): the apiserver says whether the token's user may get /metrics", nil},
 	{"ClusterRole", "wgpolicyk8s.io", "policyreports", []string{"list", "create", "update", "delete"}, "--policy-reports: the periodic audit's PolicyReport in each namespace with findings (list: its own, by label; delete: once the namespace has none)", nil},
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies", []string{"get", "list", "watch"}, "the policy object (--policy-source=crd)", nil},
 	{"ClusterRole", "clusterip-policy.io", "clusterippolicies/status", []string{"update"}, "the policy object's status: whether its generation is in force, and why not; never its spec", nil},
@@ -411,6 +413,9 @@ func rbacExact(o *objects) []string {
 	for _, r := range o.ClusterRoles {
 		if aggregated(r) {
 			continue // the tenants' roles: tenantRoles checks them
+		}
+		if isMetricsReader(r) {
+			continue // for the scrapers, bound to none of ours
 		}
 		for _, rule := range r.Rules {
 			check("ClusterRole", "ClusterRole "+r.Name, rule)
@@ -1307,4 +1312,16 @@ func checkCatches(t *testing.T, o *objects, check func(*objects) []string, break
 	if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, want) }) {
 		t.Errorf("no problem mentions %q; got %q", want, p)
 	}
+}
+
+// metricsReaderRole is the ClusterRole the chart renders with
+// metrics.secure for the scrapers of --metrics-secure.
+const metricsReaderRole = "clusterip-policy-metrics-reader"
+
+// isMetricsReader is the scrapers' ClusterRole: its name, and get on the
+// non-resource URL /metrics and nothing else. A role of that name granting
+// more is held to rbacExact like the webhook's.
+func isMetricsReader(r *rbacv1.ClusterRole) bool {
+	return r.Name == metricsReaderRole && len(r.Rules) == 1 && len(r.Rules[0].APIGroups) == 0 && len(r.Rules[0].Resources) == 0 &&
+		slices.Equal(r.Rules[0].NonResourceURLs, []string{"/metrics"}) && slices.Equal(r.Rules[0].Verbs, []string{"get"})
 }

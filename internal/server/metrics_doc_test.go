@@ -45,7 +45,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	reg := describedNames{}
 	// As serve builds them, with every feature on: the core, the table of
 	// features, and the admission endpoints.
-	c := testHostContext(t, reg, append(everyRoleArgs, "--policy-reports")...)
+	c := testHostContext(t, reg, append(everyRoleArgs, "--policy-reports", "--metrics-secure")...)
 	if _, err := buildCore(c, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +53,9 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	admission.Endpoints(admission.Config{Gate: c.gate, DecisionLog: logr.Discard(), Registry: reg})
+	if _, err := metricsServing(c); err != nil {
+		t.Fatal(err)
+	}
 	if len(reg) < 20 {
 		t.Fatalf("only %d metrics described: %v", len(reg), reg)
 	}

@@ -33,6 +33,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"clusterip-policy/internal/admission"
@@ -47,6 +48,7 @@ import (
 	"clusterip-policy/internal/judged"
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/logging"
+	"clusterip-policy/internal/metricsauth"
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/policysource"
 	"clusterip-policy/internal/readiness"
@@ -68,6 +70,7 @@ type serveOptions struct {
 	port           int
 	healthAddr     string
 	metricsAddr    string
+	metrics        metricsauth.Options
 	serviceCIDRs   []string
 	reloadInterval time.Duration
 	shutdownDelay  time.Duration
@@ -92,6 +95,7 @@ type serveOptions struct {
 func serveFlags(o *serveOptions) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	o.addFlags(fs)
+	o.metrics.AddFlags(fs)
 	o.configurations.AddFlags(fs)
 	o.certs.AddFlags(fs)
 	o.lease.AddFlags(fs)
@@ -120,7 +124,7 @@ func (o *serveOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.reloadInterval, "policy-reload-interval", 2*time.Second, "How often the policy file is checked for changes.")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 15*time.Second, "On SIGTERM, how long to keep serving while reporting not-ready, so load balancers and apiservers stop sending requests before the server closes; in-flight reviews then finish.")
 	fs.DurationVar(&o.maxStaleness, "max-view-staleness", 30*time.Second, "How long ServiceCIDRs or IPAddresses may go without an established watch (a failed, refused or cut stream; each review's audit line shows viewStaleSeconds) before /readyz fails and reviews are denied as not ready, rather than decided on a view that may be out of date.")
-	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes and metrics stay on their plain-HTTP ports.")
+	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM file of the CA certificate(s) that sign the kube-apiservers' client certificates (the kubeconfig of the apiserver's --admission-control-config-file). When set, the admission port requires and verifies a client certificate at the TLS handshake, so only the apiservers can call the webhook; the file is re-read every 10s and a file that fails to load is refused (the last good one stays). Empty: any client is accepted. Either way the port speaks TLS 1.2 or newer (TLS 1.2 only with ECDHE and AES-GCM or ChaCha20-Poly1305) and HTTP/1.1 only: the apiserver calls webhooks behind a Service over HTTP/1.1, and HTTP/2 would only add its rapid-reset exposure. Probes stay on their plain-HTTP port, and metrics on theirs unless --metrics-secure.")
 }
 
 // validate checks every flag before anything starts, naming the flag, the
@@ -163,6 +167,9 @@ func (o *serveOptions) validate() ([]netip.Prefix, error) {
 	}
 	if o.maxStaleness <= 0 {
 		return nil, fmt.Errorf("--max-view-staleness %s must be positive", o.maxStaleness)
+	}
+	if err := o.metrics.Validate(o.metricsAddr); err != nil {
+		return nil, err
 	}
 	if o.shutdownDelay < 0 {
 		return nil, fmt.Errorf("--shutdown-delay %s must not be negative", o.shutdownDelay)
@@ -369,17 +376,47 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		readyChecks[name] = check
 	}
 	run = append(run, runnable{"health probes", func(ctx context.Context) error { return serveHTTP(ctx, o.healthAddr, probeMux(readyChecks)) }})
-	if o.metricsAddr != "0" {
-		metricsMux := http.NewServeMux()
-		metricsMux.Handle("/metrics", promhttp.HandlerFor(defaultRegistry, promhttp.HandlerOpts{}))
-		run = append(run, runnable{"metrics", func(ctx context.Context) error { return serveHTTP(ctx, o.metricsAddr, metricsMux) }})
+	metrics, err := metricsServing(c)
+	if err != nil {
+		return err
 	}
+	run = append(run, metrics...)
 	if len(h.works) > 0 {
 		run = append(run, runnable{"leader election", func(ctx context.Context) error {
 			return leader.Run(ctx, c.client, o.lease, log.WithName("leader"), h.works...)
 		}})
 	}
 	return host(log, o.shutdownDelay, &draining, serve, run)
+}
+
+// metricsServing is what serves /metrics from the registry: nothing with
+// --metrics-bind-address=0, plain HTTP by default, and with
+// --metrics-secure controller-runtime's metrics server over HTTPS with
+// the admission port's TLS versions and suites (HTTP/1.1 only, no client
+// certificates), guarded by our filter: controller-runtime's own would
+// double the binary and answer a forged token with 500 and an error line
+// each (docs/design.md).
+func metricsServing(c *hostContext) ([]runnable, error) {
+	o := c.o
+	switch {
+	case o.metricsAddr == "0":
+		return nil, nil
+	case o.metrics.Secure:
+		httpClient, err := rest.HTTPClientFor(c.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		filter := metricsauth.NewFilterProvider(c.registry, c.log.WithName("metrics-auth"))
+		metrics, err := metricsserver.NewServer(o.metrics.ServerOptions(o.metricsAddr, tlsauth.Options(nil), filter), c.cfg, httpClient)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-secure: %w", err)
+		}
+		return []runnable{{"metrics", metrics.Start}}, nil
+	default:
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(defaultRegistry, promhttp.HandlerOpts{}))
+		return []runnable{{"metrics", func(ctx context.Context) error { return serveHTTP(ctx, o.metricsAddr, mux) }}}, nil
+	}
 }
 
 // probeMux serves /healthz (the process answers) and /readyz (checks).
