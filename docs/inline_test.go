@@ -99,15 +99,15 @@ var toolFlag = regexp.MustCompile(`\b[A-Za-z_]+\.(?:String|Int|Int64|Uint|Bool|D
 
 // commandTree is the binary's command tree, serve included.
 func commandTree() *cobra.Command {
-	root := cli.NewRoot("clusterip-policy", cli.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard}, server.Command(io.Discard))
-	root.InitDefaultHelpCmd()
-	return root
+	tree := cli.NewRoot("clusterip-policy", cli.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard}, server.Command(io.Discard))
+	tree.InitDefaultHelpCmd()
+	return tree
 }
 
 // ourFlags returns every flag of every command of the binary (the
 // command paths that define it), and every flag of the repository's other
 // Go programs (their directory).
-func ourFlags(t *testing.T, root *cobra.Command) map[string][]string {
+func ourFlags(t *testing.T, tree *cobra.Command) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	var walk func(c *cobra.Command)
@@ -118,9 +118,9 @@ func ourFlags(t *testing.T, root *cobra.Command) map[string][]string {
 			walk(sub)
 		}
 	}
-	walk(root)
+	walk(tree)
 	for _, dir := range []string{"certs", "test", "hack"} {
-		err := filepath.WalkDir(filepath.Join(root0, dir), func(p string, d os.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 				return err
 			}
@@ -140,8 +140,6 @@ func ourFlags(t *testing.T, root *cobra.Command) map[string][]string {
 	return out
 }
 
-// root0 is the repository's root (root, named apart from the cobra roots).
-const root0 = root
 
 // ourCommand is how a span runs the binary: as itself, as a kubectl plugin
 // or as the built file.
@@ -165,7 +163,7 @@ var policyConditions = map[string]bool{
 }
 
 // checkSpan reports what a code span names that does not exist.
-func checkSpan(span string, root *cobra.Command, flags map[string][]string) []error {
+func checkSpan(span string, tree *cobra.Command, flags map[string][]string) []error {
 	if proseSpans[span] != "" {
 		return nil
 	}
@@ -176,7 +174,7 @@ func checkSpan(span string, root *cobra.Command, flags map[string][]string) []er
 		}
 	}
 	if loc := ourCommand.FindStringIndex(span); loc != nil {
-		return append(errs, checkOurCommand(span[loc[1]:], root)...)
+		return append(errs, checkOurCommand(span[loc[1]:], tree)...)
 	}
 	if strings.HasPrefix(span, "make ") || strings.HasPrefix(span, "go test ") {
 		return append(errs, checkNamesUsed(span)...)
@@ -202,7 +200,7 @@ func checkSpan(span string, root *cobra.Command, flags map[string][]string) []er
 
 // checkOurCommand holds `clusterip-policy ARGS` to the command tree: the
 // command exists, and every --flag it gives is one that command takes.
-func checkOurCommand(args string, root *cobra.Command) []error {
+func checkOurCommand(args string, tree *cobra.Command) []error {
 	// Placeholders (CIDR..., FILE, <TAB>) stand for what the reader types.
 	var fields []string
 	for _, f := range strings.Fields(args) {
@@ -211,11 +209,11 @@ func checkOurCommand(args string, root *cobra.Command) []error {
 		}
 		fields = append(fields, f)
 	}
-	c, rest, err := root.Find(fields)
+	c, rest, err := tree.Find(fields)
 	if err != nil {
 		return []error{fmt.Errorf("runs clusterip-policy %s: %w", args, err)}
 	}
-	if c == root && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+	if c == tree && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		return []error{fmt.Errorf("runs clusterip-policy %s, which has no command %q", args, rest[0])}
 	}
 	var errs []error
@@ -237,8 +235,8 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func TestInlineCommandsNameWhatExists(t *testing.T) {
-	root := commandTree()
-	flags := ourFlags(t, root)
+	tree := commandTree()
+	flags := ourFlags(t, tree)
 	if len(flags) < 40 {
 		t.Fatalf("found %d flags of ours; the command tree or the tools' flag pattern no longer reads them", len(flags))
 	}
@@ -251,7 +249,7 @@ func TestInlineCommandsNameWhatExists(t *testing.T) {
 			for _, m := range flagToken.FindAllStringSubmatch(s.Text, -1) {
 				usedForeign[m[1]] = true
 			}
-			for _, err := range checkSpan(s.Text, root, flags) {
+			for _, err := range checkSpan(s.Text, tree, flags) {
 				t.Errorf("%s:%d: `%s` %v", rel(f), s.Line, s.Text, err)
 			}
 		}
@@ -284,8 +282,8 @@ func TestInlineCommandsNameWhatExists(t *testing.T) {
 // The check must see a stale flag, a stale command, a stale make target and
 // a stale condition, and pass what exists.
 func TestInlineCheckReportsWhatIsGone(t *testing.T) {
-	root := commandTree()
-	flags := ourFlags(t, root)
+	tree := commandTree()
+	flags := ourFlags(t, tree)
 	for span, want := range map[string]int{
 		"clusterip-policy audit --policy FILE":                          0,
 		"kubectl clusterip-policy bands --usage":                        0,
@@ -304,7 +302,7 @@ func TestInlineCheckReportsWhatIsGone(t *testing.T) {
 		"kubectl wait --for=condition=NoSuchCondition clusterippolicy/default":  1,
 		"kubectl apply --server-side --no-such-kubectl-flag -k manifests/base":  0,
 	} {
-		if got := checkSpan(span, root, flags); len(got) != want {
+		if got := checkSpan(span, tree, flags); len(got) != want {
 			t.Errorf("checkSpan(%q) = %v, want %d errors", span, got, want)
 		}
 	}
