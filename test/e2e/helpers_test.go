@@ -284,3 +284,20 @@ func repoAndHelm(t *testing.T) (root, helm string) {
 	}
 	return root, helm
 }
+
+// startRegistry starts a registry on loopback storing under dir, stopped
+// when the test ends (its log shown when the test failed).
+func startRegistry(t *testing.T, ctx context.Context, dir string) *framework.Registry {
+	t.Helper()
+	reg, err := framework.StartRegistry(ctx, dir, framework.ProcessOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		reg.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("registry log:\n%s", reg.Tail(40))
+		}
+	})
+	return reg
+}

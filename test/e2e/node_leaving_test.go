@@ -17,13 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"clusterip-policy/test/fixtures"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"clusterip-policy/test/fixtures"
 )
 
 // leaving is the timeline of one webhook pod that goes away during a fault,

@@ -44,16 +44,7 @@ func TestInstallFromRegistry(t *testing.T) {
 
 	ctx := testContext(t, 4*time.Minute)
 	dir := t.TempDir()
-	reg, err := framework.StartRegistry(ctx, dir, framework.ProcessOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		reg.Stop(5 * time.Second)
-		if t.Failed() {
-			t.Logf("registry log:\n%s", reg.Tail(40))
-		}
-	})
+	reg := startRegistry(t, ctx, dir)
 	// run returns the command's stdout; its stderr is shown when it fails.
 	run := func(t *testing.T, name string, args ...string) string {
 		t.Helper()

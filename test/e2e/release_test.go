@@ -310,16 +310,7 @@ func TestReleaseArtefacts(t *testing.T) {
 			t.Fatalf("skopeo is not installed (Debian package skopeo; .ci/run installs it): %v", err)
 		}
 		rdir := t.TempDir()
-		reg, err := framework.StartRegistry(ctx, rdir, framework.ProcessOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			reg.Stop(5 * time.Second)
-			if t.Failed() {
-				t.Logf("registry log:\n%s", reg.Tail(40))
-			}
-		})
+		reg := startRegistry(t, ctx, rdir)
 		ref := reg.Addr() + "/clusterip-policy"
 		// The README's command, with the registry on loopback; it serves
 		// plain HTTP, which skopeo uses only with --dest-tls-verify=false.

@@ -98,16 +98,7 @@ func checkSigning(t *testing.T, ctx context.Context, root, dir, version, digest 
 	if _, err := exec.LookPath("skopeo"); err != nil {
 		t.Fatalf("skopeo is not installed (Debian package skopeo; .ci/run installs it): %v", err)
 	}
-	reg, err := framework.StartRegistry(ctx, t.TempDir(), framework.ProcessOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		reg.Stop(5 * time.Second)
-		if t.Failed() {
-			t.Logf("registry log:\n%s", reg.Tail(40))
-		}
-	})
+	reg := startRegistry(t, ctx, t.TempDir())
 	// A throwaway password and key pair per run, as CI has no maintainer
 	// key; a second pair stands for a key the release was not signed with.
 	pw := make([]byte, 18)
