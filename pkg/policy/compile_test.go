@@ -135,3 +135,21 @@ func TestTheObjectLoadsAlikeFromEachSource(t *testing.T) {
 		}
 	}
 }
+
+// A hostile key or value reaches a refusal quoted and clipped: no control
+// character, no unbounded echo.
+func TestCompileQuotesHostileNames(t *testing.T) {
+	key := "\x1b[2J" + strings.Repeat("k", 5000) + "\n"
+	_, err := Compile(v1alpha1.ClusterIPPolicySpec{Enforcement: v1alpha1.Enforcement{Rules: map[string]v1alpha1.Action{key: "warn"}}})
+	if err == nil {
+		t.Fatal("an unknown rule was accepted")
+	}
+	if msg := err.Error(); strings.ContainsAny(msg, "\x1b\n") || len(msg) > 2*MaxEchoBytes+400 {
+		t.Fatalf("message of %d bytes with a control character or unclipped: %.200q", len(msg), msg)
+	}
+	spec := `{"reservations":[{"ip":"10.96.0.10","service":"a/b","` + key[:4] + `x\n":1}]}`
+	_, err = ParseObjectSpec([]byte(strings.ReplaceAll(spec, "\x1b", `\u001b`)))
+	if err == nil || strings.ContainsAny(err.Error(), "\x1b\n") || !strings.Contains(err.Error(), "spec.reservations[0]: unknown field") {
+		t.Fatalf("err %q", err)
+	}
+}
