@@ -139,7 +139,7 @@ func parseObject(data []byte) (*Policy, error) {
 		return nil, err
 	}
 	lines := yamlLines(&root)
-	doc, err := sigsyaml.YAMLToJSON(data)
+	doc, err := sigsyaml.YAMLToJSONStrict(data) // a key written twice is refused, not merged
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"clusterip-policy/test/fixtures"
 )
 
 func TestParseObjectSpec(t *testing.T) {
@@ -112,5 +114,14 @@ func TestLoadFileOrObject(t *testing.T) {
 	}
 	if _, err := LoadFileOrObject(write("lead.yaml", "---\n"+object)); err != nil {
 		t.Errorf("a leading document marker: %v", err)
+	}
+}
+
+// A key written twice in the object file is refused, not merged (the
+// second reservations list silently replacing the first).
+func TestObjectFileRefusesADuplicateKey(t *testing.T) {
+	file := fixtures.Policy("reservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\nreservations:\n- {ip: 10.96.0.11, service: default/web}\n")
+	if p, err := ParseDocument([]byte(file)); err == nil || !strings.Contains(err.Error(), `"reservations" already set`) {
+		t.Fatalf("loaded %+v, err %v; want the duplicate key refused", p, err)
 	}
 }
