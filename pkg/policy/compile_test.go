@@ -100,6 +100,8 @@ func TestObjectFileRefusalsGiveTheFilesLine(t *testing.T) {
 			`spec.enforcement.default (line 3): "block" is not an action`},
 		{"an unknown field", fixtures.Policy("exemptions:\n  namespaces: [a]\n  user: [b]\n"),
 			`spec.exemptions (line 8): unknown field "user"`},
+		{"a value of the wrong type", fixtures.Policy("reservations:\n- ip: 10.96.0.10\n  service: kube-system/kube-dns\n  note: 5\n"),
+			`spec.reservations.note (line 6): is a number; it must be a string`},
 		{"an unknown field at the top", "apiVersion: clusterip-policy.io/v1alpha1\nkind: ClusterIPPolicy\nmetadata: {name: default}\nspec: {}\nstatsu: {}\n",
 			`line 5: unknown field "statsu"`},
 	}

@@ -79,7 +79,13 @@ func parseSpec(spec []byte, lines locator) (*Policy, error) {
 		if err := json.Unmarshal(spec, &typed); err != nil {
 			var te *json.UnmarshalTypeError
 			if errors.As(err, &te) && te.Field != "" {
-				return nil, &FieldError{Field: "spec." + te.Field, Detail: fmt.Sprintf("a JSON %s, where the schema has %s", te.Value, te.Type)}
+				// encoding/json names the field without list indexes
+				// (spec.reservations.ip): its line is that of the list.
+				path := slices.Clone(specPath)
+				for _, name := range strings.Split(te.Field, ".") {
+					path = path.Child(name)
+				}
+				return nil, &FieldError{Field: path.String(), Line: c.line(path), Detail: fmt.Sprintf("is a %s; it must be %s", te.Value, schemaKind(te.Type))}
 			}
 			return nil, fmt.Errorf("spec: %w", err)
 		}
@@ -178,4 +184,19 @@ func parseObject(data []byte) (*Policy, error) {
 		return nil, fmt.Errorf("metadata.name %q: the webhook reads exactly one %s, named %s; rename it", Echo(name), Kind, ObjectName)
 	}
 	return parseSpec(obj.Spec, lines)
+}
+
+// schemaKind names what a field of the spec holds, in the schema's words.
+func schemaKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		return "an object"
+	}
+	return t.Kind().String()
 }
