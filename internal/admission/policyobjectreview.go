@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -101,5 +102,11 @@ func (h policyObjectHandler) Handle(_ context.Context, req admission.Request) ad
 }
 
 func (policyObjectHandler) denied(req admission.Request, err error) admission.Response {
-	return admission.Denied(policy.Clip(fmt.Sprintf("%s %s: spec: %s", policy.Kind, policy.Echo(req.Name), err), policy.MaxMessageBytes))
+	where := "spec: "
+	var field *policy.FieldError
+	var list *policy.ErrorList
+	if errors.As(err, &field) || errors.As(err, &list) {
+		where = "" // the refusal names its field from spec on
+	}
+	return admission.Denied(policy.Clip(fmt.Sprintf("%s %s: %s%s", policy.Kind, policy.Echo(req.Name), where, err), policy.MaxMessageBytes))
 }

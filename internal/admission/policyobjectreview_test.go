@@ -35,7 +35,7 @@ func TestPolicyObjectReview(t *testing.T) {
 		{"a good policy", policyObjectRequest(admissionv1.Create, "ClusterIPPolicy", `{"spec":{"reservations":[{"ip":"10.96.0.10","service":"kube-system/kube-dns"}]}}`), true, 200, ""},
 		{"an empty spec is the default policy", policyObjectRequest(admissionv1.Update, "ClusterIPPolicy", `{"metadata":{"name":"default"}}`), true, 200, ""},
 		{"a duplicate owner names both entries", policyObjectRequest(admissionv1.Create, "ClusterIPPolicy", dup), false, 403,
-			"ClusterIPPolicy default: spec: reservations[1] (line 6): 10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line 4) and default/web; an IP has one owner"},
+			"ClusterIPPolicy default: spec.reservations[1]: 10.96.0.10 is reserved for both kube-system/kube-dns (spec.reservations[0]) and default/web; an IP has one owner"},
 		{"a reservation outside allowedCIDRs", policyObjectRequest(admissionv1.Update, "ClusterIPPolicy", `{"spec":{"allowedCIDRs":["10.96.0.0/16"],"reservations":[{"ip":"10.0.0.10","service":"a/b"}]}}`), false, 403, "10.0.0.10 is outside allowedCIDRs"},
 		{"an unknown rule", policyObjectRequest(admissionv1.Create, "ClusterIPPolicy", `{"spec":{"enforcement":{"rules":{"no-such-rule":"warn"}}}}`), false, 403, "no-such-rule"},
 		{"a delete is not reviewed", policyObjectRequest(admissionv1.Delete, "ClusterIPPolicy", ``), true, 200, ""},
@@ -90,10 +90,10 @@ func TestPolicyObjectReviewAgainstTheDefaultServiceCIDR(t *testing.T) {
 		{"accepts, with a warning, before the view has synced", allocview.NewView(), narrowing, true, "", viewNotSyncedWarning},
 		{"without a view it checks the object alone", nil, narrowing, true, "", ""},
 		{"refuses a reserved range outside the cluster's ranges", synced, `{"spec":{"reservedRanges":[{"cidr":"10.96.0.16/28","namespaces":["dns"]},{"cidr":"10.97.0.0/24","namespaces":["team-a"]}]}}`, false,
-			`ClusterIPPolicy default: spec: reservedRanges[1]: 10.97.0.0/24 is not wholly inside one active Service range (10.96.0.0/16 (ServiceCIDR "kubernetes")); choose a range inside one of them`, ""},
+			`ClusterIPPolicy default: spec.reservedRanges[1]: 10.97.0.0/24 is not wholly inside one active Service range (10.96.0.0/16 (ServiceCIDR "kubernetes")); choose a range inside one of them`, ""},
 		{"accepts reserved ranges inside them", synced, `{"spec":{"reservedRanges":[{"cidr":"10.96.0.16/28","namespaces":["dns"]}]}}`, true, "", ""},
 		{"refuses overlapping reserved ranges by the loader, with the view or without", nil, `{"spec":{"reservedRanges":[{"cidr":"10.96.0.16/28","namespaces":["dns"]},{"first":"10.96.0.20","last":"10.96.0.40","namespaceSelector":{"matchLabels":{"team":"a"}}}]}}`, false,
-			`ClusterIPPolicy default: spec: reservedRanges[1] (line 7): 10.96.0.20-10.96.0.40 overlaps reservedRanges[0] 10.96.0.16/28 (line 4) from 10.96.0.20; an address belongs to one range: shrink or merge them`, ""},
+			`ClusterIPPolicy default: spec.reservedRanges[1]: 10.96.0.20-10.96.0.40 overlaps spec.reservedRanges[0] 10.96.0.16/28 from 10.96.0.20; an address belongs to one range: shrink or merge them`, ""},
 		{"accepts a reserved range before the view has synced, with the warning", allocview.NewView(), `{"spec":{"reservedRanges":[{"cidr":"10.97.0.0/24","namespaces":["team-a"]}]}}`, true, "", viewNotSyncedWarning},
 	}
 	for _, tt := range tests {

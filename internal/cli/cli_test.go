@@ -128,7 +128,7 @@ func TestReviewInputErrorsNameTheFileAndTheProblem(t *testing.T) {
 		{name: "a missing file", args: []string{"review", "--service-cidr", "10.96.0.0/16", filepath.Join(dir, "nope.yaml")}, want: "nope.yaml: no such file or directory"},
 		{name: "an unknown Service field", args: []string{"review", "--service-cidr", "10.96.0.0/16", typo}, want: `typo.yaml: document 1: Service "web": unknown field "spec.clusterIp"`},
 		{name: "malformed YAML", args: []string{"review", "--service-cidr", "10.96.0.0/16", broken}, want: "broken.yaml: document 1:"},
-		{name: "a bad policy", args: []string{"review", "--policy", badPolicy, "--service-cidr", "10.96.0.0/16", typo}, want: `ip "10.96.0.300" is not an IP address`},
+		{name: "a bad policy", args: []string{"review", "--policy", badPolicy, "--service-cidr", "10.96.0.0/16", typo}, want: `spec.reservations[0].ip (line 7): "10.96.0.300" is not an IP address`},
 		{name: "no ranges", args: []string{"review", typo}, want: "no Service CIDRs to review against"},
 		{name: "a bad --service-cidr", args: []string{"review", "--service-cidr", "10.96.0.1/16", typo}, want: "did you mean 10.96.0.0/16?"},
 		{name: "a bad --allocated", args: []string{"review", "--service-cidr", "10.96.0.0/16", "--allocated", "10.96.0.30", typo}, want: "write IP=NAMESPACE/NAME"},

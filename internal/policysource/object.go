@@ -76,7 +76,7 @@ func (c *ObjectSource) Run(ctx context.Context) error {
 	return nil
 }
 
-// Observe loads the object's spec through the file loader (the same
+// Observe loads the object's spec through policy.ParseObjectSpec (the same
 // messages), publishes it when it loads, and hands the outcome to the
 // observer. Run's informer calls it for each added or updated object; the
 // status writer's tests call it to give a replica a generation in force.

@@ -336,10 +336,7 @@ func BenchmarkRangePass(b *testing.B) {
 	for i := range 4 {
 		fmt.Fprintf(&spec, "- {cidr: 10.96.%d.0/22, namespaces: [team-%d]}\n", 64+4*i, i)
 	}
-	p, err := policy.Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + spec.String()))
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := fixtures.MustPolicy(b, policy.ParseDocument, spec.String())
 	rs := allocview.StaticRanges("test", []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}, nil)
 	wants, _ := RangeWants(p, rs, nil)
 	if len(wants) != 4096 {

@@ -1,9 +1,13 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
+
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/test/fixtures"
@@ -121,6 +125,49 @@ func BenchmarkMutateInReservedRange(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if d := Mutate(env, req); !d.Allowed() {
 			b.Fatal(d.Message)
+		}
+	}
+}
+
+// loadBenchSpec is a spec of 1,000 reservations, 16 reserved ranges and
+// some exemptions: about what a large cluster's policy holds.
+func loadBenchSpec() string {
+	var b strings.Builder
+	b.WriteString("allowedCIDRs: [10.96.0.0/12]\nreservations:\n")
+	for i := range 1000 {
+		fmt.Fprintf(&b, "- ip: 10.96.%d.%d\n  service: team-%d/svc-%d\n  note: bench\n", 32+i/200, 1+i%200, i, i)
+	}
+	b.WriteString("reservedRanges:\n")
+	for i := range 16 {
+		fmt.Fprintf(&b, "- cidr: 10.96.1.%d/28\n  namespaces: [team-%d]\n", 16*i, i)
+	}
+	b.WriteString("enforcement:\n  default: warn\n  rules: {already-allocated: audit}\nexemptions:\n  namespaces: [kube-system, monitoring]\n")
+	return b.String()
+}
+
+// BenchmarkLoadObjectFile loads the object manifest as `review --policy`
+// and the webhook's --policy read it.
+func BenchmarkLoadObjectFile(b *testing.B) {
+	data := []byte(fixtures.Policy(loadBenchSpec()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseDocument(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoadObjectSpec loads the spec as the webhook reads it from the
+// apiserver (JSON).
+func BenchmarkLoadObjectSpec(b *testing.B) {
+	spec, err := sigsyaml.YAMLToJSON([]byte(loadBenchSpec()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseObjectSpec(spec); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -21,32 +21,6 @@ const (
 	MaxExemptions = 1000
 )
 
-// checkCounts refuses a file whose lists are longer than the limits.
-func checkCounts(f File, ln lines) error {
-	for _, c := range []struct {
-		path []any
-		n    int
-		max  int
-	}{
-		{[]any{"serviceCIDRs"}, len(f.ServiceCIDRs), MaxPolicyCIDRs},
-		{[]any{"allowedCIDRs"}, len(f.AllowedCIDRs), MaxPolicyCIDRs},
-		{[]any{"reservations"}, len(f.Reservations), MaxReservations},
-		{[]any{"reservedRanges"}, len(f.ReservedRanges), MaxReservedRanges},
-		{[]any{"exemptions", "namespaces"}, len(f.Exemptions.Namespaces), MaxExemptions},
-		{[]any{"exemptions", "users"}, len(f.Exemptions.Users), MaxExemptions},
-		{[]any{"exemptions", "groups"}, len(f.Exemptions.Groups), MaxExemptions},
-	} {
-		if c.n > c.max {
-			name := fmt.Sprint(c.path[0])
-			if len(c.path) > 1 {
-				name += "." + fmt.Sprint(c.path[1])
-			}
-			return fmt.Errorf("%s (line %d): %d entries, more than the limit of %d; list what the cluster needs (a CIDR covers many addresses, a group many users)", name, ln.at(c.path...), c.n, c.max)
-		}
-	}
-	return nil
-}
-
 // readBounded reads at most max bytes of path, and refuses a larger file
 // without reading it all.
 func readBounded(path string, max int) ([]byte, error) {

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 )
 
 // maxNewerFields bounds the names SplitNewerFields reports, so a spec
@@ -33,10 +35,14 @@ func SplitNewerFields(spec []byte) (known []byte, newer []string, err error) {
 	if err := json.Unmarshal(spec, &v); err != nil {
 		return spec, nil, nil // ParseObjectSpec says what is wrong with it
 	}
-	var paths []string
-	v = pruneUnknown(v, reflect.TypeFor[File](), "spec", &paths)
-	if len(paths) == 0 {
+	var found []fieldPath
+	v = pruneUnknown(v, reflect.TypeFor[v1alpha1.ClusterIPPolicySpec](), fieldPath{{name: "spec"}}, &found)
+	if len(found) == 0 {
 		return spec, nil, nil
+	}
+	paths := make([]string, len(found))
+	for i, p := range found {
+		paths[i] = p.String()
 	}
 	if known, err = json.Marshal(v); err != nil {
 		return nil, nil, fmt.Errorf("the spec without %s cannot be rendered: %w", strings.Join(paths, ", "), err)
@@ -45,12 +51,12 @@ func SplitNewerFields(spec []byte) (known []byte, newer []string, err error) {
 	return known, ClipList(paths, maxNewerFields), nil
 }
 
-// pruneUnknown removes from v the object keys t has no yaml-tagged field
-// for, recursing into structs, pointers to structs and slices of them;
-// maps (enforcement.rules, matchLabels) are kept whole. The File's
-// apiVersion and kind are not part of a spec and are left to
-// ParseObjectSpec to refuse.
-func pruneUnknown(v any, t reflect.Type, path string, paths *[]string) any {
+// pruneUnknown removes from v (JSON decoded into any) the object keys t
+// has no json-tagged field for, recursing into structs, pointers to
+// structs and slices of them; maps (enforcement.rules, matchLabels) are
+// kept whole. apiVersion and kind at the top of a spec are left to
+// ParseObjectSpec to refuse with its own message.
+func pruneUnknown(v any, t reflect.Type, path fieldPath, paths *[]fieldPath) any {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -63,21 +69,21 @@ func pruneUnknown(v any, t reflect.Type, path string, paths *[]string) any {
 		fields := map[string]reflect.Type{}
 		for i := range t.NumField() {
 			f := t.Field(i)
-			if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
 				fields[name] = f.Type
 			}
 		}
 		for k, sub := range m {
 			ft, ok := fields[k]
 			if !ok {
-				if path == "spec" && (k == "apiVersion" || k == "kind") {
+				if len(path) == 1 && (k == "apiVersion" || k == "kind") {
 					continue
 				}
-				*paths = append(*paths, path+"."+fieldName(k))
+				*paths = append(*paths, path.Child(k))
 				delete(m, k)
 				continue
 			}
-			m[k] = pruneUnknown(sub, ft, path+"."+k, paths)
+			m[k] = pruneUnknown(sub, ft, path.Child(k), paths)
 		}
 		return m
 	case reflect.Slice:
@@ -86,7 +92,7 @@ func pruneUnknown(v any, t reflect.Type, path string, paths *[]string) any {
 			return v
 		}
 		for i := range l {
-			l[i] = pruneUnknown(l[i], t.Elem(), fmt.Sprintf("%s[%d]", path, i), paths)
+			l[i] = pruneUnknown(l[i], t.Elem(), path.Index(i), paths)
 		}
 		return l
 	default:

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"clusterip-policy/test/fixtures"
 )
 
 func TestParseObjectSpec(t *testing.T) {
@@ -34,7 +36,7 @@ func TestParseObjectSpec(t *testing.T) {
 	refused := map[string]struct{ spec, want string }{
 		"a duplicate owner names both entries": {
 			`{"reservations":[{"ip":"10.96.0.10","service":"kube-system/kube-dns"},{"ip":"10.96.0.10","service":"default/other"}]}`,
-			"reservations[1] (line ",
+			"spec.reservations[1]: ",
 		},
 		"a reservation outside allowedCIDRs": {
 			`{"allowedCIDRs":["10.96.0.0/16"],"reservations":[{"ip":"10.0.0.10","service":"a/b"}]}`,
@@ -53,9 +55,9 @@ func TestParseObjectSpec(t *testing.T) {
 			}
 		})
 	}
-	t.Run("the duplicate owner message is the file's", func(t *testing.T) {
+	t.Run("the duplicate owner message names both entries by their fields", func(t *testing.T) {
 		_, err := ParseObjectSpec([]byte(`{"reservations":[{"ip":"10.96.0.10","service":"kube-system/kube-dns"},{"ip":"10.96.0.10","service":"default/other"}]}`))
-		if err == nil || !strings.Contains(err.Error(), "10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ") || !strings.Contains(err.Error(), "and default/other; an IP has one owner") {
+		if err == nil || !strings.Contains(err.Error(), "spec.reservations[1]: 10.96.0.10 is reserved for both kube-system/kube-dns (spec.reservations[0])") || !strings.Contains(err.Error(), "and default/other; an IP has one owner") {
 			t.Fatalf("err %v", err)
 		}
 	})
@@ -94,12 +96,12 @@ func TestLoadFileOrObject(t *testing.T) {
 		"another kind":    {strings.Replace(object, "kind: ClusterIPPolicy", "kind: Policy", 1), `kind "Policy" is not supported`},
 		"two documents":   {object + "---\n" + object, "more than one YAML document"},
 		"a duplicate owner": {strings.Replace(object, "status:", "  - ip: 10.96.0.10\n    service: default/web\nstatus:", 1),
-			"policy object " + filepath.Join(dir, "bad.yaml") + ": reservations[1] (line 10): 10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line 8) and default/web; an IP has one owner"},
+			"policy object " + filepath.Join(dir, "bad.yaml") + ": spec.reservations[1] (line 10): 10.96.0.10 is reserved for both kube-system/kube-dns (spec.reservations[0], line 8) and default/web; an IP has one owner"},
 		// The file's own line, not the line in the spec rendered as YAML.
 		"an unknown field in the spec": {strings.Replace(object, "    service: kube-system/kube-dns\n", "    service: kube-system/kube-dns\n    note: dns\n    colour: blue\n", 1),
-			"policy object " + filepath.Join(dir, "bad.yaml") + `: line 11: unknown field "colour"`},
+			"policy object " + filepath.Join(dir, "bad.yaml") + `: spec.reservations[0] (line 11): unknown field "colour"`},
 		"a bad CIDR, indented by four": {strings.Replace(strings.ReplaceAll(object, "\n  ", "\n    "), "spec:\n", "spec:\n    # the cluster's range\n    allowedCIDRs: [10.96.0.0/33]\n", 1),
-			"allowedCIDRs[0] (line 8): "},
+			"spec.allowedCIDRs[0] (line 8): "},
 		"a bad file": {"apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nreservation: []\n", `line 3: unknown field "reservation"`},
 	}
 	for name, c := range refused {
@@ -112,5 +114,14 @@ func TestLoadFileOrObject(t *testing.T) {
 	}
 	if _, err := LoadFileOrObject(write("lead.yaml", "---\n"+object)); err != nil {
 		t.Errorf("a leading document marker: %v", err)
+	}
+}
+
+// A key written twice in the object file is refused, not merged (the
+// second reservations list silently replacing the first).
+func TestObjectFileRefusesADuplicateKey(t *testing.T) {
+	file := fixtures.Policy("reservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\nreservations:\n- {ip: 10.96.0.11, service: default/web}\n")
+	if p, err := ParseDocument([]byte(file)); err == nil || !strings.Contains(err.Error(), `"reservations" already set`) {
+		t.Fatalf("loaded %+v, err %v; want the duplicate key refused", p, err)
 	}
 }

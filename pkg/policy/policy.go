@@ -4,14 +4,8 @@
 package policy
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -61,39 +55,6 @@ const (
 	// ActionAudit allows it and only writes the audit log.
 	ActionAudit Action = "audit"
 )
-
-// File is the policy file as written; field names are public API.
-type File struct {
-	APIVersion               string        `yaml:"apiVersion"`
-	Kind                     string        `yaml:"kind"`
-	ServiceCIDRs             []string      `yaml:"serviceCIDRs"`
-	AllowedCIDRs             []string      `yaml:"allowedCIDRs"`
-	ReserveKubernetesService *bool         `yaml:"reserveKubernetesService"`
-	Reservations             []FileReserve `yaml:"reservations"`
-	ReservedRanges           []FileRange   `yaml:"reservedRanges"`
-	Enforcement              FileEnforce   `yaml:"enforcement"`
-	Exemptions               FileExempt    `yaml:"exemptions"`
-}
-
-// FileReserve is one entry of reservations.
-type FileReserve struct {
-	IP      string `yaml:"ip"`
-	Service string `yaml:"service"`
-	Note    string `yaml:"note"`
-}
-
-// FileEnforce is the enforcement section.
-type FileEnforce struct {
-	Default string            `yaml:"default"`
-	Rules   map[string]string `yaml:"rules"`
-}
-
-// FileExempt is the exemptions section.
-type FileExempt struct {
-	Namespaces []string `yaml:"namespaces"`
-	Users      []string `yaml:"users"`
-	Groups     []string `yaml:"groups"`
-}
 
 // Owner is a Service namespace/name.
 type Owner struct {
@@ -185,139 +146,6 @@ func parseDocument(data []byte) (p *Policy, object bool, err error) {
 	return p, false, err
 }
 
-var yamlUnknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type \S+`)
-
-// Parse decodes a policy strictly: an unknown field, a second document, a
-// malformed CIDR or IP, or a policy that contradicts itself is an error that
-// names the line and the entry.
-func Parse(data []byte) (*Policy, error) {
-	if len(data) > MaxPolicyBytes {
-		return nil, fmt.Errorf("the file is %d bytes, more than the limit of %d (1 MiB, a ConfigMap's limit); keep reservations and exemptions to what the cluster needs", len(data), MaxPolicyBytes)
-	}
-	var f File
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("the file is empty; it needs at least apiVersion: " + APIVersion + " and kind: " + Kind)
-		}
-		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  ")
-		msg = yamlUnknownField.ReplaceAllString(msg, `line $1: unknown field "$2"`)
-		return nil, errors.New(strings.TrimPrefix(msg, "yaml: "))
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("line %d: a second YAML document; a policy file holds exactly one", extra.Line)
-	}
-	var root yaml.Node
-	_ = yaml.Unmarshal(data, &root) // decoded above already; only for line numbers
-	return compile(f, lines{&root}, data)
-}
-
-func compile(f File, ln lines, data []byte) (*Policy, error) {
-	sum := sha256.Sum256(data)
-	p := &Policy{
-		ReserveKubernetesService: f.ReserveKubernetesService == nil || *f.ReserveKubernetesService,
-		DefaultAction:            ActionDeny,
-		RuleActions:              map[RuleID]Action{},
-		ExemptNamespaces:         f.Exemptions.Namespaces,
-		ExemptUsers:              f.Exemptions.Users,
-		ExemptGroups:             f.Exemptions.Groups,
-		Digest:                   hex.EncodeToString(sum[:6]),
-		byIP:                     map[netip.Addr]Reservation{},
-		byOwner:                  map[Owner][]Reservation{},
-	}
-	if f.APIVersion != APIVersion {
-		return nil, fmt.Errorf("line %d: apiVersion %q is not supported; use %s", ln.at("apiVersion"), f.APIVersion, APIVersion)
-	}
-	if f.Kind != Kind {
-		return nil, fmt.Errorf("line %d: kind %q is not supported; use %s", ln.at("kind"), f.Kind, Kind)
-	}
-	if err := checkCounts(f, ln); err != nil {
-		return nil, err
-	}
-	var err error
-	if p.ServiceCIDRs, err = parseCIDRs("serviceCIDRs", f.ServiceCIDRs, ln); err != nil {
-		return nil, err
-	}
-	if p.AllowedCIDRs, err = parseCIDRs("allowedCIDRs", f.AllowedCIDRs, ln); err != nil {
-		return nil, err
-	}
-	for i, r := range f.Reservations {
-		if err := p.addReservation(i, r, ln); err != nil {
-			return nil, err
-		}
-	}
-	if err := p.compileRanges(f.ReservedRanges, ln); err != nil {
-		return nil, err
-	}
-	if err := p.compileEnforcement(f.Enforcement, ln); err != nil {
-		return nil, err
-	}
-	for i, ns := range f.Exemptions.Namespaces {
-		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return nil, fmt.Errorf("exemptions.namespaces[%d] (line %d): %q is not a namespace name: %s", i, ln.at("exemptions", "namespaces", i), ns, errs[0])
-		}
-	}
-	return p, nil
-}
-
-func parseCIDRs(field string, in []string, ln lines) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(in))
-	for i, s := range in {
-		p, err := allocview.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("%s[%d] (line %d): %w", field, i, ln.at(field, i), err)
-		}
-		if p.Addr().Is6() && p.Bits() < 64 && field == "serviceCIDRs" {
-			return nil, fmt.Errorf("%s[%d] (line %d): %s is larger than /64, which the apiserver refuses for IPv6 Service ranges", field, i, ln.at(field, i), p)
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
-
-func (p *Policy) addReservation(i int, r FileReserve, ln lines) error {
-	where := fmt.Sprintf("reservations[%d] (line %d)", i, ln.at("reservations", i))
-	if r.IP == "" {
-		return fmt.Errorf("%s: ip is missing; give the reserved address, such as 10.96.0.10", where)
-	}
-	ip, err := allocview.ParseIP(r.IP)
-	if err != nil {
-		return fmt.Errorf("%s: ip %w", where, err)
-	}
-	owner, err := parseOwner(r.Service)
-	if err != nil {
-		return fmt.Errorf("%s: service %w", where, err)
-	}
-	if prev, dup := p.byIP[ip]; dup {
-		j := slices.IndexFunc(p.Reservations, func(x Reservation) bool { return x.IP == ip })
-		if prev.Owner == owner {
-			return fmt.Errorf("%s: %s for %s is listed twice (also reservations[%d], line %d); remove one", where, ip, owner, j, ln.at("reservations", j))
-		}
-		return fmt.Errorf("%s: %s is reserved for both %s (reservations[%d], line %d) and %s; an IP has one owner", where, ip, prev.Owner, j, ln.at("reservations", j), owner)
-	}
-	for _, prev := range p.byOwner[owner] {
-		if allocview.FamilyOf(prev.IP) == allocview.FamilyOf(ip) {
-			j := slices.IndexFunc(p.Reservations, func(x Reservation) bool { return x.IP == prev.IP })
-			return fmt.Errorf("%s: %s already holds %s %s (reservations[%d], line %d); a Service holds at most one IP per family", where, owner, allocview.FamilyOf(ip), prev.IP, j, ln.at("reservations", j))
-		}
-	}
-	if len(p.AllowedCIDRs) > 0 && !slices.ContainsFunc(p.AllowedCIDRs, func(a netip.Prefix) bool { return a.Contains(ip) }) {
-		return fmt.Errorf("%s: %s is outside allowedCIDRs, so it could never be used; fix the ip or allowedCIDRs", where, ip)
-	}
-	for _, c := range p.ServiceCIDRs {
-		if r, err := allocview.NewRange("serviceCIDRs", c); err == nil && r.Band(ip) == allocview.Unusable {
-			return fmt.Errorf("%s: %s is the network or broadcast address of %s and can never be assigned", where, ip, c)
-		}
-	}
-	res := Reservation{IP: ip, Owner: owner, Note: r.Note}
-	p.Reservations = append(p.Reservations, res)
-	p.byIP[ip] = res
-	p.byOwner[owner] = append(p.byOwner[owner], res)
-	return nil
-}
-
 // parseOwner parses "namespace/name" as a Service reference.
 func parseOwner(s string) (Owner, error) {
 	ns, name, ok := strings.Cut(s, "/")
@@ -339,28 +167,6 @@ func parseAction(s string) (Action, bool) {
 		return a, true
 	}
 	return "", false
-}
-
-func (p *Policy) compileEnforcement(e FileEnforce, ln lines) error {
-	if e.Default != "" {
-		a, ok := parseAction(e.Default)
-		if !ok {
-			return fmt.Errorf("enforcement.default (line %d): %q is not an action; use deny, warn or audit", ln.at("enforcement", "default"), e.Default)
-		}
-		p.DefaultAction = a
-	}
-	for id, s := range e.Rules {
-		line := ln.at("enforcement", "rules", id)
-		if !slices.Contains(Rules, RuleID(id)) {
-			return fmt.Errorf("enforcement.rules (line %d): %q is not a rule; the rules are %s", line, id, joinRules(Rules))
-		}
-		a, ok := parseAction(s)
-		if !ok {
-			return fmt.Errorf("enforcement.rules.%s (line %d): %q is not an action; use deny, warn or audit", id, line, s)
-		}
-		p.RuleActions[RuleID(id)] = a
-	}
-	return nil
 }
 
 func joinRules(ids []RuleID) string {
@@ -439,43 +245,4 @@ func (p *Policy) ReservationsOf(owner Owner, rs allocview.RangeSet) map[allocvie
 		}
 	}
 	return out
-}
-
-// lines finds the line of a value in the decoded YAML, for messages.
-type lines struct{ root *yaml.Node }
-
-// at walks path (map keys as strings, sequence indexes as ints) and
-// returns the line of the node it reaches, or of the deepest node found.
-func (l lines) at(path ...any) int {
-	n := l.root
-	if n == nil || len(n.Content) == 0 {
-		return 0
-	}
-	n = n.Content[0] // the document's root node
-	line := n.Line
-	for _, step := range path {
-		var next *yaml.Node
-		switch s := step.(type) {
-		case string:
-			if n.Kind == yaml.MappingNode {
-				for i := 0; i+1 < len(n.Content); i += 2 {
-					if n.Content[i].Value == s {
-						next = n.Content[i+1]
-						line = n.Content[i].Line
-						break
-					}
-				}
-			}
-		case int:
-			if n.Kind == yaml.SequenceNode && s < len(n.Content) {
-				next = n.Content[s]
-				line = next.Line
-			}
-		}
-		if next == nil {
-			return line
-		}
-		n = next
-	}
-	return line
 }

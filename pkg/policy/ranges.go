@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"clusterip-policy/pkg/allocview"
+	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 )
 
 // RuleReservedRangeForOther denies a Service that names an address of a
@@ -33,30 +34,6 @@ const (
 	// MaxRangeNoteBytes bounds a range's note (refusals quote it).
 	MaxRangeNoteBytes = 256
 )
-
-// FileRange is one entry of reservedRanges: cidr, or first and last.
-type FileRange struct {
-	CIDR              string        `yaml:"cidr"`
-	First             string        `yaml:"first"`
-	Last              string        `yaml:"last"`
-	Namespaces        []string      `yaml:"namespaces"`
-	NamespaceSelector *FileSelector `yaml:"namespaceSelector"`
-	ServiceSelector   *FileSelector `yaml:"serviceSelector"`
-	Note              string        `yaml:"note"`
-}
-
-// FileSelector is a Kubernetes label selector as written in the policy.
-type FileSelector struct {
-	MatchLabels      map[string]string `yaml:"matchLabels"`
-	MatchExpressions []FileRequirement `yaml:"matchExpressions"`
-}
-
-// FileRequirement is one matchExpressions entry.
-type FileRequirement struct {
-	Key      string   `yaml:"key"`
-	Operator string   `yaml:"operator"`
-	Values   []string `yaml:"values"`
-}
 
 // ReservedRange is a loaded entry of reservedRanges: an inclusive band of
 // addresses of one family, and who may use it.
@@ -166,18 +143,23 @@ func (p *Policy) ReservedRangeOf(ip netip.Addr) (ReservedRange, bool) {
 // compileRanges loads reservedRanges: each range's shape, its namespaces
 // and selectors, then overlaps and the total size. ReservedRanges ends up
 // sorted by first address.
-func (p *Policy) compileRanges(in []FileRange, ln lines) error {
-	total := 0
+func (p *Policy) compileRanges(c *compiler, in []v1alpha1.ReservedRange) {
+	path := c.root.Child("reservedRanges")
+	total, bad := 0, false
 	for i, f := range in {
-		where := fmt.Sprintf("reservedRanges[%d] (line %d)", i, ln.at("reservedRanges", i))
-		r, err := p.compileRange(i, f)
-		if err != nil {
-			return fmt.Errorf("%s: %w", where, err)
+		r, ok := p.compileRange(c, path.Index(i), i, f)
+		if !ok {
+			bad = true
+			continue
 		}
 		if total += r.Size; total > MaxReservedRangeAddresses {
-			return fmt.Errorf("%s: %s brings reservedRanges to more than %d addresses in all (the leader holds each free one with an IPAddress object); make the ranges smaller, or reserve single addresses under reservations", where, r.Written, MaxReservedRangeAddresses)
+			c.fail(path.Index(i), "%s brings reservedRanges to more than %d addresses in all (the leader holds each free one with an IPAddress object); make the ranges smaller, or reserve single addresses under reservations", r.Written, MaxReservedRangeAddresses)
+			return
 		}
 		p.ReservedRanges = append(p.ReservedRanges, r)
+	}
+	if bad {
+		return // an overlap with a range that did not load would be a guess
 	}
 	slices.SortFunc(p.ReservedRanges, func(a, b ReservedRange) int { return a.Band.First.Compare(b.Band.First) })
 	for k := 1; k < len(p.ReservedRanges); k++ {
@@ -187,96 +169,111 @@ func (p *Policy) compileRanges(in []FileRange, ln lines) error {
 			if first.Index > second.Index {
 				first, second = second, first
 			}
-			return fmt.Errorf("reservedRanges[%d] (line %d): %s overlaps reservedRanges[%d] %s (line %d) from %s; an address belongs to one range: shrink or merge them",
-				second.Index, ln.at("reservedRanges", second.Index), second.Written, first.Index, first.Written, ln.at("reservedRanges", first.Index), b.Band.First)
+			c.fail(path.Index(second.Index), "%s overlaps %s %s%s from %s; an address belongs to one range: shrink or merge them",
+				second.Written, path.Index(first.Index), first.Written, c.lineNote(path.Index(first.Index)), b.Band.First)
 		}
 	}
-	return nil
 }
 
-func (p *Policy) compileRange(i int, f FileRange) (ReservedRange, error) {
+// compileRange checks one entry of reservedRanges; false when it is
+// refused (the refusal recorded in c).
+func (p *Policy) compileRange(c *compiler, path fieldPath, i int, f v1alpha1.ReservedRange) (ReservedRange, bool) {
 	r := ReservedRange{Index: i, Note: f.Note}
 	switch {
 	case f.CIDR != "" && (f.First != "" || f.Last != ""):
-		return r, fmt.Errorf("gives both cidr %q and first/last; give the range one way", Echo(f.CIDR))
+		c.fail(path, "gives both cidr %q and first/last; give the range one way", Echo(string(f.CIDR)))
+		return r, false
 	case f.CIDR != "":
-		pfx, err := allocview.ParsePrefix(f.CIDR)
+		pfx, err := allocview.ParsePrefix(string(f.CIDR))
 		if err != nil {
-			return r, fmt.Errorf("cidr %w", err)
+			c.fail(path.Child("cidr"), "%s", err)
+			return r, false
 		}
 		if capped := hostBits(pfx); capped > 12 {
-			return r, fmt.Errorf("cidr %s has %s addresses, more than the limit of %d for all ranges together; use a smaller prefix (/%d or longer)", pfx, bigCount(pfx), MaxReservedRangeAddresses, pfx.Addr().BitLen()-12)
+			c.fail(path.Child("cidr"), "%s has %s addresses, more than the limit of %d for all ranges together; use a smaller prefix (/%d or longer)", pfx, bigCount(pfx), MaxReservedRangeAddresses, pfx.Addr().BitLen()-12)
+			return r, false
 		}
 		r.Band = allocview.Band{First: pfx.Addr(), Last: lastOf(pfx)}
 		r.Written = pfx.String()
 	case f.First != "" && f.Last != "":
-		first, err := allocview.ParseIP(f.First)
+		first, err := allocview.ParseIP(string(f.First))
 		if err != nil {
-			return r, fmt.Errorf("first %w", err)
+			c.fail(path.Child("first"), "%s", err)
+			return r, false
 		}
-		last, err := allocview.ParseIP(f.Last)
+		last, err := allocview.ParseIP(string(f.Last))
 		if err != nil {
-			return r, fmt.Errorf("last %w", err)
+			c.fail(path.Child("last"), "%s", err)
+			return r, false
 		}
 		if first.Is4() != last.Is4() {
-			return r, fmt.Errorf("first %s and last %s are of different IP families; a range holds one family (write one range per family)", first, last)
+			c.fail(path, "first %s and last %s are of different IP families; a range holds one family (write one range per family)", first, last)
+			return r, false
 		}
 		if last.Less(first) {
-			return r, fmt.Errorf("last %s is below first %s; swap them", last, first)
+			c.fail(path, "last %s is below first %s; swap them", last, first)
+			return r, false
 		}
 		r.Band = allocview.Band{First: first, Last: last}
 		r.Written = first.String() + "-" + last.String()
 	case f.First != "" || f.Last != "":
-		return r, fmt.Errorf("needs both first and last (or a cidr instead), such as first: 10.96.0.20, last: 10.96.0.59")
+		c.fail(path, "needs both first and last (or a cidr instead), such as first: 10.96.0.20, last: 10.96.0.59")
+		return r, false
 	default:
-		return r, fmt.Errorf("gives no range; set cidr (such as 10.96.0.16/28) or first and last")
+		c.fail(path, "gives no range; set cidr (such as 10.96.0.16/28) or first and last")
+		return r, false
 	}
 	n, ok := bandSize(r.Band, MaxReservedRangeAddresses)
 	if !ok {
-		return r, fmt.Errorf("%s has more than %d addresses, the limit for all ranges together; make it smaller, or reserve single addresses under reservations", r.Written, MaxReservedRangeAddresses)
+		c.fail(path, "%s has more than %d addresses, the limit for all ranges together; make it smaller, or reserve single addresses under reservations", r.Written, MaxReservedRangeAddresses)
+		return r, false
 	}
 	r.Size = n
 	if len(p.AllowedCIDRs) > 0 && !slices.ContainsFunc(p.AllowedCIDRs, func(a netip.Prefix) bool { return a.Contains(r.Band.First) && a.Contains(r.Band.Last) }) {
-		return r, fmt.Errorf("%s is not wholly inside one of allowedCIDRs, so part of it could never be used; fix the range or allowedCIDRs", r.Written)
+		c.fail(path, "%s is not wholly inside one of allowedCIDRs, so part of it could never be used; fix the range or allowedCIDRs", r.Written)
+		return r, false
 	}
 	if len(f.Note) > MaxRangeNoteBytes {
-		return r, fmt.Errorf("note is %d bytes, more than the limit of %d; refusals quote it, so keep it to a few words", len(f.Note), MaxRangeNoteBytes)
+		c.fail(path.Child("note"), "is %d bytes, more than the limit of %d; refusals quote it, so keep it to a few words", len(f.Note), MaxRangeNoteBytes)
+		return r, false
 	}
 	if len(f.Namespaces) > MaxRangeNamespaces {
-		return r, fmt.Errorf("namespaces: %d entries, more than the limit of %d; label the namespaces and use namespaceSelector", len(f.Namespaces), MaxRangeNamespaces)
+		c.fail(path.Child("namespaces"), "%d entries, more than the limit of %d; label the namespaces and use namespaceSelector", len(f.Namespaces), MaxRangeNamespaces)
+		return r, false
 	}
+	ok = true
 	for j, ns := range f.Namespaces {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return r, fmt.Errorf("namespaces[%d]: %q is not a namespace name: %s", j, Echo(ns), errs[0])
+			c.fail(path.Child("namespaces").Index(j), "%q is not a namespace name: %s", Echo(ns), errs[0])
+			ok = false
 		}
 	}
 	r.Namespaces = f.Namespaces
 	var err error
-	if r.NamespaceSelector, err = compileSelector("namespaceSelector", f.NamespaceSelector); err != nil {
-		return r, err
+	if r.NamespaceSelector, err = compileSelector(f.NamespaceSelector); err != nil {
+		c.fail(path.Child("namespaceSelector"), "%s", err)
+		ok = false
 	}
-	if r.ServiceSelector, err = compileSelector("serviceSelector", f.ServiceSelector); err != nil {
-		return r, err
+	if r.ServiceSelector, err = compileSelector(f.ServiceSelector); err != nil {
+		c.fail(path.Child("serviceSelector"), "%s", err)
+		ok = false
 	}
-	if len(r.Namespaces) == 0 && r.NamespaceSelector == nil {
-		return r, fmt.Errorf("%s names no namespace that may use it; add namespaces (such as [team-a]) or a namespaceSelector (such as {matchLabels: {team: a}}; {} for every namespace)", r.Written)
+	if ok && len(r.Namespaces) == 0 && r.NamespaceSelector == nil {
+		c.fail(path, "%s names no namespace that may use it; add namespaces (such as [team-a]) or a namespaceSelector (such as {matchLabels: {team: a}}; {} for every namespace)", r.Written)
+		ok = false
 	}
-	return r, nil
+	return r, ok
 }
 
 // compileSelector parses a label selector as the apiserver does; nil stays
 // nil (not set), {} selects everything.
-func compileSelector(field string, s *FileSelector) (labels.Selector, error) {
+func compileSelector(s *metav1.LabelSelector) (labels.Selector, error) {
 	if s == nil {
 		return nil, nil
 	}
-	ls := &metav1.LabelSelector{MatchLabels: s.MatchLabels}
-	for _, e := range s.MatchExpressions {
-		ls.MatchExpressions = append(ls.MatchExpressions, metav1.LabelSelectorRequirement{Key: e.Key, Operator: metav1.LabelSelectorOperator(e.Operator), Values: e.Values})
-	}
-	sel, err := metav1.LabelSelectorAsSelector(ls)
+	sel, err := metav1.LabelSelectorAsSelector(s)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s; write it as a Kubernetes label selector, such as {matchLabels: {team: a}}", field, Clip(err.Error(), MaxMessageBytes/2))
+		return nil, fmt.Errorf("%s; write it as a Kubernetes label selector, such as {matchLabels: {team: a}}", Clip(err.Error(), MaxMessageBytes/2))
 	}
 	return sel, nil
 }
@@ -323,7 +320,7 @@ func FitReservedRanges(p *Policy, rs allocview.RangeSet) error {
 		if !slices.ContainsFunc(rs.Active, func(a allocview.ActiveRange) bool {
 			return a.Contains(r.Band.First) && a.Contains(r.Band.Last)
 		}) {
-			return fmt.Errorf("reservedRanges[%d]: %s is not wholly inside one active Service range (%s); choose a range inside one of them", r.Index, r.Written, rs.Describe())
+			return &FieldError{Field: specPath.Child("reservedRanges").Index(r.Index).String(), Detail: fmt.Sprintf("%s is not wholly inside one active Service range (%s); choose a range inside one of them", r.Written, rs.Describe())}
 		}
 	}
 	return nil

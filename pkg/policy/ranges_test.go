@@ -11,38 +11,37 @@ import (
 )
 
 func TestReservedRangesRefusedAtLoadNamingTheValueAndTheFix(t *testing.T) {
-	const head = "apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n"
 	tests := []struct{ name, body, want string }{
 		{"cidr and first/last", "reservedRanges:\n- cidr: 10.96.0.16/28\n  first: 10.96.0.20\n  last: 10.96.0.30\n  namespaces: [a]\n",
-			`reservedRanges[0] (line 4): gives both cidr "10.96.0.16/28" and first/last; give the range one way`},
+			`spec.reservedRanges[0] (line 7): gives both cidr "10.96.0.16/28" and first/last; give the range one way`},
 		{"first without last", "reservedRanges:\n- first: 10.96.0.20\n  namespaces: [a]\n", "needs both first and last"},
 		{"no range at all", "reservedRanges:\n- namespaces: [a]\n", "gives no range; set cidr"},
-		{"a malformed cidr", "reservedRanges:\n- cidr: 10.96.0.300/28\n  namespaces: [a]\n", `cidr "10.96.0.300/28" is not a CIDR`},
-		{"a malformed first", "reservedRanges:\n- first: 10.96.0.x\n  last: 10.96.0.30\n  namespaces: [a]\n", `first "10.96.0.x" is not an IP address`},
+		{"a malformed cidr", "reservedRanges:\n- cidr: 10.96.0.300/28\n  namespaces: [a]\n", `spec.reservedRanges[0].cidr (line 7): "10.96.0.300/28" is not a CIDR`},
+		{"a malformed first", "reservedRanges:\n- first: 10.96.0.x\n  last: 10.96.0.30\n  namespaces: [a]\n", `spec.reservedRanges[0].first (line 7): "10.96.0.x" is not an IP address`},
 		{"mixed families", "reservedRanges:\n- first: 10.96.0.20\n  last: fd00::30\n  namespaces: [a]\n", "first 10.96.0.20 and last fd00::30 are of different IP families"},
 		{"last below first", "reservedRanges:\n- first: 10.96.0.30\n  last: 10.96.0.20\n  namespaces: [a]\n", "last 10.96.0.20 is below first 10.96.0.30; swap them"},
 		{"nobody may use it", "reservedRanges:\n- cidr: 10.96.0.16/28\n", "10.96.0.16/28 names no namespace that may use it; add namespaces"},
-		{"a bad namespace", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [Team_A]\n", `namespaces[0]: "Team_A" is not a namespace name`},
-		{"a bad selector operator", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaceSelector:\n    matchExpressions:\n    - {key: team, operator: Near, values: [a]}\n", "namespaceSelector: "},
-		{"a bad selector label", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [a]\n  serviceSelector:\n    matchLabels: {\"bad key!\": x}\n", "serviceSelector: "},
+		{"a bad namespace", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [Team_A]\n", `spec.reservedRanges[0].namespaces[0] (line 8): "Team_A" is not a namespace name`},
+		{"a bad selector operator", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaceSelector:\n    matchExpressions:\n    - {key: team, operator: Near, values: [a]}\n", "spec.reservedRanges[0].namespaceSelector (line 8): "},
+		{"a bad selector label", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [a]\n  serviceSelector:\n    matchLabels: {\"bad key!\": x}\n", "spec.reservedRanges[0].serviceSelector (line 9): "},
 		{"an unknown field", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespace: a\n", `unknown field "namespace"`},
 		{"overlapping ranges", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [a]\n- first: 10.96.0.30\n  last: 10.96.0.40\n  namespaces: [b]\n",
-			"reservedRanges[1] (line 6): 10.96.0.30-10.96.0.40 overlaps reservedRanges[0] 10.96.0.16/28 (line 4) from 10.96.0.30; an address belongs to one range"},
+			"spec.reservedRanges[1] (line 9): 10.96.0.30-10.96.0.40 overlaps spec.reservedRanges[0] 10.96.0.16/28 (line 7) from 10.96.0.30; an address belongs to one range"},
 		{"overlap listed in reverse order", "reservedRanges:\n- cidr: fd00::/120\n  namespaces: [a]\n- first: fd00::ff\n  last: fd00::1ff\n  namespaces: [b]\n- cidr: fd00::f0/124\n  namespaces: [c]\n",
-			"overlaps reservedRanges[0] fd00::/120"},
-		{"one range too large (IPv4 cidr)", "reservedRanges:\n- cidr: 10.96.0.0/19\n  namespaces: [a]\n", "cidr 10.96.0.0/19 has 8192 addresses, more than the limit of 4096 for all ranges together; use a smaller prefix (/20 or longer)"},
-		{"one range hostile (IPv6 cidr)", "reservedRanges:\n- cidr: fd00::/8\n  namespaces: [a]\n", "cidr fd00::/8 has 1329227995784915872903807060280344576 addresses, more than the limit of 4096"},
+			"overlaps spec.reservedRanges[0] fd00::/120"},
+		{"one range too large (IPv4 cidr)", "reservedRanges:\n- cidr: 10.96.0.0/19\n  namespaces: [a]\n", "spec.reservedRanges[0].cidr (line 7): 10.96.0.0/19 has 8192 addresses, more than the limit of 4096 for all ranges together; use a smaller prefix (/20 or longer)"},
+		{"one range hostile (IPv6 cidr)", "reservedRanges:\n- cidr: fd00::/8\n  namespaces: [a]\n", "spec.reservedRanges[0].cidr (line 7): fd00::/8 has 1329227995784915872903807060280344576 addresses, more than the limit of 4096"},
 		{"one range hostile (IPv6 first/last)", "reservedRanges:\n- first: \"::\"\n  last: ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff\n  namespaces: [a]\n", "::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff has more than 4096 addresses"},
 		{"ranges together too large", "reservedRanges:\n- cidr: 10.96.0.0/21\n  namespaces: [a]\n- cidr: 10.96.8.0/21\n  namespaces: [b]\n- cidr: 10.96.16.0/30\n  namespaces: [c]\n",
-			"reservedRanges[2] (line 8): 10.96.16.0/30 brings reservedRanges to more than 4096 addresses in all"},
+			"spec.reservedRanges[2] (line 11): 10.96.16.0/30 brings reservedRanges to more than 4096 addresses in all"},
 		{"outside allowedCIDRs", "allowedCIDRs: [10.96.0.0/16]\nreservedRanges:\n- first: 10.96.255.250\n  last: 10.97.0.5\n  namespaces: [a]\n", "10.96.255.250-10.97.0.5 is not wholly inside one of allowedCIDRs"},
-		{"a long note", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [a]\n  note: " + strings.Repeat("x", 300) + "\n", "note is 300 bytes, more than the limit of 256"},
-		{"too many ranges", "reservedRanges:\n" + strings.Repeat("- cidr: 10.96.0.16/28\n  namespaces: [a]\n", 65), "reservedRanges (line 3): 65 entries, more than the limit of 64"},
-		{"the new rule with a bad action", "enforcement:\n  rules:\n    reserved-range-for-other: allow\n", `enforcement.rules.reserved-range-for-other (line 5): "allow" is not an action`},
+		{"a long note", "reservedRanges:\n- cidr: 10.96.0.16/28\n  namespaces: [a]\n  note: " + strings.Repeat("x", 300) + "\n", "spec.reservedRanges[0].note (line 9): is 300 bytes, more than the limit of 256"},
+		{"too many ranges", "reservedRanges:\n" + strings.Repeat("- cidr: 10.96.0.16/28\n  namespaces: [a]\n", 65), "spec.reservedRanges (line 6): 65 entries, more than the limit of 64"},
+		{"the new rule with a bad action", "enforcement:\n  rules:\n    reserved-range-for-other: allow\n", `spec.enforcement.rules[reserved-range-for-other] (line 8): "allow" is not an action`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(head + tt.body))
+			_, err := ParseDocument([]byte(fixtures.Policy(tt.body)))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v\nwant it to contain %q", err, tt.want)
 			}
@@ -160,7 +159,7 @@ func TestReservedRangesLoadFromTheObjectSpec(t *testing.T) {
 		t.Fatalf("ranges = %+v", p.ReservedRanges)
 	}
 	_, err = ParseObjectSpec([]byte(`{"reservedRanges":[{"cidr":"10.96.0.16/28","namespaces":["dns"]},{"cidr":"10.96.0.16/29","namespaces":["web"]}]}`))
-	if err == nil || !strings.Contains(err.Error(), "reservedRanges[1] (line 7): 10.96.0.16/29 overlaps reservedRanges[0] 10.96.0.16/28") {
+	if err == nil || !strings.Contains(err.Error(), "spec.reservedRanges[1]: 10.96.0.16/29 overlaps spec.reservedRanges[0] 10.96.0.16/28 from") {
 		t.Fatalf("err = %v", err)
 	}
 }

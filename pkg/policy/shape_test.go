@@ -144,17 +144,17 @@ func TestPolicyFileLimits(t *testing.T) {
 	}
 	tests := []struct{ name, body, want string }{
 		{"65 serviceCIDRs", many("serviceCIDRs", "- 10.%d.%d.0/24\n", 65),
-			"serviceCIDRs (line 3): 65 entries, more than the limit of 64; list what the cluster needs (a CIDR covers many addresses, a group many users)"},
+			"spec.serviceCIDRs (line 6): 65 entries, more than the limit of 64; list what the cluster needs (a CIDR covers many addresses, a group many users)"},
 		{"10,001 reservations", many("reservations", "- {ip: 10.96.%d.%d, service: default/s}\n", 10001),
-			"reservations (line 3): 10001 entries, more than the limit of 10000; list what the cluster needs (a CIDR covers many addresses, a group many users)"},
+			"spec.reservations (line 6): 10001 entries, more than the limit of 10000; list what the cluster needs (a CIDR covers many addresses, a group many users)"},
 		{"1,001 exempt groups", "exemptions:\n  " + strings.ReplaceAll(many("groups", "- g%d-%d\n", 1001), "\n", "\n  "),
-			"exemptions.groups (line 4): 1001 entries, more than the limit of 1000; list what the cluster needs (a CIDR covers many addresses, a group many users)"},
+			"spec.exemptions.groups (line 7): 1001 entries, more than the limit of 1000; list what the cluster needs (a CIDR covers many addresses, a group many users)"},
 		{"a file over 1 MiB", "# " + strings.Repeat("x", MaxPolicyBytes) + "\n",
-			"the file is 1048639 bytes, more than the limit of 1048576 (1 MiB, a ConfigMap's limit); keep reservations and exemptions to what the cluster needs"},
+			"the file is 1048676 bytes, more than the limit of 1048576 (1 MiB, a ConfigMap's limit); keep reservations and exemptions to what the cluster needs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\n" + tt.body))
+			_, err := ParseDocument([]byte(fixtures.Policy(tt.body)))
 			if err == nil || err.Error() != tt.want {
 				t.Fatalf("err = %v\nwant  %s", err, tt.want)
 			}

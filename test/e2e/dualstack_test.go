@@ -12,12 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // dualStackPolicy reserves both kube-dns addresses of a dual-stack cluster.
-const dualStackPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-reservations:
+var dualStackPolicy = fixtures.Policy(`reservations:
 - ip: 10.96.0.10
   service: kube-system/kube-dns
   note: cluster DNS
@@ -32,7 +31,7 @@ reservations:
 - {ip: fd00:10:96::e, service: kube-system/dns-v4-first}
 - {ip: 10.96.0.15, service: kube-system/dns-v6-first}
 - {ip: fd00:10:96::f, service: kube-system/dns-v6-first}
-`
+`)
 
 func families(f ...corev1.IPFamily) func(*corev1.Service) {
 	return func(s *corev1.Service) { s.Spec.IPFamilies = f }

@@ -26,9 +26,7 @@ import (
 // floodPolicy reserves addresses for five owners that exist during the
 // flood (exists-N), five created during it (real-N) and one whose create
 // is forged while it does not exist (absent).
-const floodPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-reservations:
+var floodPolicy = fixtures.Policy(`reservations:
 - {ip: 10.96.0.21, service: flood/real-1}
 - {ip: 10.96.0.22, service: flood/real-2}
 - {ip: 10.96.0.23, service: flood/real-3}
@@ -40,7 +38,7 @@ reservations:
 - {ip: 10.96.0.34, service: flood/exists-4}
 - {ip: 10.96.0.35, service: flood/exists-5}
 - {ip: 10.96.0.40, service: flood/absent}
-`
+`)
 
 // forge posts forged AdmissionReviews of the CREATE of flood/<name> for
 // each name in turn, from loopback, with workers in parallel, until stop

@@ -317,9 +317,7 @@ func eventuallyMetric(t *testing.T, ctx context.Context, c *framework.Cluster, n
 // already allocated" every 10 s and never recreate it. It must come back on
 // its address, and no hold of ours may ever name it.
 func TestDefaultKubernetesComesBackWithHoldsOn(t *testing.T) {
-	const pol = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-allowedCIDRs: [10.96.0.0/12]
+	pol := fixtures.Policy(`allowedCIDRs: [10.96.0.0/12]
 reserveKubernetesService: false
 reservations:
 - ip: 10.96.0.1
@@ -328,7 +326,7 @@ reservations:
 - ip: 10.96.0.10
   service: kube-system/kube-dns
   note: cluster DNS
-`
+`)
 	c := own(t, framework.Options{Policy: pol, Webhooks: 1, WebhookArgs: []string{"--hold-reservations"}})
 	cs := c.Client(0)
 	ctx := testContext(t, 2*time.Minute)

@@ -207,7 +207,7 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatalf("kubectl apply accepted a policy with a duplicate owner:\n%s", out)
 		}
 		t.Logf("kubectl apply: %v: %s", err, strings.TrimSpace(out))
-		for _, part := range []string{`admission webhook "validate-clusterippolicies.clusterip-policy.io" denied the request`, "10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner"} {
+		for _, part := range []string{`admission webhook "validate-clusterippolicies.clusterip-policy.io" denied the request`, "spec.reservations[2]: 10.96.0.10 is reserved for both kube-system/kube-dns (spec.reservations[0]) and default/impostor; an IP has one owner"} {
 			if !strings.Contains(out, part) {
 				t.Errorf("kubectl apply's refusal lacks %q", part)
 			}
@@ -339,7 +339,7 @@ func TestPolicyObject(t *testing.T) {
 			t.Errorf("%s went up by %v for one refused generation, want 1", failures, n)
 		}
 		t.Logf("status (Ready, observedGeneration, generationInForce, message): %s", got)
-		for _, part := range []string{"10.96.0.10 is reserved for both kube-system/kube-dns (reservations[0], line ", "and default/impostor; an IP has one owner", "generation 2 stays in force"} {
+		for _, part := range []string{"spec.reservations[2]: 10.96.0.10 is reserved for both kube-system/kube-dns (spec.reservations[0]) and default/impostor; an IP has one owner", "generation 2 stays in force"} {
 			if !strings.Contains(got, part) {
 				t.Errorf("Ready message %q lacks %q", got, part)
 			}

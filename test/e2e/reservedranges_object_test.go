@@ -83,9 +83,9 @@ func TestReservedRangesInThePolicyObject(t *testing.T) {
 			want   []string
 		}{
 			"an overlap": {"  - {cidr: 10.96.0.64/27, namespaces: [rro-dns]}\n  - {first: 10.96.0.90, last: 10.96.0.99, namespaces: [rro-web]}\n",
-				[]string{"10.96.0.90-10.96.0.99 overlaps reservedRanges[0] 10.96.0.64/27", "shrink or merge them"}},
+				[]string{"spec.reservedRanges[1]: 10.96.0.90-10.96.0.99 overlaps spec.reservedRanges[0] 10.96.0.64/27", "shrink or merge them"}},
 			"outside the active ranges": {"  - {cidr: 10.97.0.0/24, namespaces: [rro-web]}\n",
-				[]string{"reservedRanges[0]: 10.97.0.0/24 is not wholly inside one active Service range", "choose a range inside one of them"}},
+				[]string{"spec.reservedRanges[0]: 10.97.0.0/24 is not wholly inside one active Service range", "choose a range inside one of them"}},
 			"too many addresses": {"  - {cidr: 10.96.16.0/20, namespaces: [rro-web]}\n  - {cidr: 10.96.0.64/27, namespaces: [rro-dns]}\n",
 				[]string{"brings reservedRanges to more than 4096 addresses in all", "make the ranges smaller"}},
 		} {

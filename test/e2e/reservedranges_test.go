@@ -17,9 +17,7 @@ import (
 // reservedRangesPolicy: a block in the static band for one namespace by
 // name, a block in the dynamic band for namespaces labelled
 // team=rr-payments, and the DNS reservation inside the first block.
-const reservedRangesPolicy = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-allowedCIDRs: [10.96.0.0/16]
+var reservedRangesPolicy = fixtures.Policy(`allowedCIDRs: [10.96.0.0/16]
 reservations:
 - ip: 10.96.0.70
   service: rr-dns/owner
@@ -33,7 +31,7 @@ reservedRanges:
   namespaceSelector:
     matchLabels: {team: rr-payments}
   note: team payments
-`
+`)
 
 // The decisions on reserved ranges, on the real apiserver (without the
 // leader's holds: the addresses are free because nothing else asks for
