@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // The Lease's flags are checked once, whatever leader work is on, and the
@@ -72,5 +75,55 @@ func TestTermResetsWhenTheTermEnds(t *testing.T) {
 	w(ctx)
 	if got := strings.Join(order, ", "); got != "loop, reset 1, reset 2" {
 		t.Fatalf("order %q", got)
+	}
+}
+
+// clusterip_policy_leader is 0 on a replica that campaigns, 1 from its
+// term's start, and 0 again only once every work of the term has returned
+// (until then the replica still writes as leader). The fake client stands
+// in for the apiserver here; the e2e tests watch the gauge on real replicas.
+func TestLeaderGaugeFollowsTheTerm(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	if got := testutil.ToFloat64(m.leading); got != 0 {
+		t.Fatalf("before campaigning: %v", got)
+	}
+	o := Options{Namespace: "clusterip-policy", Name: "clusterip-policy-leader", Identity: "webhook-0",
+		LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
+	ctx, cancel := context.WithCancel(context.Background())
+	started, release := make(chan struct{}), make(chan struct{})
+	var atWorkEnd float64
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, fake.NewClientset(), o, logr.Discard(), m, func(wctx context.Context) {
+			close(started)
+			<-wctx.Done()
+			<-release
+			atWorkEnd = testutil.ToFloat64(m.leading)
+		})
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the work did not start within 10s")
+	}
+	if got := testutil.ToFloat64(m.leading); got != 1 {
+		t.Fatalf("while leading: %v", got)
+	}
+	cancel()
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its context's end")
+	}
+	if atWorkEnd != 1 {
+		t.Errorf("while the work was still returning: %v, want 1", atWorkEnd)
+	}
+	if got := testutil.ToFloat64(m.leading); got != 0 {
+		t.Errorf("after the term: %v", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"clusterip-policy/internal/controllers/matchconditions"
 	"clusterip-policy/internal/controllers/periodicaudit"
 	"clusterip-policy/internal/controllers/servingcerts"
+	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/policysource"
 	"clusterip-policy/internal/readiness"
 	"clusterip-policy/internal/readiness/readinesstest"
@@ -65,6 +66,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	readiness.RegisterBandUsage(reg, view, func() []allocview.Band { return nil })
 	readiness.RegisterRangeUsage(reg, view, func() []policy.ReservedRange { return nil })
 	holds.NewMetrics(reg)
+	leader.NewMetrics(reg)
 	periodicaudit.NewMetrics(reg)
 	periodicaudit.NewReportMetrics(reg)
 	matchconditions.NewMetrics(reg)

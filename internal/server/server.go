@@ -366,6 +366,10 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	if err != nil {
 		return err
 	}
+	var leaderMetrics *leader.Metrics
+	if len(leaderWorks) > 0 {
+		leaderMetrics = leader.NewMetrics(defaultRegistry)
+	}
 	server := webhook.NewServer(webhook.Options{Host: o.bindAddress, Port: o.port, CertDir: o.certDir, TLSOpts: tlsOpts})
 	for path, h := range admission.Endpoints(admission.Config{Gate: gate, DecisionLog: log.WithName("audit"), Registry: defaultRegistry, Hook: hook}) {
 		server.Register(path, h)
@@ -443,7 +447,9 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		goRun("managed matchConditions removal", func() error { keeper.KeepRemoved(bgCtx); return nil })
 	}
 	if len(leaderWorks) > 0 {
-		goRun("leader election", func() error { return leader.Run(bgCtx, client, o.lease, log.WithName("leader"), leaderWorks...) })
+		goRun("leader election", func() error {
+			return leader.Run(bgCtx, client, o.lease, log.WithName("leader"), leaderMetrics, leaderWorks...)
+		})
 	}
 	if cas != nil {
 		goRun("client CA watcher", func() error { cas.Watch(bgCtx, tlsauth.ReloadInterval); return nil })

@@ -163,7 +163,7 @@ func TestReservationHolds(t *testing.T) {
 		a := waitHold(t, ctx, cs, "10.96.0.10", time.Second)
 		lead := -1
 		for i := range c.Webhooks {
-			if v, err := c.WebhookMetric(ctx, i, "clusterip_policy_holds_leader"); err == nil && v == 1 {
+			if v, err := c.WebhookMetric(ctx, i, "clusterip_policy_leader"); err == nil && v == 1 {
 				lead = i
 			}
 		}
@@ -174,7 +174,7 @@ func TestReservationHolds(t *testing.T) {
 		stopped := time.Now()
 		other := 1 - lead
 		fixtures.Eventually(t, "the remaining replica to take the lead", 30*time.Second, func() bool {
-			v, err := c.WebhookMetric(ctx, other, "clusterip_policy_holds_leader")
+			v, err := c.WebhookMetric(ctx, other, "clusterip_policy_leader")
 			return err == nil && v == 1
 		})
 		t.Logf("e2e: holds: replica %d took the lead %s after replica %d stopped", other+1, time.Since(stopped).Round(10*time.Millisecond), lead+1)
@@ -272,7 +272,7 @@ func leaders(t *testing.T, ctx context.Context, c *framework.Cluster) int {
 		if exited, _ := w.Exited(); exited {
 			continue
 		}
-		v, err := c.WebhookMetric(ctx, i, "clusterip_policy_holds_leader")
+		v, err := c.WebhookMetric(ctx, i, "clusterip_policy_leader")
 		if err != nil {
 			t.Fatalf("metrics of replica %d: %v", i+1, err)
 		}

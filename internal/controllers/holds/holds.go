@@ -127,7 +127,6 @@ func (o *Options) Validate() error {
 type Metrics struct {
 	states      *prometheus.GaugeVec
 	rangeStates *prometheus.GaugeVec
-	leader      prometheus.Gauge
 	changes     *prometheus.CounterVec
 	releases    *prometheus.CounterVec
 }
@@ -143,10 +142,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "clusterip_policy_range_holds",
 			Help: "Addresses of the reserved ranges by hold state, as the leader last saw them: held (an IPAddress of ours), used (any other IPAddress: a Service's allocation), waiting (free, within the grace), candidate (free past the grace, to be held). Zero on replicas that are not the leader.",
 		}, []string{"state"}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "clusterip_policy_holds_leader",
-			Help: "1 on the replica that holds the Lease and keeps the holds.",
-		}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_hold_changes_total",
 			Help: "Holds created and deleted by this replica as leader (action: created, deleted, failed).",
@@ -156,7 +151,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed), and releases refused: owner-exists (a create of an owner that already exists, whose own IPAddress holds the address or whose GET found it, or an update of one that does not: a forged or duplicate review), rate-limited (the address was released too often without its owner appearing; see docs/operations.md \"Who can release a hold\").",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.states, m.rangeStates, m.leader, m.changes, m.releases)
+	reg.MustRegister(m.states, m.rangeStates, m.changes, m.releases)
 	for _, s := range holds.States {
 		m.states.WithLabelValues(s)
 	}
@@ -207,11 +202,7 @@ func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, 
 // Work keeps the holds while this replica leads; at the term's end the
 // gauges say nothing is kept here.
 func (k *Keeper) Work() leader.Work {
-	return leader.Term(k.log, "leading: keeping reservation holds", nil, func(ctx context.Context) {
-		k.metrics.leader.Set(1)
-		k.keep(ctx)
-	}, func() {
-		k.metrics.leader.Set(0)
+	return leader.Term(k.log, "leading: keeping reservation holds", nil, k.keep, func() {
 		for _, s := range holds.States {
 			k.metrics.states.WithLabelValues(s).Set(0)
 		}
