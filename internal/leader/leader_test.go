@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 // The Lease's flags are checked once, whatever leader work is on, and the
 // message names the flag, the value, why a Lease is needed and the fix.
 func TestValidateNamesTheFlagTheValueTheWorkAndTheFix(t *testing.T) {
-	good := Options{Namespace: "clusterip-policy", Name: "clusterip-policy-holds", Identity: "webhook-0",
+	good := Options{Namespace: "clusterip-policy", Name: DefaultName, PreviousName: PreviousDefaultName, Identity: "webhook-0",
 		LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
 	works := []string{"the ClusterIPPolicy status (--policy-source=crd)"}
 	if err := good.Validate(works); err != nil {
@@ -31,9 +32,11 @@ func TestValidateNamesTheFlagTheValueTheWorkAndTheFix(t *testing.T) {
 		{"namespace that is no name", func(o *Options) { o.Namespace = "Cluster_IP" },
 			[]string{`--leader-election-namespace "Cluster_IP" is not a namespace name`, "RFC 1123", "POD_NAMESPACE"}},
 		{"empty lease", func(o *Options) { o.Name = "" },
-			[]string{"--leader-election-lease is empty", "--policy-source=crd", "such as clusterip-policy-holds"}},
+			[]string{"--leader-election-lease is empty", "--policy-source=crd", "leave the flag out (clusterip-policy-leader)"}},
 		{"lease that is no name", func(o *Options) { o.Name = "Holds/1" },
-			[]string{`--leader-election-lease "Holds/1" is not a Lease name`, "such as clusterip-policy-holds"}},
+			[]string{`--leader-election-lease "Holds/1" is not a Lease name`, "such as clusterip-policy-leader"}},
+		{"previous lease that is no name", func(o *Options) { o.PreviousName = "Holds" },
+			[]string{`--leader-election-previous-lease "Holds" is not a Lease name`, "leave the flag out (clusterip-policy-holds", "give it empty once no replica of such a build runs"}},
 		{"empty identity", func(o *Options) { o.Identity = "" },
 			[]string{"--leader-election-identity is empty", "leave the flag out"}},
 		{"a lease no longer than the renew deadline", func(o *Options) { o.LeaseDuration = o.RenewDeadline },
@@ -125,5 +128,25 @@ func TestLeaderGaugeFollowsTheTerm(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.leading); got != 0 {
 		t.Errorf("after the term: %v", got)
+	}
+}
+
+// The leader campaigns for the previous Lease beside its own only when
+// one is named and differs: the same name twice would be one Lease locked
+// twice.
+func TestLockTakesThePreviousLeaseToo(t *testing.T) {
+	client := fake.NewClientset()
+	for _, tc := range []struct {
+		previous string
+		want     string
+	}{
+		{PreviousDefaultName, "*resourcelock.MultiLock"},
+		{"", "*resourcelock.LeaseLock"},
+		{DefaultName, "*resourcelock.LeaseLock"},
+	} {
+		o := Options{Namespace: "clusterip-policy", Name: DefaultName, PreviousName: tc.previous, Identity: "webhook-0"}
+		if got := fmt.Sprintf("%T", o.lock(client)); got != tc.want {
+			t.Errorf("previous %q: %s, want %s", tc.previous, got, tc.want)
+		}
 	}
 }

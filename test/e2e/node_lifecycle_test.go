@@ -117,7 +117,7 @@ func TestNodeLifecycle(t *testing.T) {
 		// (seen: the 45 s renewal never came). Wait for a new pod to lead.
 		leadStart := time.Now()
 		fixtures.EventuallyNil(t, "a new pod to lead the holds", 2*time.Minute, func() error {
-			lease, err := n.cs.CoordinationV1().Leases(ns).Get(ctx, "clusterip-policy-holds", metav1.GetOptions{})
+			lease, err := n.cs.CoordinationV1().Leases(ns).Get(ctx, "clusterip-policy-leader", metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
