@@ -134,6 +134,41 @@ func TestChartServiceMonitor(t *testing.T) {
 	}
 }
 
+// ClusterIPPolicyHoldsNoLeader was renamed ClusterIPPolicyNoLeader (it now
+// fires whatever leader work is on): values that tune the old name still
+// tune the new alert for one release, so an upgrade with them neither
+// fails on "no such alert" nor silently turns a disabled alert back on,
+// and the new name's entry wins when both are given.
+func TestChartRenamedAlertKeepsItsOldValues(t *testing.T) {
+	rules := func(args ...string) map[string]Rule {
+		rf := renderedRules(t, append([]string{"--set", "monitoring.prometheusRule.enabled=true"}, args...)...)
+		got := map[string]Rule{}
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				got[r.Alert] = r
+			}
+		}
+		if _, ok := got["ClusterIPPolicyHoldsNoLeader"]; ok {
+			t.Errorf("%v: the old alert name is rendered too (two pages for one missing leader)", args)
+		}
+		return got
+	}
+	if _, ok := rules("--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyHoldsNoLeader=true")["ClusterIPPolicyNoLeader"]; ok {
+		t.Error("disabled.ClusterIPPolicyHoldsNoLeader=true: ClusterIPPolicyNoLeader still rendered")
+	}
+	if r := rules("--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyHoldsNoLeader.for=15m")["ClusterIPPolicyNoLeader"]; r.For != "15m" {
+		t.Errorf("customRules.ClusterIPPolicyHoldsNoLeader.for=15m: ClusterIPPolicyNoLeader for %q", r.For)
+	}
+	if r := rules("--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyHoldsNoLeader.for=15m",
+		"--set", "monitoring.prometheusRule.customRules.ClusterIPPolicyNoLeader.for=7m")["ClusterIPPolicyNoLeader"]; r.For != "7m" {
+		t.Errorf("both names in customRules: ClusterIPPolicyNoLeader for %q, want the new name's 7m", r.For)
+	}
+	if _, ok := rules("--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyHoldsNoLeader=true",
+		"--set", "monitoring.prometheusRule.disabled.ClusterIPPolicyNoLeader=false")["ClusterIPPolicyNoLeader"]; !ok {
+		t.Error("disabled: old name true, new name false: ClusterIPPolicyNoLeader left out, want the new name's false")
+	}
+}
+
 // The values monitoring.prometheusRule.* tune the alerts: disabled leaves
 // an alert out (and a group with none left), customRules sets for,
 // severity and labels, additionalRuleLabels reach every chart alert (not

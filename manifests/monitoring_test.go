@@ -361,7 +361,7 @@ func TestAlertsCoverWhatOperatorsWatch(t *testing.T) {
 		"ClusterIPPolicyExistingViolations":        "clusterip_policy_existing_violations",
 		"ClusterIPPolicyAuditNotRunning":           "clusterip_policy_audit_last_success_timestamp_seconds",
 		"ClusterIPPolicyReservationNotHeld":        "clusterip_policy_holds",
-		"ClusterIPPolicyHoldsNoLeader":             "clusterip_policy_holds_leader",
+		"ClusterIPPolicyNoLeader":                  "clusterip_policy_leader",
 		"ClusterIPPolicyMatchConditionsNotWritten": "clusterip_policy_match_conditions_updates_total",
 		"ClusterIPPolicyMatchConditionsNotInStep":  "clusterip_policy_match_conditions_synced",
 		"ClusterIPPolicyMatchConditionsLeftBehind": "clusterip_policy_match_conditions_left_behind",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,7 +70,8 @@ func newCleanupCommand(streams IOStreams) *cobra.Command {
 	ns := fs.Lookup("namespace")
 	ns.Hidden, ns.Usage = false, "Namespace the webhook ran in (its pods, Lease and Secrets). Empty: the kubeconfig's namespace (inside a pod, its own)."
 	fs.StringVar(&o.podSelector, "pod-selector", "app.kubernetes.io/name=clusterip-policy-webhook", "Label selector of the webhook's pods; cleanup waits until none is left.")
-	fs.StringVar(&o.lease, "leader-election-lease", "clusterip-policy-holds", "Name of the leader's Lease to delete (serve's --leader-election-lease). Empty: keep it.")
+	fs.StringVar(&o.lease, "leader-election-lease", "clusterip-policy-leader", "Name of the leader's Lease to delete (serve's --leader-election-lease). Empty: keep it.")
+	fs.StringVar(&o.previousLease, "leader-election-previous-lease", "clusterip-policy-holds", "Name of the Lease builds before v0.1.0 elected the leader with, which the leader holds too (serve's --leader-election-previous-lease), to delete. Empty: keep it.")
 	fs.StringSliceVar(&o.secrets, "secret", []string{"clusterip-policy-webhook-tls", "clusterip-policy-webhook-ca"}, "Secrets to delete if the leader made them (serve's --cert-secret and --ca-secret). Empty: none.")
 	fs.StringVar(&o.mutating, "mutating-webhook-configuration", "clusterip-policy", "Name of the MutatingWebhookConfiguration that must be gone (unregister deletes it).")
 	fs.StringVar(&o.validating, "validating-webhook-configuration", "clusterip-policy", "Name of the ValidatingWebhookConfiguration that must be gone (unregister deletes it).")
@@ -80,6 +82,7 @@ func newCleanupCommand(streams IOStreams) *cobra.Command {
 
 type cleanupOptions struct {
 	namespace, podSelector, lease string
+	previousLease                 string
 	mutating, validating          string
 	secrets                       []string
 	timeout                       time.Duration
@@ -147,9 +150,9 @@ func (o cleanupOptions) check() string {
 	case sel.Empty():
 		return fmt.Sprintf("--pod-selector %q selects every pod: give the webhook pods' labels (app.kubernetes.io/name=clusterip-policy-webhook)", o.podSelector)
 	}
-	if o.lease != "" {
-		if errs := validation.IsDNS1123Subdomain(o.lease); len(errs) > 0 {
-			return fmt.Sprintf("--leader-election-lease %q is not a Lease name: %s", o.lease, strings.Join(errs, "; "))
+	for flag, name := range map[string]string{"--leader-election-lease": o.lease, "--leader-election-previous-lease": o.previousLease} {
+		if errs := validation.IsDNS1123Subdomain(name); name != "" && len(errs) > 0 {
+			return fmt.Sprintf("%s %q is not a Lease name: %s", flag, name, strings.Join(errs, "; "))
 		}
 	}
 	for _, s := range o.secrets {
@@ -158,6 +161,18 @@ func (o cleanupOptions) check() string {
 		}
 	}
 	return ""
+}
+
+// leases are the Leases to delete: the leader's and the previous one it
+// holds too, each once.
+func (o cleanupOptions) leases() []string {
+	var names []string
+	for _, n := range []string{o.lease, o.previousLease} {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // cleanup waits for the pods to go, then deletes the Lease, the Secrets
@@ -170,15 +185,15 @@ func cleanup(ctx context.Context, client kubernetes.Interface, o cleanupOptions,
 	if err := waitPodsGone(ctx, client, o, out, start); err != nil {
 		return fail("%v", err)
 	}
-	if o.lease != "" {
-		err := client.CoordinationV1().Leases(o.namespace).Delete(ctx, o.lease, metav1.DeleteOptions{})
+	for _, lease := range o.leases() {
+		err := client.CoordinationV1().Leases(o.namespace).Delete(ctx, lease, metav1.DeleteOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			fmt.Fprintf(out, "Lease %s/%s: already gone\n", o.namespace, o.lease)
+			fmt.Fprintf(out, "Lease %s/%s: already gone\n", o.namespace, lease)
 		case err != nil:
-			return fail("delete the Lease %s/%s: %v", o.namespace, o.lease, err)
+			return fail("delete the Lease %s/%s: %v", o.namespace, lease, err)
 		default:
-			fmt.Fprintf(out, "Lease %s/%s: deleted\n", o.namespace, o.lease)
+			fmt.Fprintf(out, "Lease %s/%s: deleted\n", o.namespace, lease)
 		}
 	}
 	for _, name := range o.secrets {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,7 @@ func TestCleanupRefusesBadFlags(t *testing.T) {
 		{[]string{"cleanup", "-n", "x", "--pod-selector="}, `--pod-selector "" selects every pod`},
 		{[]string{"cleanup", "-n", "x", "--pod-selector=a b"}, `--pod-selector "a b"`},
 		{[]string{"cleanup", "-n", "x", "--leader-election-lease=Holds"}, `--leader-election-lease "Holds" is not a Lease name`},
+		{[]string{"cleanup", "-n", "x", "--leader-election-previous-lease=Holds"}, `--leader-election-previous-lease "Holds" is not a Lease name`},
 		{[]string{"cleanup", "-n", "x", "--secret=a/b"}, `--secret "a/b" is not a Secret name`},
 		{[]string{"cleanup", "-n", "x", "--validating-webhook-configuration="}, "must name the configurations"},
 	} {
@@ -50,6 +52,7 @@ func TestCleanupDeletesOnlyWhatTheWebhookWrote(t *testing.T) {
 	objs := []runtime.Object{
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy-webhook-1", Namespace: "cp", Labels: map[string]string{"app.kubernetes.io/name": "clusterip-policy-webhook"}}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "cp"}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy-leader", Namespace: "cp"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy-webhook-tls", Namespace: "cp", Labels: map[string]string{"app.kubernetes.io/managed-by": "clusterip-policy"}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy-webhook-ca", Namespace: "cp", Labels: map[string]string{"app.kubernetes.io/managed-by": "Helm"}}},
 		fixtures.IPAddress("10.96.0.10", holds.ManagedBy, "kube-system", "kube-dns"),
@@ -62,7 +65,7 @@ func TestCleanupDeletesOnlyWhatTheWebhookWrote(t *testing.T) {
 	client := fake.NewClientset(objs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	o := cleanupOptions{namespace: "cp", mutating: "clusterip-policy", validating: "clusterip-policy", podSelector: "app.kubernetes.io/name=clusterip-policy-webhook", lease: "clusterip-policy-holds",
+	o := cleanupOptions{namespace: "cp", mutating: "clusterip-policy", validating: "clusterip-policy", podSelector: "app.kubernetes.io/name=clusterip-policy-webhook", lease: "clusterip-policy-leader", previousLease: "clusterip-policy-holds",
 		secrets: []string{"clusterip-policy-webhook-tls", "clusterip-policy-webhook-ca", "absent"}, timeout: time.Minute, pollEvery: 10 * time.Millisecond}
 	// The pod goes while cleanup waits; nothing may be deleted before.
 	go func() {
@@ -80,6 +83,7 @@ func TestCleanupDeletesOnlyWhatTheWebhookWrote(t *testing.T) {
 	}
 	for _, want := range []string{
 		"waiting for the pods app.kubernetes.io/name=clusterip-policy-webhook in cp to go: clusterip-policy-webhook-1",
+		"Lease cp/clusterip-policy-leader: deleted",
 		"Lease cp/clusterip-policy-holds: already gone",
 		"Secret cp/clusterip-policy-webhook-tls: deleted",
 		"Secret cp/clusterip-policy-webhook-ca: kept: not made by the webhook",

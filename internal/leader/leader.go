@@ -1,8 +1,9 @@
 // Package leader elects, with one Lease, the replica that runs the
 // leader-only work (the reservation holds, the periodic audit, the managed
-// matchConditions, the ClusterIPPolicy status), and runs that work, a list
-// of Works, for each term it leads. It has its own options: the Lease
-// elects every loop, not one of them.
+// matchConditions, the certificates, the arming, the backstop, the
+// ClusterIPPolicy status), and runs that work, a list of Works, for each
+// term it leads. It has its own options: the Lease elects every loop, not
+// one of them.
 package leader
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -35,6 +37,11 @@ import (
 type Options struct {
 	Namespace string
 	Name      string
+	// PreviousName is the Lease of the builds before the rename
+	// (--leader-election-previous-lease): the leader holds it too, so an
+	// old replica still holding it in a rolling upgrade keeps the new ones
+	// from leading beside it. Empty, or Name: Name alone.
+	PreviousName string
 	// Identity is this replica's name in the Lease.
 	Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
@@ -46,6 +53,14 @@ type Options struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
+// DefaultName is the Lease's name: it elects the replica for every leader
+// role. PreviousDefaultName is the name builds before v0.1.0 gave it, for
+// the holds that were its first role; the leader holds both until v0.2.0.
+const (
+	DefaultName         = "clusterip-policy-leader"
+	PreviousDefaultName = "clusterip-policy-holds"
+)
+
 // The timings' defaults: client-go's and controller-runtime's.
 const (
 	DefaultLeaseDuration = 15 * time.Second
@@ -55,8 +70,9 @@ const (
 
 // AddFlags declares the Lease's flags, checked by Validate.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Namespace, "leader-election-namespace", names.WebhookNamespace(), "Namespace of the Lease that elects the replica keeping the holds and running the periodic audit (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there. Nor are those of any namespace the Service webhooks' namespaceSelector leaves out: the leader reads it from the live configurations (--mutating-webhook-configuration, --validating-webhook-configuration) and the namespaces' labels.")
-	fs.StringVar(&o.Name, "leader-election-lease", "clusterip-policy-holds", "Name of that Lease (one Lease for the holds and the periodic audit).")
+	fs.StringVar(&o.Namespace, "leader-election-namespace", names.WebhookNamespace(), "Namespace of the Lease that elects the replica running the leader work: holds, periodic audit, managed matchConditions, certificates, arming, backstop, ClusterIPPolicy status (default: $POD_NAMESPACE from the downward API). Reservations of Services in this namespace are not held, nor are its Services audited: the webhook configurations exclude it, so the policy does not apply there. Nor are those of any namespace the Service webhooks' namespaceSelector leaves out: the leader reads it from the live configurations (--mutating-webhook-configuration, --validating-webhook-configuration) and the namespaces' labels.")
+	fs.StringVar(&o.Name, "leader-election-lease", DefaultName, "Name of that Lease (one Lease for every leader role).")
+	fs.StringVar(&o.PreviousName, "leader-election-previous-lease", PreviousDefaultName, "The Lease builds before v0.1.0 elected the leader with (named for the holds, though it elected every role). The leader holds it beside --leader-election-lease, so a replica of such a build still leading in a rolling upgrade keeps the new replicas from leading until it stops. Empty, or the same as --leader-election-lease: that Lease alone. Goes in v0.2.0.")
 	fs.StringVar(&o.Identity, "leader-election-identity", DefaultIdentity(), "This replica's identity in the Lease (default: $POD_NAME, else the host name with a random suffix).")
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", DefaultLeaseDuration, "How long the Lease holds off the other replicas after its holder stopped renewing it: the longest a dead leader leaves the leader work (holds, audit, backstop, status) undone. Longer than --leader-election-renew-deadline; at most 5m.")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", DefaultRenewDeadline, "How long the leader keeps trying to renew the Lease (an apiserver slow or away) before it ends its term. Longer than 1.2 retry periods.")
@@ -76,10 +92,13 @@ func (o Options) Validate(works []string) error {
 		return fmt.Errorf("--leader-election-namespace %q is not a namespace name (%s), and %s; give the webhook's namespace (POD_NAMESPACE from the downward API)", o.Namespace, strings.Join(errs, "; "), why)
 	}
 	if o.Name == "" {
-		return fmt.Errorf("--leader-election-lease is empty, and %s; give the Lease name, such as clusterip-policy-holds", why)
+		return fmt.Errorf("--leader-election-lease is empty, and %s; leave the flag out (%s) or give the Lease name", why, DefaultName)
 	}
 	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
-		return fmt.Errorf("--leader-election-lease %q is not a Lease name (%s), and %s; give a lowercase name such as clusterip-policy-holds", o.Name, strings.Join(errs, "; "), why)
+		return fmt.Errorf("--leader-election-lease %q is not a Lease name (%s), and %s; give a lowercase name such as %s", o.Name, strings.Join(errs, "; "), why, DefaultName)
+	}
+	if errs := validation.IsDNS1123Subdomain(o.PreviousName); o.PreviousName != "" && len(errs) > 0 {
+		return fmt.Errorf("--leader-election-previous-lease %q is not a Lease name (%s); leave the flag out (%s, the Lease of builds before v0.1.0) or give it empty once no replica of such a build runs", o.PreviousName, strings.Join(errs, "; "), PreviousDefaultName)
 	}
 	if o.Identity == "" {
 		return fmt.Errorf("--leader-election-identity is empty, and %s; leave the flag out (the pod name, else the host name with a random suffix) or give this replica's name", why)
@@ -133,17 +152,38 @@ func Term(log logr.Logger, msg string, keysAndValues []any, loop func(ctx contex
 	}
 }
 
+// Metrics is the leader metric, the one every alert and dashboard reads for
+// whether a replica leads.
+type Metrics struct {
+	leading prometheus.Gauge
+}
+
+// NewMetrics registers clusterip_policy_leader in reg. Serve calls it only
+// when some leader work is on, so the gauge exists exactly on the replicas
+// that campaign: a job whose gauges sum to 0 has leader work and no leader
+// (the alert ClusterIPPolicyNoLeader), and a job without leader work has
+// no gauge to alert on. It is ours rather than client-go's
+// leader_election_master_status (which controller-runtime registers and
+// every replica exports too): that name is shared by kube-controller-manager,
+// kube-scheduler and every operator in the same Prometheus, and it flips
+// when the elector wins, not when the works start and stop.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{leading: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "clusterip_policy_leader",
+		Help: "1 on the replica that holds the Lease (--leader-election-lease) and runs the leader work (holds, audit, conditions, certificates, arming, backstop, status), from its term's start until every work has returned; 0 on the other replicas. Absent when no leader work is on.",
+	})}
+	reg.MustRegister(m.leading)
+	return m
+}
+
 // Run takes part in leader election until ctx ends; while leading it
-// runs every work. client-go calls OnStartedLeading in a goroutine and does
+// runs every work and m reports it (m may be nil in tests). client-go calls OnStartedLeading in a goroutine and does
 // not wait for it when leadership is lost, so Run waits for the works
 // of one term to return before it campaigns again: one replica never runs
 // two terms' works at once (their metrics would race).
-func Run(ctx context.Context, client kubernetes.Interface, o Options, log logr.Logger, works ...Work) error {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
-	}
+func Run(ctx context.Context, client kubernetes.Interface, o Options, log logr.Logger, m *Metrics, works ...Work) error {
+	lock := o.lock(client)
+	log.Info("campaigning", "lock", lock.Describe(), "previous", o.previous(), "identity", o.Identity)
 	var term sync.WaitGroup
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -152,6 +192,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options, log logr.L
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
 					log.Info("leading", "lease", o.Namespace+"/"+o.Name, "identity", o.Identity, "works", len(works))
+					m.set(1)
 					for _, w := range works {
 						term.Add(1)
 						go func() { defer term.Done(); w(lctx) }()
@@ -167,6 +208,49 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options, log logr.L
 		}
 		le.Run(ctx) // returns when leadership is lost or ctx ends, and cancels the term's context
 		term.Wait()
+		// After the works returned: until then this replica still writes
+		// as leader, and the gauge says so.
+		m.set(0)
 	}
 	return nil
+}
+
+// previous is the Lease the leader holds beside its own, "" for none.
+func (o Options) previous() string {
+	if o.PreviousName == o.Name {
+		return ""
+	}
+	return o.PreviousName
+}
+
+// lock is the Lease, or the Lease and the previous one. client-go's
+// MultiLock is deprecated (it was made for the move from ConfigMap and
+// Endpoints locks to Leases, whose support is gone) but it is exactly this
+// migration, tested live in TestLeaseRenameKeepsOneLeader: it creates and
+// renews both Leases, reads them as one record (whose holder is unknown
+// while they name different holders), and takes them only once that
+// record is its own or has not changed for a lease duration. An old replica holding the previous Lease changes the pair's record at
+// every renewal, so a new replica sees a live holder and waits; once the
+// old one stops renewing, the pair runs out after the lease duration and
+// the new replica takes both. A new leader renewing both keeps an old
+// replica (a rollback) from leading beside it the same way.
+func (o Options) lock(client kubernetes.Interface) resourcelock.Interface {
+	lease := func(name string) *resourcelock.LeaseLock {
+		return &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: name},
+			Client:     client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: o.Identity},
+		}
+	}
+	if o.previous() == "" {
+		return lease(o.Name)
+	}
+	//nolint:staticcheck // SA1019: MultiLock is deprecated, and this is the migration it was made for (see above); it goes in v0.2.0.
+	return &resourcelock.MultiLock{Primary: lease(o.Name), Secondary: lease(o.previous())}
+}
+
+func (m *Metrics) set(v float64) {
+	if m != nil {
+		m.leading.Set(v)
+	}
 }

@@ -2,17 +2,21 @@ package leader
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // The Lease's flags are checked once, whatever leader work is on, and the
 // message names the flag, the value, why a Lease is needed and the fix.
 func TestValidateNamesTheFlagTheValueTheWorkAndTheFix(t *testing.T) {
-	good := Options{Namespace: "clusterip-policy", Name: "clusterip-policy-holds", Identity: "webhook-0",
+	good := Options{Namespace: "clusterip-policy", Name: DefaultName, PreviousName: PreviousDefaultName, Identity: "webhook-0",
 		LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
 	works := []string{"the ClusterIPPolicy status (--policy-source=crd)"}
 	if err := good.Validate(works); err != nil {
@@ -28,9 +32,11 @@ func TestValidateNamesTheFlagTheValueTheWorkAndTheFix(t *testing.T) {
 		{"namespace that is no name", func(o *Options) { o.Namespace = "Cluster_IP" },
 			[]string{`--leader-election-namespace "Cluster_IP" is not a namespace name`, "RFC 1123", "POD_NAMESPACE"}},
 		{"empty lease", func(o *Options) { o.Name = "" },
-			[]string{"--leader-election-lease is empty", "--policy-source=crd", "such as clusterip-policy-holds"}},
+			[]string{"--leader-election-lease is empty", "--policy-source=crd", "leave the flag out (clusterip-policy-leader)"}},
 		{"lease that is no name", func(o *Options) { o.Name = "Holds/1" },
-			[]string{`--leader-election-lease "Holds/1" is not a Lease name`, "such as clusterip-policy-holds"}},
+			[]string{`--leader-election-lease "Holds/1" is not a Lease name`, "such as clusterip-policy-leader"}},
+		{"previous lease that is no name", func(o *Options) { o.PreviousName = "Holds" },
+			[]string{`--leader-election-previous-lease "Holds" is not a Lease name`, "leave the flag out (clusterip-policy-holds", "give it empty once no replica of such a build runs"}},
 		{"empty identity", func(o *Options) { o.Identity = "" },
 			[]string{"--leader-election-identity is empty", "leave the flag out"}},
 		{"a lease no longer than the renew deadline", func(o *Options) { o.LeaseDuration = o.RenewDeadline },
@@ -72,5 +78,75 @@ func TestTermResetsWhenTheTermEnds(t *testing.T) {
 	w(ctx)
 	if got := strings.Join(order, ", "); got != "loop, reset 1, reset 2" {
 		t.Fatalf("order %q", got)
+	}
+}
+
+// clusterip_policy_leader is 0 on a replica that campaigns, 1 from its
+// term's start, and 0 again only once every work of the term has returned
+// (until then the replica still writes as leader). The fake client stands
+// in for the apiserver here; the e2e tests watch the gauge on real replicas.
+func TestLeaderGaugeFollowsTheTerm(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	if got := testutil.ToFloat64(m.leading); got != 0 {
+		t.Fatalf("before campaigning: %v", got)
+	}
+	o := Options{Namespace: "clusterip-policy", Name: "clusterip-policy-leader", Identity: "webhook-0",
+		LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
+	ctx, cancel := context.WithCancel(context.Background())
+	started, release := make(chan struct{}), make(chan struct{})
+	var atWorkEnd float64
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, fake.NewClientset(), o, logr.Discard(), m, func(wctx context.Context) {
+			close(started)
+			<-wctx.Done()
+			<-release
+			atWorkEnd = testutil.ToFloat64(m.leading)
+		})
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the work did not start within 10s")
+	}
+	if got := testutil.ToFloat64(m.leading); got != 1 {
+		t.Fatalf("while leading: %v", got)
+	}
+	cancel()
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its context's end")
+	}
+	if atWorkEnd != 1 {
+		t.Errorf("while the work was still returning: %v, want 1", atWorkEnd)
+	}
+	if got := testutil.ToFloat64(m.leading); got != 0 {
+		t.Errorf("after the term: %v", got)
+	}
+}
+
+// The leader campaigns for the previous Lease beside its own only when
+// one is named and differs: the same name twice would be one Lease locked
+// twice.
+func TestLockTakesThePreviousLeaseToo(t *testing.T) {
+	client := fake.NewClientset()
+	for _, tc := range []struct {
+		previous string
+		want     string
+	}{
+		{PreviousDefaultName, "*resourcelock.MultiLock"},
+		{"", "*resourcelock.LeaseLock"},
+		{DefaultName, "*resourcelock.LeaseLock"},
+	} {
+		o := Options{Namespace: "clusterip-policy", Name: DefaultName, PreviousName: tc.previous, Identity: "webhook-0"}
+		if got := fmt.Sprintf("%T", o.lock(client)); got != tc.want {
+			t.Errorf("previous %q: %s, want %s", tc.previous, got, tc.want)
+		}
 	}
 }

@@ -49,9 +49,11 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	if _, err := buildCore(c, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := buildFeatures(c); err != nil {
+	h, err := buildFeatures(c)
+	if err != nil {
 		t.Fatal(err)
 	}
+	leaderElection(c, h.works)
 	admission.Endpoints(admission.Config{Gate: c.gate, DecisionLog: logr.Discard(), Registry: reg})
 	if _, err := metricsServing(c); err != nil {
 		t.Fatal(err)

@@ -381,12 +381,21 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 		return err
 	}
 	run = append(run, metrics...)
-	if len(h.works) > 0 {
-		run = append(run, runnable{"leader election", func(ctx context.Context) error {
-			return leader.Run(ctx, c.client, o.lease, log.WithName("leader"), h.works...)
-		}})
-	}
+	run = append(run, leaderElection(c, h.works)...)
 	return host(log, o.shutdownDelay, &draining, serve, run)
+}
+
+// leaderElection campaigns for the Lease when there is leader work, and
+// runs the works in each term this replica leads; its gauge
+// (clusterip_policy_leader) exists only then.
+func leaderElection(c *hostContext, works []leader.Work) []runnable {
+	if len(works) == 0 {
+		return nil
+	}
+	m := leader.NewMetrics(c.registry)
+	return []runnable{{"leader election", func(ctx context.Context) error {
+		return leader.Run(ctx, c.client, c.o.lease, c.log.WithName("leader"), m, works...)
+	}}}
 }
 
 // metricsServing is what serves /metrics from the registry: nothing with

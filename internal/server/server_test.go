@@ -96,7 +96,7 @@ func TestServeRefusesBadFlagsBeforeStarting(t *testing.T) {
 		// In CRD mode the ClusterIPPolicy status alone needs the Lease:
 		// its flags are checked then too, naming why.
 		{[]string{"serve", "--policy-source", "crd", "--cert-dir", certDir, "--leader-election-lease", ""},
-			"--leader-election-lease is empty, and the Lease elects the replica that runs the ClusterIPPolicy status (--policy-source=crd); give the Lease name"},
+			"--leader-election-lease is empty, and the Lease elects the replica that runs the ClusterIPPolicy status (--policy-source=crd); leave the flag out (clusterip-policy-leader) or give the Lease name"},
 		{[]string{"serve", "--policy-source", "crd", "--cert-dir", certDir, "--leader-election-namespace", "Kube_System"},
 			`--leader-election-namespace \"Kube_System\" is not a namespace name`},
 		{[]string{"serve", "--policy", good, "--cert-dir", certDir, "--hold-reservations", "--audit-interval", "5m", "--leader-election-identity", ""},

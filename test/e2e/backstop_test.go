@@ -231,7 +231,10 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 	if err := c.RestartWebhook(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second) // several of the leader's passes
+	// The restarted leader's first pass has written the backstop (its
+	// counter starts at 0 with the process): what it chose to keep is in
+	// place.
+	eventuallyMetricAtLeast(t, ctx, c, "clusterip_policy_backstop_writes_total", `result="written"`, 1, 30*time.Second)
 	_, err := create(ctx, cs, service(ns, "squat-dns-2", clusterIP("10.96.0.10")))
 	refusedByBackstop(t, err, "reserved-for-other", "reserved for Service kube-system/kube-dns")
 

@@ -46,8 +46,10 @@ func TestCleanupLeavesNothingOfTheWebhooks(t *testing.T) {
 			t.Fatalf("the leader's Secret %s: %v", name, err)
 		}
 	}
-	if _, err := cs.CoordinationV1().Leases(ns).Get(ctx, "clusterip-policy-holds", metav1.GetOptions{}); err != nil {
-		t.Fatalf("the leader's Lease: %v", err)
+	for _, lease := range []string{"clusterip-policy-leader", "clusterip-policy-holds"} {
+		if _, err := cs.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{}); err != nil {
+			t.Fatalf("the leader's Lease %s: %v", lease, err)
+		}
 	}
 	// A Service of the apiserver's own allocation, and a Secret someone
 	// else keeps under a name cleanup is told to delete.
@@ -90,6 +92,7 @@ func TestCleanupLeavesNothingOfTheWebhooks(t *testing.T) {
 	}
 	t.Logf("e2e: cleanup: %d lines in %s:\n%s", strings.Count(out, "\n"), took.Round(time.Millisecond), out)
 	for _, want := range []string{
+		"Lease " + ns + "/clusterip-policy-leader: deleted",
 		"Lease " + ns + "/clusterip-policy-holds: deleted",
 		"Secret " + ns + "/" + managedTLSSecret + ": deleted",
 		"Secret " + ns + "/" + managedCASecret + ": deleted",
@@ -119,8 +122,10 @@ func TestCleanupLeavesNothingOfTheWebhooks(t *testing.T) {
 	if !kept[svc.Spec.ClusterIP] {
 		t.Errorf("the IPAddress of the Service %s (%s) is gone", svc.Name, svc.Spec.ClusterIP)
 	}
-	if _, err := cs.CoordinationV1().Leases(ns).Get(ctx, "clusterip-policy-holds", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the Lease after cleanup: %v, want not found", err)
+	for _, lease := range []string{"clusterip-policy-leader", "clusterip-policy-holds"} {
+		if _, err := cs.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the Lease %s after cleanup: %v, want not found", lease, err)
+		}
 	}
 	if _, err := cs.CoreV1().Secrets(ns).Get(ctx, foreign.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the Secret someone else made: %v, want kept", err)
@@ -136,7 +141,7 @@ func TestCleanupLeavesNothingOfTheWebhooks(t *testing.T) {
 
 	// Run again: nothing to do, and it says so.
 	code, out, stderr = runForExit(t, env, c.Bin.Webhook, "cleanup", "--kubeconfig", c.AdminKubeconfig, "-n", ns)
-	if code != 0 || !strings.Contains(out, "0 deleted, 0 already gone") || !strings.Contains(out, "Lease "+ns+"/clusterip-policy-holds: already gone") {
+	if code != 0 || !strings.Contains(out, "0 deleted, 0 already gone") || !strings.Contains(out, "Lease "+ns+"/clusterip-policy-leader: already gone") || !strings.Contains(out, "Lease "+ns+"/clusterip-policy-holds: already gone") {
 		t.Errorf("cleanup again: exit %d\n%s%s", code, out, stderr)
 	}
 }

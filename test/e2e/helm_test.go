@@ -411,7 +411,7 @@ func TestHelmChart(t *testing.T) {
 		}
 		for _, args := range [][]string{
 			{"delete", "crd", "clusterippolicies.clusterip-policy.io"},
-			{"-n", "clusterip-policy", "delete", "lease", "clusterip-policy-holds", "--ignore-not-found"},
+			{"-n", "clusterip-policy", "delete", "lease", "clusterip-policy-leader", "clusterip-policy-holds", "--ignore-not-found"},
 			{"delete", "ipaddresses", "-l", "ipaddress.kubernetes.io/managed-by=clusterip-policy.io"},
 		} {
 			if out, errOut, err := c.Kubectl(ctx, "", args...); err != nil {
@@ -423,7 +423,8 @@ func TestHelmChart(t *testing.T) {
 			"webhook configurations":      {"get", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "-o", "name"},
 			"cluster roles and bindings":  {"get", "clusterrole,clusterrolebinding", "-l", "app.kubernetes.io/part-of=clusterip-policy", "-o", "name"},
 			"objects in the namespace":    {"get", "deployment,service,serviceaccount,role,rolebinding,secret,configmap,poddisruptionbudget,lease", "-n", "clusterip-policy", "-l", "app.kubernetes.io/part-of=clusterip-policy", "-o", "name"},
-			"the Lease":                   {"get", "lease", "-n", "clusterip-policy", "--field-selector", "metadata.name=clusterip-policy-holds", "-o", "name"},
+			"the Lease":                   {"get", "lease", "-n", "clusterip-policy", "--field-selector", "metadata.name=clusterip-policy-leader", "-o", "name"},
+			"the previous Lease":          {"get", "lease", "-n", "clusterip-policy", "--field-selector", "metadata.name=clusterip-policy-holds", "-o", "name"},
 			"holds (IPAddresses of ours)": {"get", "ipaddresses", "-l", "ipaddress.kubernetes.io/managed-by=clusterip-policy.io", "-o", "name"},
 		}
 		for what, args := range left {

@@ -22,6 +22,7 @@ import (
 
 	"clusterip-policy/manifests"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // TestForgedOwnerCreatesCannotKeepAHoldReleased plays a client that is not
@@ -43,6 +44,7 @@ func TestForgedOwnerCreatesCannotKeepAHoldReleased(t *testing.T) {
 	type change struct {
 		at   time.Time
 		held bool
+		rv   string
 	}
 	var mu sync.Mutex
 	var changes []change
@@ -62,7 +64,7 @@ func TestForgedOwnerCreatesCannotKeepAHoldReleased(t *testing.T) {
 			}
 			held := ev.Type != watch.Deleted && a.Labels["ipaddress.kubernetes.io/managed-by"] == "clusterip-policy.io"
 			mu.Lock()
-			changes = append(changes, change{time.Now(), held})
+			changes = append(changes, change{time.Now(), held, a.ResourceVersion})
 			mu.Unlock()
 		}
 	}()
@@ -86,8 +88,15 @@ func TestForgedOwnerCreatesCannotKeepAHoldReleased(t *testing.T) {
 	span := time.Since(start)
 	// The last release is followed by the leader's hold within a grace
 	// and a pass.
-	waitHold(t, ctx, cs, "10.96.0.10", 5*time.Second)
-	time.Sleep(200 * time.Millisecond) // the watch's last event
+	last := waitHold(t, ctx, cs, "10.96.0.10", 5*time.Second)
+	// The watch has caught up once it delivered that hold (with no
+	// resourceVersion it starts with the object as it was, so even a hold
+	// never released shows up).
+	fixtures.Eventually(t, "the watch to deliver the hold on 10.96.0.10 as it is now", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(changes) > 0 && changes[len(changes)-1].rv == last.ResourceVersion
+	})
 	end := time.Now()
 	stopWatch()
 	<-watched

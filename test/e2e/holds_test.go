@@ -163,7 +163,7 @@ func TestReservationHolds(t *testing.T) {
 		a := waitHold(t, ctx, cs, "10.96.0.10", time.Second)
 		lead := -1
 		for i := range c.Webhooks {
-			if v, err := c.WebhookMetric(ctx, i, "clusterip_policy_holds_leader"); err == nil && v == 1 {
+			if v, err := c.WebhookMetric(ctx, i, "clusterip_policy_leader"); err == nil && v == 1 {
 				lead = i
 			}
 		}
@@ -174,11 +174,11 @@ func TestReservationHolds(t *testing.T) {
 		stopped := time.Now()
 		other := 1 - lead
 		fixtures.Eventually(t, "the remaining replica to take the lead", 30*time.Second, func() bool {
-			v, err := c.WebhookMetric(ctx, other, "clusterip_policy_holds_leader")
+			v, err := c.WebhookMetric(ctx, other, "clusterip_policy_leader")
 			return err == nil && v == 1
 		})
 		t.Logf("e2e: holds: replica %d took the lead %s after replica %d stopped", other+1, time.Since(stopped).Round(10*time.Millisecond), lead+1)
-		time.Sleep(3 * time.Second) // a few passes of the new leader
+		leaderPasses(t, ctx, c, 3) // the new leader decided on the hold it found, three times
 		b := waitHold(t, ctx, cs, "10.96.0.10", time.Second)
 		if b.UID != a.UID {
 			t.Fatalf("the new leader replaced the hold (uid %s -> %s)", a.UID, b.UID)
@@ -232,7 +232,7 @@ func TestReservationHolds(t *testing.T) {
 			return !ipAddressExists(t, ctx, cs, "10.96.0.10")
 		})
 		eventuallyMetric(t, ctx, c, "clusterip_policy_holds", `state="other"`, 1)
-		time.Sleep(3 * time.Second) // passes of the leader, past the grace
+		leaderPasses(t, ctx, c, 3) // the leader decided, three times, on the address someone else holds
 		after, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
 		if err != nil || after.UID != before.UID || after.Labels[networkingv1.LabelManagedBy] != "ipallocator.k8s.io" {
 			t.Fatalf("the apiserver's IPAddress %s was touched: before %+v, after %+v (%v)", ip, before.ObjectMeta, after, err)
@@ -272,7 +272,7 @@ func leaders(t *testing.T, ctx context.Context, c *framework.Cluster) int {
 		if exited, _ := w.Exited(); exited {
 			continue
 		}
-		v, err := c.WebhookMetric(ctx, i, "clusterip_policy_holds_leader")
+		v, err := c.WebhookMetric(ctx, i, "clusterip_policy_leader")
 		if err != nil {
 			t.Fatalf("metrics of replica %d: %v", i+1, err)
 		}
@@ -296,6 +296,34 @@ func metricSum(t *testing.T, ctx context.Context, c *framework.Cluster, name str
 		sum += v
 	}
 	return sum
+}
+
+// leaderPasses waits until the leader has carried out n more passes over
+// the holds than when called (clusterip_policy_hold_passes_total{result=
+// "done"}, summed over the running replicas): a pass decides on the whole
+// of what it sees, so a check that nothing changed after them is a check
+// that the leader chose not to, rather than that it had no time to.
+func leaderPasses(t *testing.T, ctx context.Context, c *framework.Cluster, n int) {
+	t.Helper()
+	from := metricSum(t, ctx, c, "clusterip_policy_hold_passes_total", `result="done"`)
+	fixtures.EventuallyNil(t, fmt.Sprintf("%d more passes of the leader over the holds", n), 15*time.Second, func() error {
+		if got := metricSum(t, ctx, c, "clusterip_policy_hold_passes_total", `result="done"`) - from; got < float64(n) {
+			return fmt.Errorf("%v so far", got)
+		}
+		return nil
+	})
+}
+
+// eventuallyMetricAtLeast waits up to within for the sum of a metric to
+// reach want.
+func eventuallyMetricAtLeast(t *testing.T, ctx context.Context, c *framework.Cluster, name, match string, want float64, within time.Duration) {
+	t.Helper()
+	fixtures.EventuallyNil(t, fmt.Sprintf("%s{%s} to reach %v", name, match, want), within, func() error {
+		if got := metricSum(t, ctx, c, name, match); got < want {
+			return fmt.Errorf("it is %v", got)
+		}
+		return nil
+	})
 }
 
 // eventuallyMetric waits up to 5s for the sum of a metric to be want.

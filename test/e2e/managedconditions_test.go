@@ -287,7 +287,10 @@ func TestUnmanagedConditionsStayStatic(t *testing.T) {
 	cs := c.Client(0)
 	ctx := testContext(t, 3*time.Minute)
 	ns := namespace(t, c, "unmanaged")
-	time.Sleep(2 * time.Second) // let the leader run a term: it must not add anything
+	// The replica leads and has run its term's passes: it must not have
+	// added anything.
+	fixtures.Eventually(t, "the replica to lead", 30*time.Second, func() bool { return leading(ctx, c, 0) })
+	leaderPasses(t, ctx, c, 2)
 	if m, v, _, err := managedConditions(ctx, c); err != nil || m != "" || v != "" {
 		t.Fatalf("management off, yet the configurations hold a managed condition (mutating %q, validating %q, %v)", m, v, err)
 	}

@@ -443,12 +443,14 @@ spec:
 				everywhere[r.resource+" [] "+r.names] = r
 			}
 		}
-		// In its own namespace, the Lease electing the replica that keeps
-		// the holds; no Secret: the self-signed overlay mounts its
+		// In its own namespace, the Lease electing the leader and the one
+		// of builds before v0.1.0 it holds too; no Secret: the self-signed overlay mounts its
 		// certificate and deletes the base's Role on the managed Secrets.
 		own := maps.Clone(everywhere)
 		own["leases.coordination.k8s.io [] []"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[]", verbs: "[create]"}
-		own["leases.coordination.k8s.io [] [clusterip-policy-holds]"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[clusterip-policy-holds]", verbs: "[get update]"}
+		for _, lease := range []string{"clusterip-policy-leader", "clusterip-policy-holds"} {
+			own["leases.coordination.k8s.io [] ["+lease+"]"] = canIRow{resource: "leases.coordination.k8s.io", nonResource: "[]", names: "[" + lease + "]", verbs: "[get update]"}
+		}
 		// In default, the leader's reachability probe: a dry-run create
 		// (--arm-failure-policy; RBAC cannot grant a dry run alone).
 		probe := maps.Clone(everywhere)

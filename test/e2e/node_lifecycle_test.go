@@ -117,13 +117,24 @@ func TestNodeLifecycle(t *testing.T) {
 		// (seen: the 45 s renewal never came). Wait for a new pod to lead.
 		leadStart := time.Now()
 		fixtures.EventuallyNil(t, "a new pod to lead the holds", 2*time.Minute, func() error {
-			lease, err := n.cs.CoordinationV1().Leases(ns).Get(ctx, "clusterip-policy-holds", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
+			// The leader holds both Leases (docs/operations.md "Upgrading
+			// from a build before v0.1.0"): a replica named on one alone
+			// waits.
+			holders := map[string]bool{}
 			holder := ""
-			if lease.Spec.HolderIdentity != nil {
-				holder = *lease.Spec.HolderIdentity
+			for _, name := range []string{"clusterip-policy-leader", "clusterip-policy-holds"} {
+				lease, err := n.cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				holder = ""
+				if lease.Spec.HolderIdentity != nil {
+					holder = *lease.Spec.HolderIdentity
+				}
+				holders[holder] = true
+			}
+			if len(holders) != 1 {
+				return fmt.Errorf("the two Leases name different holders %v: no replica leads yet", holders)
 			}
 			pods, err := n.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=clusterip-policy-webhook"})
 			if err != nil {

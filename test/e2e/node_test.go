@@ -900,8 +900,10 @@ func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
 	if holds := n.run(t, ctx, kubectl, "get", "ipaddresses", "-l", holdLabel, "-o", "name"); holds != "" {
 		t.Errorf("holds left after helm uninstall: %s", holds)
 	}
-	if _, err := n.cs.CoordinationV1().Leases(ns).Get(ctx, "clusterip-policy-holds", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the Lease after helm uninstall: %v, want not found", err)
+	for _, lease := range []string{"clusterip-policy-leader", "clusterip-policy-holds"} {
+		if _, err := n.cs.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the Lease %s after helm uninstall: %v, want not found", lease, err)
+		}
 	}
 	if left := n.run(t, ctx, kubectl, "-n", ns, "get", "secrets,leases,deployments,services,serviceaccounts,roles,rolebindings", "-l", "app.kubernetes.io/name", "-o", "name"); strings.Contains(left, "clusterip-policy") {
 		t.Errorf("left in %s after helm uninstall: %s", ns, left)

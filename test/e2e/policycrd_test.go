@@ -290,16 +290,15 @@ func TestPolicyObject(t *testing.T) {
 				t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
-		if n := calls() - before; n != 0 {
-			t.Errorf("%v reviews reached %s for status, label and annotation updates, want 0", n, manifests.ValidatePolicyObjectPath)
-		}
-		// The counter does count: a spec change (server-side dry run) is sent.
+		// The marker: a spec change (server-side dry run), sent after those
+		// three returned, is one review. Once it is counted, any review
+		// of the three would be too: the count is then exactly 1.
 		if out, err := kubectl(t, policyObject("  - ip: 10.96.0.77\n    service: "+ns+"/payments\n    note: reworded\n"), "apply", "--dry-run=server", "-f", "-"); err != nil {
 			t.Fatalf("dry-run apply of a spec change: %v\n%s", err, out)
 		}
+		fixtures.Eventually(t, "the spec change's review to be counted", 10*time.Second, func() bool { return calls()-before >= 1 })
 		if n := calls() - before; n != 1 {
-			t.Errorf("a spec change sent %v reviews to %s, want 1", n, manifests.ValidatePolicyObjectPath)
+			t.Errorf("%v reviews reached %s for status, label and annotation updates and one spec change, want 1 (the spec change's)", n, manifests.ValidatePolicyObjectPath)
 		}
 	})
 
@@ -371,12 +370,15 @@ func TestPolicyObject(t *testing.T) {
 		if out, err := kubectl(t, "", "delete", "clusterippolicy", "default"); err != nil {
 			t.Fatalf("delete: %v\n%s", err, out)
 		}
-		time.Sleep(500 * time.Millisecond) // let the watch deliver the delete
+		// The watch delivered the delete once the webhook logs it.
+		fixtures.EventuallyNil(t, "the webhook to log the object's deletion", 10*time.Second, func() error {
+			if log, _ := c.Webhooks[0].Log(); !strings.Contains(log, "was deleted; the last good policy stays in force") {
+				return fmt.Errorf("not logged; last lines:\n%s", lastLines(log, 5))
+			}
+			return nil
+		})
 		_, err := dryRunCreate(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
-		if log, _ := c.Webhooks[0].Log(); !strings.Contains(log, "was deleted; the last good policy stays in force") {
-			t.Errorf("the webhook's log does not say the object was deleted:\n%s", lastLines(log, 5))
-		}
 		w, err := c.StartWebhookUnready(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -313,7 +313,7 @@ func TestResizingARangeKeepsItsHolds(t *testing.T) {
 	if got.Spec.ClusterIP != "10.96.0.66" {
 		t.Fatalf("got %s", got.Spec.ClusterIP)
 	}
-	time.Sleep(2 * time.Second) // several of the leader's passes
+	leaderPasses(t, ctx, c, 3) // the leader decided on the resized range, three times
 	for ip, uid := range before {
 		if ip == "10.96.0.66" {
 			continue // released for the team's Service

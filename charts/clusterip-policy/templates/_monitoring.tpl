@@ -13,10 +13,16 @@ extraRules are the user's own rules, appended to the group clusterip-policy.
 {{- $file := .Files.Get "files/alerts.yaml" | fromYaml -}}
 {{- $names := list -}}
 {{- range $file.groups }}{{ range .rules }}{{ $names = append $names .alert }}{{ end }}{{ end -}}
+{{- /* Alerts renamed, old name to new: values written for the old name
+(disabled, customRules) still tune the renamed alert, so an upgrade with
+them neither fails nor loses the tuning; the new name's entry wins when
+both are given. ClusterIPPolicyHoldsNoLeader (development builds before
+v0.1.0): remove in v0.2.0. */ -}}
+{{- $renamed := dict "ClusterIPPolicyHoldsNoLeader" "ClusterIPPolicyNoLeader" -}}
 {{- /* A misspelt name would leave the alert on (or untuned) silently. */ -}}
 {{- range $field := list "disabled" "customRules" -}}
 {{- range $name, $_ := (get $pr $field | default dict) -}}
-{{- if not (has $name $names) -}}
+{{- if not (or (has $name $names) (hasKey $renamed $name)) -}}
 {{- fail (printf "monitoring.prometheusRule.%s.%s: no such alert; the chart's alerts are %s" $field $name (join ", " $names)) -}}
 {{- end -}}
 {{- end -}}
@@ -61,8 +67,15 @@ and reserved ranges are never the allocator's; a reserved range's size). */ -}}
 {{- fail (printf "monitoring.prometheusRule.capacity.%s: warning.freeAddresses %v is not above critical.freeAddresses %v, so the critical alert would fire first; raise the warning or lower the critical level" $kind $w $cr) -}}
 {{- end -}}
 {{- end -}}
-{{- $disabled := $pr.disabled | default dict -}}
-{{- $custom := $pr.customRules | default dict -}}
+{{- $disabled := deepCopy ($pr.disabled | default dict) -}}
+{{- $custom := deepCopy ($pr.customRules | default dict) -}}
+{{- range $old, $new := $renamed -}}
+{{- range $set := list $disabled $custom -}}
+{{- if and (hasKey $set $old) (not (hasKey $set $new)) -}}
+{{- $_ := set $set $new (get $set $old) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- $groups := list -}}
 {{- range $file.groups -}}
 {{- $rules := list -}}

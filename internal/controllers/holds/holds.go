@@ -127,9 +127,9 @@ func (o *Options) Validate() error {
 type Metrics struct {
 	states      *prometheus.GaugeVec
 	rangeStates *prometheus.GaugeVec
-	leader      prometheus.Gauge
 	changes     *prometheus.CounterVec
 	releases    *prometheus.CounterVec
+	passes      *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics in reg.
@@ -143,10 +143,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "clusterip_policy_range_holds",
 			Help: "Addresses of the reserved ranges by hold state, as the leader last saw them: held (an IPAddress of ours), used (any other IPAddress: a Service's allocation), waiting (free, within the grace), candidate (free past the grace, to be held). Zero on replicas that are not the leader.",
 		}, []string{"state"}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "clusterip_policy_holds_leader",
-			Help: "1 on the replica that holds the Lease and keeps the holds.",
-		}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clusterip_policy_hold_changes_total",
 			Help: "Holds created and deleted by this replica as leader (action: created, deleted, failed).",
@@ -156,7 +152,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Holds released in the mutating stage for an owner being created (result: released, absent, failed), and releases refused: owner-exists (a create of an owner that already exists, whose own IPAddress holds the address or whose GET found it, or an update of one that does not: a forged or duplicate review), rate-limited (the address was released too often without its owner appearing; see docs/operations.md \"Who can release a hold\").",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.states, m.rangeStates, m.leader, m.changes, m.releases)
+	m.passes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clusterip_policy_hold_passes_total",
+		Help: "The leader's passes over the holds (result: done, every change of the plan tried; failed, some change or the list failed; skipped, the policy or view not ready or the judged namespaces not known yet). At least one a second while leading.",
+	}, []string{"result"})
+	reg.MustRegister(m.states, m.rangeStates, m.changes, m.releases, m.passes)
+	for _, r := range []string{passDone, passFailed, passSkipped} {
+		m.passes.WithLabelValues(r)
+	}
 	for _, s := range holds.States {
 		m.states.WithLabelValues(s)
 	}
@@ -207,11 +210,7 @@ func NewKeeper(client kubernetes.Interface, watch *Watch, gate *readiness.Gate, 
 // Work keeps the holds while this replica leads; at the term's end the
 // gauges say nothing is kept here.
 func (k *Keeper) Work() leader.Work {
-	return leader.Term(k.log, "leading: keeping reservation holds", nil, func(ctx context.Context) {
-		k.metrics.leader.Set(1)
-		k.keep(ctx)
-	}, func() {
-		k.metrics.leader.Set(0)
+	return leader.Term(k.log, "leading: keeping reservation holds", nil, k.keep, func() {
 		for _, s := range holds.States {
 			k.metrics.states.WithLabelValues(s).Set(0)
 		}
@@ -263,10 +262,12 @@ func (k *Keeper) keep(ctx context.Context) {
 func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, error) {
 	st, err := k.gate.ForLoop(time.Now())
 	if err != nil {
+		k.metrics.passes.WithLabelValues(passSkipped).Inc()
 		return time.Time{}, nil // not ready: the next pass tries again
 	}
 	scope, err := k.skip.Current()
 	if err != nil {
+		k.metrics.passes.WithLabelValues(passSkipped).Inc()
 		return time.Time{}, nil // not known yet (the scope logs why): hold nothing on a guess
 	}
 	if lines := holds.UnheldRanges(st.Env.Policy, scope.Skipped); strings.Join(lines, "\n") != k.unheld {
@@ -280,6 +281,7 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 	wants = append(wants, rangeWants...)
 	objs, err := k.holds()
 	if err != nil {
+		k.metrics.passes.WithLabelValues(passFailed).Inc()
 		return time.Time{}, fmt.Errorf("list the holds (IPAddresses -l %s): %w", holds.Selector, err)
 	}
 	listed := make([]holds.Hold, 0, len(objs))
@@ -331,8 +333,25 @@ func (k *Keeper) pass(ctx context.Context, free holds.FreeSince) (time.Time, err
 		failures.Add(k.create(ctx, w, free))
 	}
 	k.metrics.changes.WithLabelValues("failed").Add(float64(failures.N))
+	if ctx.Err() == nil {
+		// Counted once the whole plan was tried, so a test (or an
+		// operator) that sees the counter advance knows the leader acted
+		// on what it saw; a pass cut by the end of the term is not one.
+		result := passDone
+		if failures.N > 0 {
+			result = passFailed
+		}
+		k.metrics.passes.WithLabelValues(result).Inc()
+	}
 	return plan.Next, failures.Err()
 }
+
+// The results of clusterip_policy_hold_passes_total.
+const (
+	passDone    = "done"
+	passFailed  = "failed"
+	passSkipped = "skipped"
+)
 
 // create holds w.IP if its owner Service does not exist. An owner that
 // exists either holds the address already (the view lagged) or holds
