@@ -140,7 +140,6 @@ func ourFlags(t *testing.T, tree *cobra.Command) map[string][]string {
 	return out
 }
 
-
 // ourCommand is how a span runs the binary: as itself, as a kubectl plugin
 // or as the built file.
 var ourCommand = regexp.MustCompile(`^(?:kubectl clusterip-policy|clusterip-policy|\.?/?bin/clusterip-policy)(?:\s|$)`)
