@@ -42,11 +42,11 @@ const (
 // create lands on a reservation most of the time.
 func managedPolicy() string {
 	var b strings.Builder
-	b.WriteString("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nallowedCIDRs: [10.96.0.0/12]\nreserveKubernetesService: true\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n")
+	b.WriteString("allowedCIDRs: [10.96.0.0/12]\nreserveKubernetesService: true\nreservations:\n- {ip: 10.96.0.10, service: kube-system/kube-dns}\n")
 	for i := range 10 {
 		fmt.Fprintf(&b, "- {ip: 10.96.0.%d, service: %s/owner-%d}\n", 20+i, managedNamespace, i)
 	}
-	return b.String()
+	return fixtures.Policy(b.String())
 }
 
 func policyDigest(t *testing.T, text string) string {
@@ -342,9 +342,7 @@ func TestUnmanagedConditionsStayStatic(t *testing.T) {
 // dynamic), where the load's dynamic creates keep landing as its Services
 // are deleted and created again.
 const (
-	loadPolicyWide = `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-allowedCIDRs: [10.96.0.0/12]
+	loadSpecWide = `allowedCIDRs: [10.96.0.0/12]
 reserveKubernetesService: true
 reservations:
 - {ip: 10.96.0.10, service: kube-system/kube-dns}
@@ -352,13 +350,15 @@ reservations:
 	loadOwnersNamespace = "e2e-owners"
 )
 
+var loadPolicyWide = fixtures.Policy(loadSpecWide)
+
 func loadPolicyNarrow() string {
 	var b strings.Builder
-	b.WriteString(strings.Replace(loadPolicyWide, "allowedCIDRs: [10.96.0.0/12]", "allowedCIDRs: [10.96.0.0/16, 10.97.0.0/28]", 1))
+	b.WriteString(strings.Replace(loadSpecWide, "allowedCIDRs: [10.96.0.0/12]", "allowedCIDRs: [10.96.0.0/16, 10.97.0.0/28]", 1))
 	for i := range 12 {
 		fmt.Fprintf(&b, "- {ip: 10.97.0.%d, service: %s/owner-%d}\n", 2+i, loadOwnersNamespace, i)
 	}
-	return b.String()
+	return fixtures.Policy(b.String())
 }
 
 // loadVerdict judges one address under a policy version, apart from
@@ -658,7 +658,7 @@ func conditionsDigest(ctx context.Context, c *framework.Cluster) string {
 // or the other, so the allow-list is capped.
 func largestManagedPolicy() string {
 	var b strings.Builder
-	b.WriteString("apiVersion: clusterip-policy/v1alpha1\nkind: ClusterIPPolicy\nallowedCIDRs: [10.96.0.0/16, 'fd00:10:96::/108']\nreservations:\n")
+	b.WriteString("allowedCIDRs: [10.96.0.0/16, 'fd00:10:96::/108']\nreservations:\n")
 	for i := range matchconditions.MaxOwners - 1 {
 		ip := fmt.Sprintf("10.96.%d.%d", 2+i%250, 7+i/250)
 		if i%2 == 1 {
@@ -666,7 +666,7 @@ func largestManagedPolicy() string {
 		}
 		fmt.Fprintf(&b, "- {ip: '%s', service: ns%061d/svc%060d}\n", ip, i, i)
 	}
-	return b.String()
+	return fixtures.Policy(b.String())
 }
 
 // TestLargestManagedConditionsOnARealApiserver: the longest conditions the
