@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -326,15 +327,20 @@ func TestPolicyObject(t *testing.T) {
 		})
 	})
 
+	// The refused generation is counted once: not again for the update
+	// events of the status writes it causes. Checked in the next subtest,
+	// once the webhook has loaded the good generation that follows: its
+	// watch delivers an object's events in order, so by then it has
+	// handled every status write of the refused one.
+	const failures = `clusterip_policy_policy_reloads_total{result="failure"}`
+	failedBefore := metricValue(t, c.Webhooks[0], failures)
 	t.Run("without the check (as while the webhook is down: failurePolicy Ignore), a duplicate owner is accepted, refused by the webhook, the last good generation stays in force and kubectl get says so", func(t *testing.T) {
-		const failures = `clusterip_policy_policy_reloads_total{result="failure"}`
-		failed := metricValue(t, c.Webhooks[0], failures)
 		if out, err := kubectl(t, dupOwner, "apply", "-f", "-"); err != nil {
 			t.Fatalf("apply the bad edit: %v\n%s", err, out)
 		}
 		got := waitStatus(t, "False 3 2 generation 3 refused: ")
-		time.Sleep(300 * time.Millisecond) // the status write's own update event
-		if n := metricValue(t, c.Webhooks[0], failures) - failed; n != 1 {
+		// The webhook counts a refusal before it tells the status writer.
+		if n := metricValue(t, c.Webhooks[0], failures) - failedBefore; n != 1 {
 			t.Errorf("%s went up by %v for one refused generation, want 1", failures, n)
 		}
 		t.Logf("status (Ready, observedGeneration, generationInForce, message): %s", got)
@@ -360,6 +366,9 @@ func TestPolicyObject(t *testing.T) {
 			t.Fatalf("apply: %v\n%s", err, out)
 		}
 		waitStatus(t, "True 4 4 generation 4 is in force")
+		if n := metricValue(t, c.Webhooks[0], failures) - failedBefore; n != 1 {
+			t.Errorf("%s went up by %v for one refused generation, its status writes and a good one, want 1: a status write was loaded and refused again", failures, n)
+		}
 		waitBackstopPolicy(t, ctx, c, "")
 		if _, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77"))); err != nil {
 			t.Fatalf("10.96.0.77 is still reserved after the reservation was removed: %v", err)
@@ -383,6 +392,11 @@ func TestPolicyObject(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Its view synced, only the policy keeps it not ready. That the
+		// replica found no object is not observable (it logs and counts
+		// nothing for an absent one), so this stays a window: 3 s of not
+		// ready once the view has synced.
+		waitViewSynced(t, w)
 		if err := w.WaitReady(ctx, 3*time.Second); err == nil {
 			t.Fatal("a webhook with no policy object got ready")
 		}
@@ -412,11 +426,23 @@ func TestPolicyObject(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.WaitReady(ctx, 3*time.Second); err == nil {
+		// The replica has read the object and refused it (it logs that
+		// before it tells its status writer), and its view has synced:
+		// only the refused policy can keep it not ready now.
+		fixtures.EventuallyNil(t, "the third replica to refuse generation 2", 15*time.Second, func() error {
+			if log, _ := w.Log(); !strings.Contains(log, "refused the ClusterIPPolicy; no policy is in force") {
+				return fmt.Errorf("not logged; last lines:\n%s", lastLines(log, 5))
+			}
+			return nil
+		})
+		waitViewSynced(t, w)
+		if code := readyzCode(w); code == http.StatusOK {
 			t.Fatal("a webhook that never loaded a good policy got ready")
 		}
 		// Were the replicas to disagree, each would rewrite the status on
-		// the other's update, without end.
+		// the other's update, without end. Such a loop has no last event
+		// to wait for: it shows only as writes that go on, so this stays a
+		// window, from the moment the third replica had its say (above).
 		rv := func() string {
 			out, _ := kubectl(t, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.metadata.resourceVersion}")
 			return out
@@ -453,4 +479,21 @@ func installPolicyObject(t *testing.T, ctx context.Context, c *framework.Cluster
 	if out, _, err := c.Kubectl(ctx, object, "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply the policy object: %v\n%s", err, out)
 	}
+}
+
+// waitViewSynced waits until w's view of the cluster has synced
+// (clusterip_policy_view_synced 1): from then on only the policy decides
+// whether it is ready.
+func waitViewSynced(t *testing.T, w *framework.Webhook) {
+	t.Helper()
+	fixtures.EventuallyNil(t, w.Name+"'s view to sync", 30*time.Second, func() error {
+		text, err := w.Metrics() // refused until the metrics server listens
+		if err != nil {
+			return err
+		}
+		if v, err := framework.SumMetric(strings.NewReader(text), "clusterip_policy_view_synced"); err != nil || v != 1 {
+			return fmt.Errorf("clusterip_policy_view_synced %v (%v)", v, err)
+		}
+		return nil
+	})
 }
