@@ -168,14 +168,30 @@ func TestAnotherMutatingWebhookAfterOursCannotRouteAroundTheManagedConditions(t 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The apiserver loads the changed configurations from its informer.
-	time.Sleep(time.Second)
+	// The apiserver loads the changed configurations from its informer, a
+	// moment after the write: a dry run of the same create (the other
+	// webhook has no side effects, so it is called for dry runs too) is the
+	// probe, denied once the apiserver sends every create to ours.
+	probes := 0
+	fixtures.EventuallyNil(t, "a dry run of a create given a dynamic-band address by the later webhook to be denied", 15*time.Second, func() error {
+		probes++
+		name := fmt.Sprintf("probe-dynamic-%d", probes)
+		got, err := cs.CoreV1().Services(ns).Create(ctx, labelledService(ns, name, "10.96.200.71"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "dynamic band") {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("dry run of %s: %w", name, err)
+		}
+		return fmt.Errorf("dry run of %s admitted with %v", name, got.Spec.ClusterIPs)
+	})
 
+	setterCalls := calls.Load()
 	admitted, err := cs.CoreV1().Services(ns).Create(ctx, labelledService(ns, "set-dynamic", "10.96.200.71"), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "dynamic band") {
 		t.Fatalf("a dynamic-band address set by a later mutating webhook: err %v (admitted with %v), want the static-ip-in-dynamic-band denial", err, admitted.Spec.ClusterIPs)
 	}
-	if calls.Load() == 0 {
+	if calls.Load() == setterCalls {
 		t.Fatal("the other mutating webhook was never called; the test proves nothing")
 	}
 	mutates := 0
