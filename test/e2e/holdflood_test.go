@@ -128,8 +128,18 @@ func TestAForgedFloodCostsRealOwnersNothing(t *testing.T) {
 	result := func(r string) float64 {
 		return metric("clusterip_policy_hold_releases_total", `result="`+r+`"`)
 	}
-	// Wait for the view to show the owners' own IPAddresses.
-	time.Sleep(time.Second)
+	// Until the leader's pass has seen the 5 existing owners on their
+	// addresses: its watch of the holds lists none of ours there any more,
+	// and its view shows each owner's own IPAddress, the two things a
+	// forged create of an owner is decided on without an API call.
+	created := time.Now()
+	fixtures.EventuallyNil(t, "the leader's pass to see the 5 existing owners holding their addresses", 30*time.Second, func() error {
+		if n := metric("clusterip_policy_holds", `state="owner"`); n != 5 {
+			return fmt.Errorf(`clusterip_policy_holds{state="owner"} %v`, n)
+		}
+		return nil
+	})
+	t.Logf("e2e: flood: the leader's pass saw the 5 existing owners on their addresses %s after their creates returned", time.Since(created).Round(time.Millisecond))
 
 	t.Run("forged creates of owners that exist cost no API call and fail no real owner", func(t *testing.T) {
 		exists := []string{"exists-1", "exists-2", "exists-3", "exists-4", "exists-5"}
