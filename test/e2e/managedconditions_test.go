@@ -426,11 +426,12 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 	// and a wide one it drops. Both inside allowedCIDRs of the wide policy.
 	serviceCIDR("e2e-small", "10.97.0.0/28")
 	serviceCIDR("e2e-wide", "10.98.0.0/24")
+	// waitManagedDigestChange reports a timeout with Errorf, not Fatalf:
+	// it runs while the load's goroutine still uses t.
 	waitManagedDigestChange := func(from string) {
-		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
-			if d := conditionsDigest(ctx, c); d != "" && d != from {
-				return
-			}
+		t.Helper()
+		if fixtures.Wait(10*time.Second, func() bool { d := conditionsDigest(ctx, c); return d != "" && d != from }) != nil {
+			t.Errorf("the managed conditions' digest is still %q 10s after the change", conditionsDigest(ctx, c))
 		}
 	}
 	waitManagedDigestChange("")
@@ -465,6 +466,8 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 	var edited, synced, inForce, lateDeleted time.Time
 	var editToSync, settle time.Duration
 	func() {
+		// The sleeps here pace the steps: the load runs a while under each
+		// state (creates to judge under it), they wait for nothing.
 		time.Sleep(3 * time.Second)
 		before := conditionsDigest(ctx, c)
 		serviceCIDR("e2e-late", "10.99.0.0/24") // a new range under load: sent to the webhook until listed
@@ -820,7 +823,33 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 			t.Fatalf("add the managed condition to the %s configuration: %v", kind, err)
 		}
 	}
-	time.Sleep(time.Second) // the apiserver loads the changed configurations
+	// The apiserver loads changed configurations from its informer, a
+	// moment after the write: each phase starts once a probe create is
+	// answered the new way. A create's webhook calls are counted before it
+	// returns, so a probe that left the counts unchanged reached neither
+	// webhook.
+	probeNS := namespace(t, c, "cost-probe")
+	probes := 0
+	untouchedBy := func(what string, probe func(name string) error) {
+		t.Helper()
+		fixtures.EventuallyNil(t, what, 30*time.Second, func() error {
+			probes++
+			name := fmt.Sprintf("probe-%d", probes)
+			m0, v0 := serviceWebhookCalls(t, ctx, c)
+			if err := probe(name); err != nil {
+				return fmt.Errorf("probe create %s: %w", name, err)
+			}
+			if m, v := serviceWebhookCalls(t, ctx, c); m != m0 || v != v0 {
+				return fmt.Errorf("probe create %s still reached the webhooks: mutating +%v, validating +%v", name, m-m0, v-v0)
+			}
+			return nil
+		})
+	}
+	untouchedBy("the apiserver to filter creates with the added conditions (a dynamic create reaches neither webhook)", func(name string) error {
+		_, err := cs.CoreV1().Services(probeNS).Create(ctx, plainService(probeNS, name), metav1.CreateOptions{})
+		return err
+	})
+	deleteServices(t, cs, probeNS)
 	managed := phase("managed")
 	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "clusterip-policy", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -828,7 +857,14 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 	if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "clusterip-policy", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	// A static-band create: both configurations send it, whatever their
+	// conditions, until the apiserver has dropped them.
+	untouchedBy("the apiserver to drop the deleted configurations (a static create reaches neither webhook)", func(name string) error {
+		s := plainService(probeNS, name)
+		s.Spec.ClusterIP = "10.96.0.50"
+		_, err := cs.CoreV1().Services(probeNS).Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 	none := phase("none")
 	t.Logf("e2e: cost: %d dynamic creates at %d clients, CPU per create of the apiserver / the webhook process: static conditions %.0f/s, %v validating calls, %.2f / %.2f ms; managed conditions %.0f/s, %v calls, %.2f / %.2f ms; no webhook %.0f/s, %.2f ms",
 		clients*perClient, clients, static.rate, static.calls, static.apiserverMs, static.webhookMs,
@@ -840,6 +876,23 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 	if managedCalls > clients*perClient/20 {
 		t.Errorf("managed conditions: %v validating calls for %d dynamic creates, want almost none (only those landing on the static band or a reservation)", managedCalls, clients*perClient)
 	}
+}
+
+// serviceWebhookCalls is how many CREATEs the apiserver has sent to the
+// mutating and to the validating Service webhook.
+func serviceWebhookCalls(t *testing.T, ctx context.Context, c *framework.Cluster) (mutatingCalls, validatingCalls float64) {
+	t.Helper()
+	for _, x := range []struct {
+		name string
+		n    *float64
+	}{{mutating, &mutatingCalls}, {validating, &validatingCalls}} {
+		n, err := c.APIServerMetric(ctx, 0, "apiserver_admission_webhook_request_total", `name="`+x.name+`"`, `operation="CREATE"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*x.n = n
+	}
+	return mutatingCalls, validatingCalls
 }
 
 // cpuSeconds is the user and system CPU time process pid has used
