@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,13 +199,15 @@ func TestDeploymentManifests(t *testing.T) {
 	pid := w.Pid()
 
 	t.Run("without its RBAC the webhook is not ready and denies every review as not ready", func(t *testing.T) {
-		// Wait until its list+watch has been refused at least once.
-		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
-			if log, _ := w.Log(); strings.Contains(log, "forbidden") {
-				break
+		// Once its list+watch has been refused at least once, it has had
+		// its chance to get ready: one look at /readyz is the check.
+		fixtures.EventuallyNil(t, "the webhook's list+watch to be refused (forbidden in its log)", 10*time.Second, func() error {
+			if log, _ := w.Log(); !strings.Contains(log, "forbidden") {
+				return fmt.Errorf("not logged; last lines:\n%s", lastLines(log, 5))
 			}
-		}
-		if err := w.WaitReady(ctx, 500*time.Millisecond); err == nil {
+			return nil
+		})
+		if code := readyzCode(w); code == http.StatusOK {
 			t.Fatal("/readyz is ok although the webhook may not list ServiceCIDRs and IPAddresses")
 		}
 		for _, path := range []string{framework.MutatePath, framework.ValidatePath} {
