@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/backstop"
@@ -23,7 +24,11 @@ import (
 // and range (pkg/backstop.Compile with the same input), with the record
 // (MutatingAdmissionPolicy) where the apiserver serves it.
 func backstopSet(mutating bool) (backstop.Set, error) {
-	p, err := policy.ParseDocument([]byte(policyYAML()))
+	spec, err := yaml.YAMLToJSON([]byte(policySpec()))
+	if err != nil {
+		return backstop.Set{}, fmt.Errorf("the benchmark's policy: %w", err)
+	}
+	p, err := policy.ParseObjectSpec(spec)
 	if err != nil {
 		return backstop.Set{}, fmt.Errorf("the benchmark's policy: %w", err)
 	}

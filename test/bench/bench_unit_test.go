@@ -147,8 +147,8 @@ func TestPlanAddressesLieInTheStaticBand(t *testing.T) {
 			t.Fatalf("dynamic plan has %+v", q)
 		}
 	}
-	if !strings.Contains(policyYAML(), "service: bench/owner-7") {
-		t.Errorf("policy without the owners:\n%s", policyYAML())
+	if !strings.Contains(policySpec(), "service: bench/owner-7") {
+		t.Errorf("policy without the owners:\n%s", policySpec())
 	}
 }
 

@@ -90,7 +90,7 @@ func Start(ctx context.Context, o Options) (b *Bench, err error) {
 		return nil, err
 	}
 	c, err := framework.Start(ctx, framework.Options{
-		Dir: o.Dir, Webhooks: 1, NoRegister: true, Policy: policyYAML(), WebhookArgs: o.Knobs.WebhookArgs, Logf: o.Logf,
+		Dir: o.Dir, Webhooks: 1, NoRegister: true, Policy: fixtures.Policy(policySpec()), WebhookArgs: o.Knobs.WebhookArgs, Logf: o.Logf,
 		// ours is the webhook alone, as measured before the backstop;
 		// the backstop's own configurations add it.
 		NoBackstop: true,

@@ -84,12 +84,11 @@ func Plan(kind, prefix string, n int) []Request {
 	return reqs
 }
 
-// policyYAML is ours' policy: the DNS and owner reservations, deny by
-// default. The ranges come from the cluster's ServiceCIDR.
-func policyYAML() string {
-	s := `apiVersion: clusterip-policy/v1alpha1
-kind: ClusterIPPolicy
-allowedCIDRs: [10.96.0.0/12]
+// policySpec is the spec of ours' ClusterIPPolicy: the DNS and owner
+// reservations, deny by default. The ranges come from the cluster's
+// ServiceCIDR.
+func policySpec() string {
+	s := `allowedCIDRs: [10.96.0.0/12]
 reserveKubernetesService: true
 reservations:
 - ip: ` + dnsIP + `
