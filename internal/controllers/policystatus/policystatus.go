@@ -24,8 +24,8 @@ import (
 
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/names"
-	"clusterip-policy/internal/poll"
 	"clusterip-policy/internal/policysource"
+	"clusterip-policy/internal/poll"
 	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 	"clusterip-policy/pkg/policy"
 )
