@@ -223,7 +223,9 @@ func TestScopeRefusesAConfigurationWithoutTheServiceWebhook(t *testing.T) {
 	m, v := configurations(chartSelector, chartSelector)
 	m.Webhooks[0].Name = "renamed.example.com"
 	s := NewScope(fake.NewClientset(m, v), nil, "clusterip-policy", "clusterip-policy", nil, logr.Discard())
-	s.read(context.Background())
+	if err := s.read(context.Background()); !errors.Is(err, errNoServiceWebhook) {
+		t.Errorf("read: %v, want the missing Service webhook", err)
+	}
 	_, err := s.Current()
 	if !errors.Is(err, ErrNotKnown) || !strings.Contains(err.Error(), "MutatingWebhookConfiguration clusterip-policy needs webhook "+names.MutatingServiceWebhook) {
 		t.Errorf("a configuration without the Service webhook: %v", err)
