@@ -17,8 +17,10 @@ import (
 // text differs from the last one logged, and a pass that succeeds after
 // logged failures logs Recovered once; never a line per retry.
 //
-// Set the fields, then call Run once; Kick may be called from anywhere, at
-// any time, before or during Run.
+// Set the fields, then call Run; Run may run again once it returned (the
+// next leader term), never twice at once. Kick may be called from
+// anywhere, at any time: a kick made while no Run runs is answered by the
+// next Run's first pass.
 type Loop struct {
 	// Pass is one pass. next > 0 asks for the next pass within next (a
 	// certificate falls due, a retry of something not yet there); 0 leaves
