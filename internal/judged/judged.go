@@ -143,21 +143,24 @@ func (s *Scope) Run(ctx context.Context) {
 		s.selectors, s.described, s.listed, s.err, s.warned = nil, "", false, nil, nil
 		s.mu.Unlock()
 	}()
-	s.read(ctx)
-	if !s.namespaces.WaitForSync(ctx) {
-		s.log.Info("stopped before the namespaces were listed")
-		return
-	}
-	s.mu.Lock()
-	s.listed = true
-	s.mu.Unlock()
-	for {
-		s.warn()
-		if !poll.Sleep(ctx, s.interval) {
-			return
+	listed := false
+	pass := func(ctx context.Context) (time.Duration, error) {
+		err := s.read(ctx)
+		if !listed {
+			// The configurations are read while the namespaces are listed.
+			if !s.namespaces.WaitForSync(ctx) {
+				s.log.Info("stopped before the namespaces were listed")
+				return 0, nil
+			}
+			s.mu.Lock()
+			s.listed, listed = true, true
+			s.mu.Unlock()
 		}
-		s.read(ctx)
+		s.warn()
+		return 0, err
 	}
+	(&poll.Loop{Pass: pass, Resync: s.interval, Log: s.log,
+		Failing: "cannot read which namespaces the Service webhooks are called for; the holds and the periodic audit wait while it is not known (logged again when the error changes)"}).Run(ctx)
 }
 
 // read fetches both configurations once. A configuration that does not
@@ -167,8 +170,9 @@ func (s *Scope) Run(ctx context.Context) {
 // namespaceSelector was read, and the log says so. A configuration that
 // lacks its Service webhook makes the answer unknown (the loops wait);
 // another failure (the apiserver unreachable a moment, RBAC) keeps the
-// last answer, or leaves it unknown if there was none.
-func (s *Scope) read(ctx context.Context) {
+// last answer, or leaves it unknown if there was none; its error is the
+// loop's to log. The answer read is logged when it changes.
+func (s *Scope) read(ctx context.Context) error {
 	sels, desc, err := s.fetch(ctx)
 	if apierrors.IsNotFound(err) {
 		sels, desc, err = []labels.Selector{}, "none: "+err.Error()+"; every namespace but the webhook's own counts", nil
@@ -176,20 +180,17 @@ func (s *Scope) read(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		changed := s.err == nil || s.err.Error() != err.Error()
 		s.err = err
 		if errors.Is(err, errNoServiceWebhook) {
 			s.selectors, s.described = nil, ""
 		}
-		if changed {
-			s.log.Error(err, "cannot read which namespaces the Service webhooks are called for; the holds and the periodic audit wait while it is not known (logged again when the error changes)", "keptLastAnswer", s.selectors != nil)
-		}
-		return
+		return poll.WithValues(err, "keptLastAnswer", s.selectors != nil)
 	}
 	if s.err != nil || desc != s.described {
 		s.log.Info("namespaces judged here: those the Service webhooks' namespaceSelector selects; the holds and the periodic audit skip the others", "namespaceSelector", desc, "alwaysSkipped", s.excluded)
 	}
 	s.selectors, s.described, s.err = sels, desc, nil
+	return nil
 }
 
 var errNoServiceWebhook = errors.New("no such Service webhook")

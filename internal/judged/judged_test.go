@@ -223,7 +223,9 @@ func TestScopeRefusesAConfigurationWithoutTheServiceWebhook(t *testing.T) {
 	m, v := configurations(chartSelector, chartSelector)
 	m.Webhooks[0].Name = "renamed.example.com"
 	s := NewScope(fake.NewClientset(m, v), nil, "clusterip-policy", "clusterip-policy", nil, logr.Discard())
-	s.read(context.Background())
+	if err := s.read(context.Background()); !errors.Is(err, errNoServiceWebhook) {
+		t.Errorf("read: %v, want the missing Service webhook", err)
+	}
 	_, err := s.Current()
 	if !errors.Is(err, ErrNotKnown) || !strings.Contains(err.Error(), "MutatingWebhookConfiguration clusterip-policy needs webhook "+names.MutatingServiceWebhook) {
 		t.Errorf("a configuration without the Service webhook: %v", err)
@@ -246,12 +248,21 @@ func TestScopeWithoutAccessIsNotKnown(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(admissionregistrationv1.Resource("validatingwebhookconfigurations"), "clusterip-policy", errors.New("RBAC says no"))
 	})
 	var log syncLog
-	s := NewScope(client, nil, "clusterip-policy", "clusterip-policy", nil, logging.New(&log))
-	s.read(context.Background())
+	labels := NewLabels(client)
+	s := NewScope(client, labels, "clusterip-policy", "clusterip-policy", nil, logging.New(&log))
+	s.interval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	go labels.Run(ctx)
+	defer func() { cancel(); <-done }()
+	fixtures.Eventually(t, "the read's failure logged", 30*time.Second, func() bool {
+		return strings.Contains(log.String(), "the holds and the periodic audit wait")
+	})
 	if _, err := s.Current(); !errors.Is(err, ErrNotKnown) || !apierrors.IsForbidden(err) {
 		t.Errorf("forbidden: %v, want ErrNotKnown wrapping the Forbidden", err)
 	}
-	if !strings.Contains(log.String(), "--validating-webhook-configuration") || !strings.Contains(log.String(), "the holds and the periodic audit wait") {
-		t.Errorf("the log does not say what waits and why:\n%s", log.String())
+	if !strings.Contains(log.String(), "--validating-webhook-configuration") {
+		t.Errorf("the log does not name the configuration's flag:\n%s", log.String())
 	}
 }

@@ -1,7 +1,8 @@
-// Package poll holds the small loops the server's parts share: a sleep
-// that ends with its context, the re-read of a file that may change under
-// a mounted volume, and the count of a pass's failures. It imports nothing
-// of the application.
+// Package poll holds the small loops the server's parts share: the Loop
+// every controller's pass runs under (kicks, resync, minimum gap, backoff,
+// one error line per change), a sleep that ends with its context, the
+// re-read of a file that may change under a mounted volume, and the count
+// of a pass's failures. It imports nothing of the application.
 package poll
 
 import (

@@ -184,9 +184,6 @@ type Keeper struct {
 	// periodic audit then runs a pass at once, naming anything admitted
 	// unchecked while the webhook was not armed.
 	armed func()
-	// lastArmErr is the last arming error logged, so a write refused
-	// every few seconds (RBAC) is logged once per change.
-	lastArmErr string
 }
 
 // Reporter is told each probe's outcome as a status condition (the
@@ -239,7 +236,7 @@ func (k *Keeper) lead(ctx context.Context) {
 	var next time.Time // the next scheduled probe
 	var last Result
 	lastReport := ""
-	for {
+	pass := func(ctx context.Context) (time.Duration, error) {
 		var st armState
 		if k.o.Arm {
 			st = k.read(ctx)
@@ -247,16 +244,17 @@ func (k *Keeper) lead(ctx context.Context) {
 		}
 		now := time.Now()
 		unarmed := st.unarmed()
+		var armErrs []error
 		if !now.Before(next) || len(unarmed) > 0 {
 			last = k.probe(ctx)
 			if ctx.Err() != nil {
-				return
+				return 0, nil
 			}
 			next = time.Now().Add(Jittered(k.o.ProbeInterval, rand.Float64()))
 			k.expose(last, st)
 			for _, stage := range unarmed {
 				if last.Reached[stage] {
-					k.arm(ctx, stage)
+					armErrs = append(armErrs, k.arm(ctx, stage))
 				}
 			}
 			if k.o.Arm && len(unarmed) > 0 {
@@ -272,10 +270,12 @@ func (k *Keeper) lead(ctx context.Context) {
 				k.report.WebhookProbed(reachable, reason, msg)
 			}
 		}
-		if !poll.Sleep(ctx, checkInterval) {
-			return
-		}
+		return 0, errors.Join(armErrs...)
 	}
+	// The probe's result is logged by the pass, once per change; a failed
+	// arming by the loop. Either is tried again at the next check.
+	(&poll.Loop{Pass: pass, Resync: checkInterval, Log: k.log,
+		Failing: "cannot arm the Service webhook (failurePolicy Fail); it stays Ignore and is retried within seconds"}).Run(ctx)
 }
 
 // Jittered is interval spread over ±20% by u, a uniform number in [0, 1).
@@ -533,7 +533,9 @@ func armedEntries(entries []webhookconfig.Entry) bool {
 }
 
 // arm sets failurePolicy Fail on the stage's Service webhook, nothing else.
-func (k *Keeper) arm(ctx context.Context, stage string) {
+// Its error is the loop's to log (once while it lasts: a write RBAC refuses
+// is retried every checkInterval).
+func (k *Keeper) arm(ctx context.Context, stage string) error {
 	setFail := func(_ *metav1.ObjectMeta, entries []webhookconfig.Entry) (bool, error) {
 		if armedEntries(entries) {
 			return false, nil
@@ -554,21 +556,18 @@ func (k *Keeper) arm(ctx context.Context, stage string) {
 		name = k.o.Configurations.Validating
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			k.metrics.arms.WithLabelValues(stage, "failed").Inc()
-			if err.Error() != k.lastArmErr {
-				k.lastArmErr = err.Error()
-				k.log.Error(err, "cannot arm the Service webhook (failurePolicy Fail); it stays Ignore and is retried within seconds", "stage", stage, "configuration", name)
-			}
+		if ctx.Err() != nil {
+			return nil
 		}
-		return
+		k.metrics.arms.WithLabelValues(stage, "failed").Inc()
+		return poll.WithValues(fmt.Errorf("the %s Service webhook of %s: %w", stage, name, err), "stage", stage, "configuration", name)
 	}
-	k.lastArmErr = ""
 	k.metrics.arms.WithLabelValues(stage, "armed").Inc()
 	k.log.Info("armed: the apiserver reached a ready replica through this Service webhook, so its failurePolicy is now Fail", "stage", stage, "configuration", name)
 	if k.armed != nil {
 		k.armed()
 	}
+	return nil
 }
 
 func (k *Keeper) validating() webhookconfig.Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {

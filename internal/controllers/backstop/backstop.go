@@ -183,24 +183,25 @@ type state struct {
 	bindings map[string]string
 }
 
+// lead writes the backstop while ctx (the term) lasts: whenever the policy
+// or the ranges change (polled every pollInterval), after a failure with
+// backoff, and every verifyInterval regardless (absentInterval while the
+// configurations do not exist).
 func (k *Keeper) lead(ctx context.Context) {
 	var (
-		lastKey       string
+		lastKey       string // the inputs last written; "" after a failure
 		reported      string // the inputs last reported in force
 		lastWrite     time.Time
 		mutating      bool
 		lastDiscovery time.Time
-		lastErr       string
 		selector      = k.defaultSelector()
-		backoff       = pollInterval
 		every         = verifyInterval // between reads of the configurations
 	)
-	for poll.Sleep(ctx, backoff) {
+	pass := func(ctx context.Context) (time.Duration, error) {
 		now := k.now()
 		st, err := k.gate.ForLoop(now)
 		if err != nil {
-			backoff = pollInterval
-			continue // no policy loaded or no synced view yet
+			return 0, nil // no policy loaded or no synced view yet
 		}
 		if now.Sub(lastDiscovery) >= discoveryInterval {
 			if served, err := k.servesMutatingPolicies(ctx); err == nil {
@@ -210,15 +211,13 @@ func (k *Keeper) lead(ctx context.Context) {
 			}
 		}
 		inputs := inputsKey(st.Env.Policy.Digest, st.Env.Ranges(), mutating)
-		if inputs == lastKey && lastErr == "" && now.Sub(lastWrite) < every {
-			backoff = pollInterval
-			continue
+		if inputs == lastKey && now.Sub(lastWrite) < every {
+			return 0, nil
 		}
+		lastKey = ""
 		cs, err := k.read(ctx)
 		if err != nil {
-			k.failed(ctx, "WriteFailed", fmt.Errorf("read the webhook configurations and the backstop's bindings: %w", err), &lastErr)
-			backoff = min(2*backoff, maxBackoff)
-			continue
+			return 0, k.failed(ctx, "WriteFailed", fmt.Errorf("read the webhook configurations and the backstop's bindings: %w", err))
 		}
 		if cs.selector != nil {
 			selector = cs.selector
@@ -226,22 +225,14 @@ func (k *Keeper) lead(ctx context.Context) {
 		set, err := backstop.Compile(backstop.Input{Policy: st.Env.Policy, Ranges: st.Env.Ranges(), NamespaceSelector: selector, Mutating: mutating,
 			Labels: map[string]string{Label: "true", "app.kubernetes.io/name": names.AppName, "app.kubernetes.io/managed-by": FieldManager}})
 		if err != nil {
-			k.failed(ctx, "CompileFailed", err, &lastErr)
-			backoff = min(2*backoff, maxBackoff)
-			continue
+			return 0, k.failed(ctx, "CompileFailed", err)
 		}
 		lifted, err := k.write(ctx, set, cs)
 		if err != nil {
-			k.failed(ctx, "WriteFailed", err, &lastErr)
-			backoff = min(2*backoff, maxBackoff)
-			continue
+			return 0, k.failed(ctx, "WriteFailed", err)
 		}
 		k.m.writes.WithLabelValues("written").Inc()
-		if lastErr != "" {
-			k.log.Info("the backstop is written again")
-			lastErr = ""
-		}
-		lastKey, lastWrite, backoff = inputs, now, pollInterval
+		lastKey, lastWrite = inputs, now
 		every = verifyInterval
 		if !cs.registered {
 			every = absentInterval
@@ -254,11 +245,11 @@ func (k *Keeper) lead(ctx context.Context) {
 			if k.report != nil {
 				k.report.BackstopLifted("neither the Service webhook configurations nor the backstop's bindings exist (deleted by the break-glass, or not applied yet): the apiserver enforces nothing of the policy; the bindings are written again once the configurations exist (docs/emergency.md)")
 			}
-			continue
+			return 0, nil
 		}
 		if inputs != reported {
 			if !poll.Sleep(ctx, settle) {
-				return
+				return 0, nil
 			}
 			reported = inputs
 		}
@@ -267,7 +258,10 @@ func (k *Keeper) lead(ctx context.Context) {
 		if k.report != nil {
 			k.report.BackstopInForce(st.Env.Policy.Digest, carried(set), set.Left)
 		}
+		return 0, nil
 	}
+	(&poll.Loop{Pass: pass, Resync: pollInterval, Backoff: pollInterval, MaxBackoff: maxBackoff, Log: k.log,
+		Failing: "cannot write the backstop; the apiserver enforces what was written before, or nothing of it", Recovered: "the backstop is written again"}).Run(ctx)
 }
 
 // inputsKey says what a compilation reads besides the configurations'
@@ -285,21 +279,18 @@ func inputsKey(policyDigest string, rs allocview.RangeSet, mutating bool) string
 	return b.String()
 }
 
-// failed counts a failed pass, logs its error once while it lasts, and
-// reports it.
-func (k *Keeper) failed(ctx context.Context, reason string, err error, last *string) {
+// failed counts a failed pass and reports it; it returns the error, with
+// its reason, for the loop to log (once while it lasts).
+func (k *Keeper) failed(ctx context.Context, reason string, err error) error {
 	if ctx.Err() != nil {
-		return
+		return nil
 	}
 	k.m.writes.WithLabelValues("failed").Inc()
 	k.m.inForce.Set(0)
-	if msg := err.Error(); msg != *last {
-		k.log.Error(err, "cannot write the backstop; the apiserver enforces what was written before, or nothing of it", "reason", reason)
-		*last = msg
-	}
 	if k.report != nil {
 		k.report.BackstopFailed(reason, err.Error())
 	}
+	return poll.WithValues(err, "reason", reason)
 }
 
 func carried(s backstop.Set) []string {

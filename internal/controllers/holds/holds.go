@@ -49,9 +49,9 @@ const (
 	// So a hold comes back about --hold-grace after the address was freed.
 	holdPassInterval = time.Second
 	holdMinPassGap   = 250 * time.Millisecond
+	// holdPollInterval is how often the leader looks at the view's
+	// generation: the view announces no change.
 	holdPollInterval = 50 * time.Millisecond
-	// holdErrorLogInterval bounds the log of a lasting failure.
-	holdErrorLogInterval = 10 * time.Second
 	// holdCallTimeout bounds each call of a pass or a release.
 	holdCallTimeout = 2 * time.Second
 	// maxHoldCreatesPerPass bounds the owner GETs and creates of one pass;
@@ -233,28 +233,31 @@ func (k *Keeper) keep(ctx context.Context) {
 	}
 	k.holds = k.watch.List
 	free := holds.FreeSince{}
-	t := time.NewTicker(holdPollInterval)
-	defer t.Stop()
-	var last, due, lastErrLog time.Time
-	var seen uint64
-	for {
-		now := time.Now()
-		gen := k.gate.View.Snapshot().Generation
-		if now.Sub(last) >= holdPassInterval || (now.Sub(last) >= holdMinPassGap && (gen != seen || (!due.IsZero() && !now.Before(due)))) {
-			last, seen = now, gen
+	loop := &poll.Loop{
+		Pass: func(ctx context.Context) (time.Duration, error) {
 			next, err := k.pass(ctx, free)
-			if err != nil && ctx.Err() == nil && now.Sub(lastErrLog) >= holdErrorLogInterval {
-				lastErrLog = now
-				k.log.Error(err, "hold pass failed; retrying every pass, logged at most every "+holdErrorLogInterval.String()+" (clusterip_policy_hold_changes_total{action=\"failed\"} counts each failure)")
+			switch due := time.Until(next); {
+			case next.IsZero():
+				return 0, err
+			case due > 0:
+				return due, err
 			}
-			due = next
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+			return -1, err // a grace ended during the pass
+		},
+		Resync: holdPassInterval, MinGap: holdMinPassGap,
+		Log: k.log, Failing: "hold pass failed; retrying every pass, logged again when the error changes (clusterip_policy_hold_changes_total{action=\"failed\"} counts each failure)",
+		Recovered: "hold pass done again",
 	}
+	go func() {
+		seen := k.gate.View.Snapshot().Generation
+		for poll.Sleep(ctx, holdPollInterval) {
+			if gen := k.gate.View.Snapshot().Generation; gen != seen {
+				seen = gen
+				loop.Kick()
+			}
+		}
+	}()
+	loop.Run(ctx)
 }
 
 // pass runs one plan and returns when the next one is due at the latest

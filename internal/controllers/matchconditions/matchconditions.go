@@ -231,7 +231,10 @@ func (k *Keeper) Work() leader.Work {
 		func() { k.metrics.otherMutators.Set(-1) }, func() { k.metrics.synced.Set(0) })
 }
 
-// lead keeps the conditions in step until ctx (the leadership) ends.
+// lead keeps the conditions in step until ctx (the leadership) ends: a
+// pass every conditionsPollInterval compares the wanted conditions with
+// those written, and writes on a change, every conditionsVerifyInterval
+// regardless, and after a failed write with backoff.
 //
 // "In force" is reported (clusterip_policy_match_conditions_synced 1, the
 // log line "managed matchConditions in force") only --match-conditions-settle after
@@ -241,118 +244,152 @@ func (k *Keeper) Work() leader.Work {
 // policy, which the configurations' annotation still names.
 func (k *Keeper) lead(ctx context.Context) {
 	go k.mutators.run(ctx)
-	var written string // key of the conditions last written (or found in place)
-	var verified, retryAt, settledAt, readySince time.Time
-	reported, absent, failSafeWritten := false, false, false
-	lastOthers := mutatorState{count: -1}
-	termStart := time.Now()
-	backoff := conditionsPollInterval
-	t := time.NewTicker(conditionsPollInterval)
-	defer t.Stop()
-	for {
-		now := time.Now()
-		want := k.wanted(now)
-		switch {
-		case want.failSafe:
-			readySince = time.Time{}
-			if reported {
-				reported = false
-				k.metrics.synced.Set(0)
-			}
-		case readySince.IsZero():
-			readySince = now
+	t := &leadTerm{start: time.Now(), others: mutatorState{count: -1}}
+	(&poll.Loop{
+		Pass:   func(ctx context.Context) (time.Duration, error) { return 0, k.pass(ctx, t, time.Now()) },
+		Resync: conditionsPollInterval, Backoff: conditionsPollInterval, MaxBackoff: conditionsMaxBackoff,
+		Log:       k.log,
+		Failing:   "cannot write the managed matchConditions; until a write succeeds the apiservers filter with what the configurations hold (failSafe: whether the fail-safe conditions, which send every Service create to the webhook, could be put in place meanwhile)",
+		Recovered: "managed matchConditions written again",
+	}).Run(ctx)
+}
+
+// leadTerm is what the leader knows of the configurations within a term.
+type leadTerm struct {
+	start time.Time
+	// written is the key of the conditions last written or found in place,
+	// "" while unknown (after a failure, while absent); verified is when.
+	written  string
+	verified time.Time
+	// settledAt is when the apiservers have loaded what was written;
+	// reported says it was reported in force.
+	settledAt time.Time
+	reported  bool
+	// readySince is when the leader became ready (zero while not);
+	// failSafeWritten says the fail-safe conditions are in place.
+	readySince      time.Time
+	failSafeWritten bool
+	// absentRetry is when to look again for configurations that did not
+	// exist; zero while they do.
+	absentRetry time.Time
+	others      mutatorState // as last logged
+}
+
+// pass compares the wanted conditions with those written, writes them if
+// they differ or are due a verification, and reports them in force once
+// settled. Its error is a failed write.
+func (k *Keeper) pass(ctx context.Context, t *leadTerm, now time.Time) error {
+	want := k.wanted(now)
+	switch {
+	case want.failSafe:
+		t.readySince = time.Time{}
+		if t.reported {
+			t.reported = false
+			k.metrics.synced.Set(0)
 		}
-		k.noteOthers(want.others, &lastOthers)
-		// Hold back a selective write while the leader has just become
-		// ready after fail-safe conditions (readyHold), and at the start
-		// of a term until the other mutators are known (mutatorSyncWait):
-		// what is in place stays meanwhile.
-		hold := !want.failSafe && ((failSafeWritten && now.Sub(readySince) < readyHold) ||
-			(!want.others.known && now.Sub(termStart) < mutatorSyncWait))
-		key := want.key()
-		if !hold && now.After(retryAt) && (key != written || now.Sub(verified) >= conditionsVerifyInterval) {
-			if key != written {
-				k.metrics.synced.Set(0)
-			}
-			changed, err := k.write(ctx, want.conds, want.policyDigest)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				k.metrics.synced.Set(0)
-				if apierrors.IsNotFound(err) {
-					// An install applies the configurations once the pods
-					// are ready (docs/operations.md): not a failure yet.
-					// Logged once per absence, polled every second.
-					if !absent {
-						k.log.Info("waiting for the webhook configurations to exist", "reason", err.Error(), "pollEvery", conditionsAbsentPoll.String())
-					}
-					absent, written = true, ""
-					retryAt = now.Add(conditionsAbsentPoll)
-					break
-				}
-				k.metrics.updates.WithLabelValues("failed").Inc()
-				msg := "cannot write the managed matchConditions; the apiservers keep filtering with the conditions the configurations hold"
-				if !want.failSafe {
-					// The conditions in place encode an earlier policy (or
-					// half of the new one) and may skip requests the policy
-					// in force would deny: send every create meanwhile.
-					safe := matchconditions.Compute(nil, allocview.RangeSet{})
-					if changed, ferr := k.write(ctx, safe, ""); ferr == nil {
-						msg = "cannot write the managed matchConditions; the fail-safe conditions, which send every Service create to the webhook, are in place until a write succeeds"
-						failSafeWritten, written = true, ""
-						if changed {
-							k.metrics.updates.WithLabelValues("updated").Inc()
-						}
-					} else {
-						msg += "; nor could the fail-safe ones be written (" + policy.Clip(ferr.Error(), 256) + ")"
-					}
-				}
-				k.log.Error(errors.New(refusal(err)), msg, "retryIn", backoff.String())
-				if k.report != nil {
-					k.report.ConditionsWriteFailed(refusal(err))
-				}
-				retryAt = now.Add(backoff)
-				backoff = min(2*backoff, conditionsMaxBackoff)
-			case err == nil:
-				absent = false
-				if k.report != nil {
-					k.report.ConditionsWriteFailed("")
-				}
-				failSafeWritten = want.failSafe
-				if changed {
-					k.metrics.updates.WithLabelValues("updated").Inc()
-					if want.failSafe {
-						k.log.Info("not ready: the managed matchConditions now send every Service create to the webhook until this leader is ready again", "conditionsDigest", want.conds.Digest)
-					} else {
-						k.log.Info("managed matchConditions written",
-							"policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest, "allowListPrefixes", len(want.conds.AllowList),
-							"allowListCapped", want.conds.AllowListCapped, "owners", len(want.conds.Owners), "ownersCapped", want.conds.OwnersCapped,
-							"mutatingSendsEveryCreate", want.conds.Mutating == "true")
-					}
-					settledAt, reported = now.Add(k.o.Settle), false
-				}
-				if key != written && !changed {
-					// Found in place (a new leader): the previous leader may
-					// have written it a moment ago, so it settles too.
-					settledAt, reported = now.Add(k.o.Settle), false
-				}
-				written, verified, backoff = key, now, conditionsPollInterval
-				k.metrics.prefixes.Set(float64(len(want.conds.AllowList)))
-			}
-		}
-		if !want.failSafe && key == written && !reported && !now.Before(settledAt) {
-			reported = true
-			k.metrics.synced.Set(1)
-			k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest)
-			if k.report != nil {
-				k.report.ConditionsInForce(want.policyDigest)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	case t.readySince.IsZero():
+		t.readySince = now
+	}
+	k.noteOthers(want.others, &t.others)
+	// Hold back a selective write while the leader has just become ready
+	// after fail-safe conditions (readyHold), and at the start of a term
+	// until the other mutators are known (mutatorSyncWait): what is in
+	// place stays meanwhile.
+	hold := !want.failSafe && ((t.failSafeWritten && now.Sub(t.readySince) < readyHold) ||
+		(!want.others.known && now.Sub(t.start) < mutatorSyncWait))
+	key := want.key()
+	var err error
+	if !hold && !now.Before(t.absentRetry) && (key != t.written || now.Sub(t.verified) >= conditionsVerifyInterval) {
+		err = k.put(ctx, t, want, now)
+	}
+	if !want.failSafe && key == t.written && !t.reported && !now.Before(t.settledAt) {
+		t.reported = true
+		k.metrics.synced.Set(1)
+		k.log.Info("managed matchConditions in force: the requests they skip follow this policy", "policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest)
+		if k.report != nil {
+			k.report.ConditionsInForce(want.policyDigest)
 		}
 	}
+	return err
+}
+
+// put writes the wanted conditions and notes the outcome in t.
+func (k *Keeper) put(ctx context.Context, t *leadTerm, want wantedConditions, now time.Time) error {
+	key := want.key()
+	if key != t.written {
+		k.metrics.synced.Set(0)
+	}
+	changed, err := k.write(ctx, want.conds, want.policyDigest)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return k.writeFailed(ctx, t, want, err, now)
+	}
+	t.absentRetry = time.Time{}
+	if k.report != nil {
+		k.report.ConditionsWriteFailed("")
+	}
+	t.failSafeWritten = want.failSafe
+	if changed {
+		k.metrics.updates.WithLabelValues("updated").Inc()
+		if want.failSafe {
+			k.log.Info("not ready: the managed matchConditions now send every Service create to the webhook until this leader is ready again", "conditionsDigest", want.conds.Digest)
+		} else {
+			k.log.Info("managed matchConditions written",
+				"policyDigest", want.policyDigest, "conditionsDigest", want.conds.Digest, "allowListPrefixes", len(want.conds.AllowList),
+				"allowListCapped", want.conds.AllowListCapped, "owners", len(want.conds.Owners), "ownersCapped", want.conds.OwnersCapped,
+				"mutatingSendsEveryCreate", want.conds.Mutating == "true")
+		}
+	}
+	if changed || key != t.written {
+		// Written now, or found in place by a new leader: the previous
+		// leader may have written it a moment ago, so it settles too.
+		t.settledAt, t.reported = now.Add(k.o.Settle), false
+	}
+	t.written, t.verified = key, now
+	k.metrics.prefixes.Set(float64(len(want.conds.AllowList)))
+	return nil
+}
+
+// writeFailed handles a failed write: absent configurations are waited
+// for; otherwise the fail-safe conditions are put in place if they can be,
+// and the refusal is returned for the loop to log and retry.
+func (k *Keeper) writeFailed(ctx context.Context, t *leadTerm, want wantedConditions, err error, now time.Time) error {
+	k.metrics.synced.Set(0)
+	if apierrors.IsNotFound(err) {
+		// An install applies the configurations once the pods are ready
+		// (docs/operations.md): not a failure yet. Logged once per
+		// absence, polled every second.
+		if t.absentRetry.IsZero() {
+			k.log.Info("waiting for the webhook configurations to exist", "reason", err.Error(), "pollEvery", conditionsAbsentPoll.String())
+		}
+		t.absentRetry, t.written = now.Add(conditionsAbsentPoll), ""
+		return nil
+	}
+	k.metrics.updates.WithLabelValues("failed").Inc()
+	failSafe := "the failed write was them"
+	if !want.failSafe {
+		// The conditions in place encode an earlier policy (or half of the
+		// new one) and may skip requests the policy in force would deny:
+		// send every create meanwhile.
+		safe := matchconditions.Compute(nil, allocview.RangeSet{})
+		changed, ferr := k.write(ctx, safe, "")
+		switch {
+		case ferr != nil:
+			failSafe = "not written either: " + policy.Clip(ferr.Error(), 256)
+		default:
+			failSafe = "in place"
+			t.failSafeWritten, t.written = true, ""
+			if changed {
+				k.metrics.updates.WithLabelValues("updated").Inc()
+			}
+		}
+	}
+	if k.report != nil {
+		k.report.ConditionsWriteFailed(refusal(err))
+	}
+	return poll.WithValues(errors.New(refusal(err)), "failSafe", failSafe)
 }
 
 // refusal says why a write of the conditions failed, in at most about
@@ -438,44 +475,32 @@ const removerRecheck = time.Minute
 // clusterip_policy_match_conditions_left_behind is 1 until the removal is
 // confirmed, and an alert reads it.
 func (k *Keeper) KeepRemoved(ctx context.Context) {
-	backoff := time.Second
 	k.metrics.leftBehind.Set(1)
-	var lastErr string
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		changed, err := k.removeManaged(rctx)
-		cancel()
-		wait := removerRecheck
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			k.metrics.leftBehind.Set(1)
-			if err.Error() != lastErr {
-				k.logRemoveError(err)
-				lastErr = err.Error()
+	(&poll.Loop{
+		Pass: func(ctx context.Context) (time.Duration, error) {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			changed, err := k.removeManaged(rctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					k.metrics.leftBehind.Set(1)
+				}
+				if apierrors.IsForbidden(err) {
+					err = fmt.Errorf("%w; the webhook configurations cannot be read or written: if management was on before, remove the matchCondition %s from both (or apply manifests/base/webhook-configurations.yaml with kubectl replace)", err, matchconditions.Name)
+				}
+				return 0, err
 			}
-			wait, backoff = backoff, min(2*backoff, removerRecheck)
-		default:
 			if changed {
 				k.metrics.updates.WithLabelValues("updated").Inc()
 				k.log.Info("--manage-match-conditions is off: removed the managed matchCondition " + matchconditions.Name + " left in the webhook configurations; every create they select reaches the webhook again")
 			}
 			k.metrics.leftBehind.Set(0)
-			lastErr, backoff = "", time.Second
-		}
-		if !poll.Sleep(ctx, wait) {
-			return
-		}
-	}
-}
-
-func (k *Keeper) logRemoveError(err error) {
-	if apierrors.IsForbidden(err) {
-		k.log.Error(err, "--manage-match-conditions is off and the webhook configurations cannot be read or written; if it was on before, remove the matchCondition "+matchconditions.Name+" from both (or apply manifests/base/webhook-configurations.yaml with kubectl replace); retrying")
-		return
-	}
-	k.log.Error(err, "--manage-match-conditions is off, but the managed matchCondition could not be removed; retrying (or remove "+matchconditions.Name+" from both webhook configurations by hand)")
+			return 0, nil
+		},
+		Resync: removerRecheck, Backoff: time.Second, MaxBackoff: removerRecheck,
+		Log:     k.log,
+		Failing: "--manage-match-conditions is off, but the managed matchCondition could not be removed; retrying (or remove " + matchconditions.Name + " from both webhook configurations by hand)",
+	}).Run(ctx)
 }
 
 func (k *Keeper) validating() webhookconfig.Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration] {

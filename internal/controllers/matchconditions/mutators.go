@@ -72,30 +72,44 @@ func (w *mutatorWatch) state() mutatorState {
 // them anew when the served MutatingAdmissionPolicy version changes.
 func (w *mutatorWatch) run(ctx context.Context) {
 	defer w.set(nil)
-	for ctx.Err() == nil {
-		version, err := w.policyVersion(ctx)
-		if err != nil {
-			w.log.Error(err, "cannot tell which MutatingAdmissionPolicy version the apiservers serve; every Service create is sent to the mutating webhook meanwhile")
-			w.set(nil)
-			if !poll.Sleep(ctx, 5*time.Second) {
-				return
-			}
-			continue
-		}
-		tctx, cancel := context.WithCancel(ctx)
-		w.set(w.start(tctx, version))
-		for {
-			if !poll.Sleep(ctx, mapRediscoverInterval) {
-				cancel()
-				return
-			}
-			if v, err := w.policyVersion(ctx); err == nil && v != version {
+	version, stop := "", func() {}
+	defer func() { stop() }()
+	(&poll.Loop{
+		Pass: func(ctx context.Context) (time.Duration, error) {
+			v, err := w.policyVersion(ctx)
+			switch {
+			case err != nil && w.started():
+				return 0, nil // the informers read on; asked again at the next rediscovery
+			case err != nil:
+				stop()
+				version, stop = "", func() {}
+				w.set(nil)
+				return 0, err
+			case v == version && w.started():
+				return 0, nil
+			case w.started():
 				w.log.Info("the served MutatingAdmissionPolicy version changed; reading them anew", "was", version, "now", v)
-				break
 			}
-		}
-		cancel()
-	}
+			stop()
+			tctx, cancel := context.WithCancel(ctx)
+			version, stop = v, cancel
+			w.set(w.start(tctx, v))
+			return 0, nil
+		},
+		Resync: mapRediscoverInterval, Backoff: mutatorRetry, MaxBackoff: mutatorRetry,
+		Log:     w.log,
+		Failing: "cannot tell which MutatingAdmissionPolicy version the apiservers serve; every Service create is sent to the mutating webhook meanwhile",
+	}).Run(ctx)
+}
+
+// mutatorRetry is how soon a failed discovery is tried again.
+const mutatorRetry = 5 * time.Second
+
+// started reports whether the informers run.
+func (w *mutatorWatch) started() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.read != nil
 }
 
 func (w *mutatorWatch) set(read func() ([]matchconditions.Mutator, bool)) {

@@ -158,8 +158,8 @@ type Audit struct {
 	// within the window. A new leader starts empty; the Events' names keep
 	// it from repeating an Event of the same clock hour.
 	emitted map[eventKey]time.Time
-	// soon is a buffered slot: a pass is wanted now (Soon).
-	soon chan struct{}
+	// loop runs the passes; Soon kicks it.
+	loop *poll.Loop
 	// reports, if not nil, writes each pass's findings as PolicyReports.
 	reports *Reports
 }
@@ -174,12 +174,7 @@ func (a *Audit) WriteReports(r *Reports) {
 // interval: the leader arms the Service webhooks (internal/controllers/
 // arming) and what was admitted unchecked before is named at once. It
 // never blocks; an ask made while one is pending adds nothing.
-func (a *Audit) Soon() {
-	select {
-	case a.soon <- struct{}{}:
-	default:
-	}
-}
+func (a *Audit) Soon() { a.loop.Kick() }
 
 // Reporter is told each pass's outcome: the ClusterIPPolicy status
 // (internal/controllers/policystatus) says how many existing Services
@@ -192,7 +187,20 @@ type Reporter interface {
 // interval, as instance (this replica's identity), and tells report (nil:
 // nobody) each pass's outcome.
 func New(client kubernetes.Interface, gate *readiness.Gate, skip judged.Source, interval time.Duration, instance string, log logr.Logger, m *Metrics, report Reporter) *Audit {
-	return &Audit{client: client, gate: gate, skip: skip, interval: interval, instance: instance, log: log, metrics: m, report: report, now: time.Now, soon: make(chan struct{}, 1)}
+	a := &Audit{client: client, gate: gate, skip: skip, interval: interval, instance: instance, log: log, metrics: m, report: report, now: time.Now}
+	a.loop = &poll.Loop{
+		Pass: func(ctx context.Context) (time.Duration, error) {
+			err := a.pass(ctx)
+			if errors.Is(err, errAuditNotReady) {
+				// A new leader may lead before its view is synced: try
+				// again soon rather than a whole interval later.
+				return min(a.interval, auditNotReadyRetry), nil
+			}
+			return a.interval, err
+		},
+		Log: log, Failing: "periodic audit failed; retrying at the next interval", Recovered: "periodic audit passes again",
+	}
+	return a
 }
 
 // Work audits every interval while this replica leads, the first pass at
@@ -208,28 +216,11 @@ func (a *Audit) Work() leader.Work {
 	})
 }
 
+// run passes at once, then every interval and whenever Soon asks, until
+// ctx (the term) ends.
 func (a *Audit) run(ctx context.Context) {
 	a.emitted = map[eventKey]time.Time{}
-	for {
-		wait := a.interval
-		switch err := a.pass(ctx); {
-		case errors.Is(err, errAuditNotReady):
-			// A new leader may lead before its view is synced: try again
-			// soon rather than a whole interval later.
-			wait = min(a.interval, auditNotReadyRetry)
-		case err != nil && ctx.Err() == nil:
-			a.log.Error(err, "periodic audit failed; retrying at the next interval", "interval", a.interval.String())
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-a.soon:
-			t.Stop()
-		case <-t.C:
-		}
-	}
+	a.loop.Run(ctx)
 }
 
 var errAuditNotReady = errors.New("policy not loaded, view of ServiceCIDRs and IPAddresses not synced, or the namespaces the Service webhooks are called for not known yet")

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -24,6 +25,7 @@ import (
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/policysource"
+	"clusterip-policy/internal/poll"
 	"clusterip-policy/pkg/apis/clusterippolicy/v1alpha1"
 	"clusterip-policy/pkg/policy"
 )
@@ -89,7 +91,12 @@ type Writer struct {
 	probe     *metav1.Condition          // the last reachability probe's condition, nil before one
 	backstop  backstopReport             // what the backstop's keeper last reported
 
-	poke chan struct{} // a buffered slot: something changed
+	// loop writes on the leader: at once, on every change (kicked), and
+	// again after a failed write.
+	loop poll.Loop
+	// passesStarted and passesDone count the loop's passes, so a test can
+	// wait for a pass that saw a change and check what it did.
+	passesStarted, passesDone atomic.Int64
 }
 
 var _ policysource.Observer = (*Writer)(nil)
@@ -106,15 +113,16 @@ type backstopReport struct {
 // New writes the status of the object client serves, with the conditions
 // o turns on.
 func New(client dynamic.Interface, o Options, log logr.Logger) *Writer {
-	return &Writer{client: client, o: o, log: log, now: time.Now, digestGen: map[string]int64{}, poke: make(chan struct{}, 1)}
+	s := &Writer{client: client, o: o, log: log, now: time.Now, digestGen: map[string]int64{}}
+	s.loop = poll.Loop{
+		Pass: s.pass, Backoff: statusRetryInterval, MaxBackoff: statusRetryInterval,
+		Log: log, Failing: "cannot write the ClusterIPPolicy status; the policy itself is in force regardless",
+		OnPass: func(error) { s.passesDone.Add(1) },
+	}
+	return s
 }
 
-func (s *Writer) changed() {
-	select {
-	case s.poke <- struct{}{}:
-	default:
-	}
-}
+func (s *Writer) changed() { s.loop.Kick() }
 
 // Observed records the object as last seen and what the loader made of its
 // generation (policysource.Observer). inForce and digest describe the
@@ -227,26 +235,19 @@ func (s *Writer) Work() leader.Work {
 	return leader.Term(s.log, "leading: writing the ClusterIPPolicy status", nil, s.lead)
 }
 
-func (s *Writer) lead(ctx context.Context) {
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.poke:
-		case <-retry.C:
-		}
-		if err := s.write(ctx); err != nil && ctx.Err() == nil {
-			if apierrors.IsConflict(err) {
-				// A newer object is on its way to the watcher, which pokes.
-				s.log.V(1).Info("the ClusterIPPolicy changed while its status was written; the newer one will be written")
-			} else {
-				s.log.Error(err, "cannot write the ClusterIPPolicy status; the policy itself is in force regardless", "retryIn", statusRetryInterval.String())
-			}
-			retry.Reset(statusRetryInterval)
-		}
+func (s *Writer) lead(ctx context.Context) { s.loop.Run(ctx) }
+
+// pass writes the status if it changed.
+func (s *Writer) pass(ctx context.Context) (time.Duration, error) {
+	s.passesStarted.Add(1)
+	err := s.write(ctx)
+	if apierrors.IsConflict(err) {
+		// A newer object is on its way to the watcher, which kicks; the
+		// retry is for a watch that lapsed.
+		s.log.V(1).Info("the ClusterIPPolicy changed while its status was written; the newer one will be written")
+		return statusRetryInterval, nil
 	}
+	return 0, err
 }
 
 // desired computes the status for the object last observed, and the

@@ -132,9 +132,9 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 		return ""
 	}
 	// lead runs r's status writer as the leader until its view (want in
-	// the Ready message) is written, then for another second (the loop of
-	// old wrote about a thousand times a second), and returns the writes
-	// made meanwhile.
+	// the Ready message) is written, then until a pass kicked after that
+	// is done (the loop of old wrote about a thousand times a second), and
+	// returns the writes made meanwhile.
 	lead := func(r *replica, want ...string) int64 {
 		before := writes.Load()
 		lctx, stop := context.WithCancel(ctx)
@@ -149,7 +149,14 @@ func TestPolicyStatusHasOneWriterWhenReplicasDisagree(t *testing.T) {
 			}
 			return writes.Load() > before
 		})
-		time.Sleep(time.Second) // the writer has written: any further write is one too many
+		// The writer has written: any further write is one too many. A
+		// pass that starts after this kick reads what was written (a pass
+		// running now is not it: the kick brings one more).
+		started := r.status.passesStarted.Load()
+		r.status.changed()
+		fixtures.Eventually(t, "a pass of the leader after its write", 30*time.Second, func() bool {
+			return r.status.passesDone.Load() > started
+		})
 		stop()
 		<-done
 		return writes.Load() - before

@@ -255,56 +255,38 @@ type term struct {
 }
 
 // lead passes whenever something it reads changes, when a certificate
-// falls due, and at least every resync, until ctx (the term) ends.
+// falls due, and at least every resync, until ctx (the term) ends. A burst
+// of events (its own writes come back as events) is one pass: they come
+// within kickGap.
 func (k *Keeper) lead(ctx context.Context) {
-	kick := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	stop := k.watch(ctx, notify)
-	defer stop()
 	var st term
-	backoff := time.Second
-	lastErr := ""
-	for {
-		next, err := k.pass(ctx, &st)
-		if ctx.Err() != nil {
-			return
-		}
-		wait := time.Until(next)
-		if err != nil {
-			k.metrics.passes.WithLabelValues("failed").Inc()
-			k.metrics.failing.Set(1)
-			if err.Error() != lastErr {
-				k.log.Error(err, "the certificates or caBundles could not be kept; retrying", "retryIn", backoff.String())
-				lastErr = err.Error()
+	loop := &poll.Loop{
+		Pass: func(ctx context.Context) (time.Duration, error) {
+			next, err := k.pass(ctx, &st)
+			if due := time.Until(next); due > 0 || err != nil {
+				return due, err
 			}
-			wait, backoff = backoff, min(2*backoff, maxBackoff)
-		} else {
-			k.metrics.passes.WithLabelValues("ok").Inc()
-			k.metrics.failing.Set(0)
-			lastErr, backoff = "", time.Second
-		}
-		wait = max(min(wait, resync), 0)
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-kick:
-			timer.Stop()
-			// A burst of events (our own writes come back as events) is
-			// one pass.
-			if !poll.Sleep(ctx, 50*time.Millisecond) {
+			return -1, nil // fell due during the pass
+		},
+		Resync: resync, MinGap: kickGap, Backoff: time.Second, MaxBackoff: maxBackoff,
+		Log: k.log, Failing: "the certificates or caBundles could not be kept; retrying",
+		OnPass: func(err error) {
+			if err != nil {
+				k.metrics.passes.WithLabelValues("failed").Inc()
+				k.metrics.failing.Set(1)
 				return
 			}
-		case <-timer.C:
-		}
+			k.metrics.passes.WithLabelValues("ok").Inc()
+			k.metrics.failing.Set(0)
+		},
 	}
+	stop := k.watch(ctx, loop.Kick)
+	defer stop()
+	loop.Run(ctx)
 }
+
+// kickGap is the shortest time between two passes that events started.
+const kickGap = 50 * time.Millisecond
 
 // watch runs informers on the two Secrets and the configurations, by
 // name, calling kick on every change, until stop.
