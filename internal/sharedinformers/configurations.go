@@ -1,8 +1,10 @@
 package sharedinformers
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,11 +25,21 @@ type WebhookConfigurations struct {
 	mutating, validating cache.SharedIndexInformer
 	mutatingLister       admissionregistrationlisters.MutatingWebhookConfigurationLister
 	validatingLister     admissionregistrationlisters.ValidatingWebhookConfigurationLister
+	// mutatingErr and validatingErr are each informer's last list or
+	// watch error (RBAC refusing, the apiserver away): what a read before
+	// the first list says, wrapped.
+	mutatingErr, validatingErr atomic.Pointer[error]
 }
 
 // WebhookConfigurations registers the informers of the factory's
-// configurations (Configurations) for by; the caller starts the factory.
+// configurations (Configurations) for by, the first time, and returns the
+// factory's one reader of them; the caller starts the factory.
 func (f *Factory) WebhookConfigurations(by string) (*WebhookConfigurations, error) {
+	f.cfgMu.Lock()
+	defer f.cfgMu.Unlock()
+	if f.configurations != nil {
+		return f.configurations, nil
+	}
 	n := f.cfgs
 	if n.Mutating == "" || n.Validating == "" {
 		return nil, fmt.Errorf("%s reads the webhook configurations, but this informer factory names none (a replica's factory: they are read in a leader term's)", by)
@@ -48,11 +60,21 @@ func (f *Factory) WebhookConfigurations(by string) (*WebhookConfigurations, erro
 	if err != nil {
 		return nil, err
 	}
-	return &WebhookConfigurations{
+	w := &WebhookConfigurations{
 		names: n, mutating: m, validating: v,
 		mutatingLister:   admissionregistrationlisters.NewMutatingWebhookConfigurationLister(m.GetIndexer()),
 		validatingLister: admissionregistrationlisters.NewValidatingWebhookConfigurationLister(v.GetIndexer()),
-	}, nil
+	}
+	for inf, last := range map[cache.SharedIndexInformer]*atomic.Pointer[error]{m: &w.mutatingErr, v: &w.validatingErr} {
+		// Refused only once the informer runs: then someone else made
+		// it, and its errors are not recorded (client-go logs them).
+		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			last.Store(&err)
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		})
+	}
+	f.configurations = w
+	return w, nil
 }
 
 // Informers are the two informers, for WaitForSync and event handlers.
@@ -65,14 +87,20 @@ func (w *WebhookConfigurations) Synced() bool {
 	return w.mutating.HasSynced() && w.validating.HasSynced()
 }
 
-// errNotSynced is the error of a read before the first list.
-var errNotSynced = errors.New("the webhook configurations are not listed yet")
+// notSynced is the error of a read before the first list, with the
+// informer's last list error.
+func notSynced(kind, name string, last *atomic.Pointer[error]) error {
+	if err := last.Load(); err != nil {
+		return fmt.Errorf("%s %s is not listed yet: %w", kind, name, *err)
+	}
+	return fmt.Errorf("%s %s is not listed yet", kind, name)
+}
 
 // Mutating is our MutatingWebhookConfiguration as last watched; a NotFound
 // error (apierrors.IsNotFound) when it does not exist.
 func (w *WebhookConfigurations) Mutating() (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	if !w.mutating.HasSynced() {
-		return nil, errNotSynced
+		return nil, notSynced("MutatingWebhookConfiguration", w.names.Mutating, &w.mutatingErr)
 	}
 	return w.mutatingLister.Get(w.names.Mutating)
 }
@@ -81,7 +109,7 @@ func (w *WebhookConfigurations) Mutating() (*admissionregistrationv1.MutatingWeb
 // NotFound error when it does not exist.
 func (w *WebhookConfigurations) Validating() (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 	if !w.validating.HasSynced() {
-		return nil, errNotSynced
+		return nil, notSynced("ValidatingWebhookConfiguration", w.names.Validating, &w.validatingErr)
 	}
 	return w.validatingLister.Get(w.names.Validating)
 }
@@ -93,7 +121,7 @@ func (w *WebhookConfigurations) EveryMutating() ([]*admissionregistrationv1.Muta
 		return nil, errors.New("this term lists only our MutatingWebhookConfiguration: every one is listed only with the managed matchConditions (--manage-match-conditions)")
 	}
 	if !w.mutating.HasSynced() {
-		return nil, errNotSynced
+		return nil, notSynced("every", "MutatingWebhookConfiguration", &w.mutatingErr)
 	}
 	return w.mutatingLister.List(labels.Everything())
 }

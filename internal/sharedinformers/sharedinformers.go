@@ -106,8 +106,12 @@ type Factory struct {
 	factory informers.SharedInformerFactory
 	cfgs    Configurations
 
-	mu   sync.Mutex
-	regs map[reflect.Type]registration
+	mu        sync.Mutex
+	regs      map[reflect.Type]registration
+	conflicts []error // every For refused, for the leader's log and the tests
+
+	cfgMu          sync.Mutex
+	configurations *WebhookConfigurations // nil until read
 }
 
 // registration is who first asked for a type's informer, and its filter.
@@ -142,7 +146,9 @@ func (f *Factory) For(by string, obj runtime.Object, filter Filter, newInformer 
 	defer f.mu.Unlock()
 	if r, ok := f.regs[t]; ok {
 		if r.filter != filter {
-			return nil, fmt.Errorf("%s asks for an informer of %s over %s, but %s registered this factory's over %s; a factory holds one informer per type: make both read the same filter (the wider one, each reader skipping what it does not want), or give one of them a list and watch of its own", by, kind, filter, r.by, r.filter)
+			err := fmt.Errorf("%s asks for an informer of %s over %s, but %s registered this factory's over %s; a factory holds one informer per type: make both read the same filter (the wider one, each reader skipping what it does not want), or give one of them a list and watch of its own", by, kind, filter, r.by, r.filter)
+			f.conflicts = append(f.conflicts, err)
+			return nil, err
 		}
 	} else {
 		f.regs[t] = registration{kind: kind, filter: filter, by: by}
@@ -163,6 +169,15 @@ func (f *Factory) Registered() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Conflicts are the errors of every For refused for another filter of a
+// type already registered: a bug of the wiring, which the leader logs at
+// the end of each term and the tests require to be none.
+func (f *Factory) Conflicts() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.conflicts)
 }
 
 // Start starts every informer registered and not started yet, until stop

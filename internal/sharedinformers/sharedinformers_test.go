@@ -45,6 +45,9 @@ func TestOneInformerPerTypeAndFilter(t *testing.T) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
+	if got := f.Conflicts(); len(got) != 1 || got[0].Error() != err.Error() {
+		t.Errorf("Conflicts() = %v, want the one refused", got)
+	}
 	if got := f.Registered(); len(got) != 1 || got[0] != "Secret: namespace ns, fields metadata.name=tls (certificates)" {
 		t.Errorf("Registered() = %q", got)
 	}
@@ -77,7 +80,7 @@ func TestTheConfigurationsAreReadFromTheTermsWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.mutating != w.mutating || again.validating != w.validating {
+	if again != w {
 		t.Error("a second reader got informers of its own; want the term's")
 	}
 	f.Start(ctx.Done())

@@ -69,6 +69,84 @@ func TestOneWatchOfNamespacesPerReplica(t *testing.T) {
 	}
 }
 
+// everyRoleArgs are serve's flags for every leader feature, as the e2e
+// harness runs them (the harness adds --backstop and, with ManagedCerts,
+// --certificate-source=managed).
+var everyRoleArgs = []string{"--policy-source=crd", "--hold-reservations", "--audit-interval=5m", "--manage-match-conditions", "--arm-failure-policy"}
+
+// TestOneWatchPerResourceWithEveryRole: one replica leading with every
+// leader feature on opens one watch of each resource its features share:
+// the replica's informer factory watches the namespaces (and the holds,
+// the serving Secret) once, the term's factory the two webhook
+// configurations once (every mutating one, as the managed matchConditions
+// need, which serves ours too). Measured on the apiserver
+// (apiserver_longrunning_requests, WATCH), logged whole by resource. The
+// view's own watches of ServiceCIDRs and IPAddresses (pkg/allocview/kubesource,
+// kept out of any informer store for memory) are not the factories'.
+func TestOneWatchPerResourceWithEveryRole(t *testing.T) {
+	c := own(t, framework.Options{Webhooks: 0, ManagedCerts: true, ArmByLeader: true, WebhookArgs: everyRoleArgs})
+	ctx := testContext(t, 3*time.Minute)
+	installPolicyObject(t, ctx, c, backstopPolicy)
+	before, err := watchesByResource(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Every feature's term has started: the audit passed (the namespaces
+	// listed, the scope read from the configurations), the backstop is in
+	// force, the certificates' leader wrote its CA Secret; and the
+	// watches have stopped changing (two readings a second apart).
+	var added map[string]float64
+	fixtures.EventuallyNil(t, "every leader feature to run and its watches to settle", 2*time.Minute, func() error {
+		passes, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`)
+		if err != nil || passes < 1 {
+			return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v (%v)", passes, err)
+		}
+		if got := backstopCondition(ctx, c); !strings.HasPrefix(got, "True InForce: ") {
+			return fmt.Errorf("BackstopInForce %q", got)
+		}
+		issued, err := c.WebhookMetric(ctx, 0, "clusterip_policy_certificate_passes_total", `result="ok"`)
+		if err != nil || issued < 1 {
+			return fmt.Errorf("clusterip_policy_certificate_passes_total{result=\"ok\"} %v (%v)", issued, err)
+		}
+		first, err := watchesByResource(ctx, c)
+		if err != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+		second, err := watchesByResource(ctx, c)
+		if err != nil {
+			return err
+		}
+		added = map[string]float64{}
+		for r, n := range second {
+			if d := n - before[r]; d != 0 {
+				added[r] = d
+			}
+			if n != first[r] {
+				return fmt.Errorf("the watches of %s still change: %v, then %v", r, first[r], n)
+			}
+		}
+		return nil
+	})
+	var rows []string
+	for r, n := range added {
+		rows = append(rows, fmt.Sprintf("%s %v", r, n))
+	}
+	sort.Strings(rows)
+	t.Logf("watches a replica leading with every role opens, by resource: %s", strings.Join(rows, ", "))
+	for _, r := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "namespaces"} {
+		if added[r] != 1 {
+			t.Errorf("the replica watches %s %v times, want once (one informer factory per replica, one per term, each type watched by one informer)", r, added[r])
+		}
+	}
+}
+
 // watchesByResource reads apiserver 0's open WATCH requests, by resource.
 func watchesByResource(ctx context.Context, c *framework.Cluster) (map[string]float64, error) {
 	text, err := apiserverMetricsText(ctx, c)
