@@ -5,12 +5,15 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
@@ -145,6 +148,95 @@ func TestOneWatchPerResourceWithEveryRole(t *testing.T) {
 			t.Errorf("the replica watches %s %v times, want once (one informer factory per replica, one per term, each type watched by one informer)", r, added[r])
 		}
 	}
+}
+
+// TestATermsWatchesCloseWhenTheLeaseIsLost: the leader term's informer
+// factory is shut down when the term ends, so a replica that lost the
+// Lease keeps only the replica's watches (the namespaces, the holds, the
+// serving Secret, the view's, the policy object). The Lease is taken from
+// it as a partitioned leader loses it: another holder written into it.
+func TestATermsWatchesCloseWhenTheLeaseIsLost(t *testing.T) {
+	c := own(t, framework.Options{Webhooks: 0, ManagedCerts: true, ArmByLeader: true,
+		WebhookArgs: append([]string{"--leader-election-previous-lease="}, everyRoleArgs...)})
+	ctx := testContext(t, 3*time.Minute)
+	installPolicyObject(t, ctx, c, backstopPolicy)
+	before, err := watchesByResource(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	added := func() (map[string]float64, string, error) {
+		now, err := watchesByResource(ctx, c)
+		if err != nil {
+			return nil, "", err
+		}
+		out := map[string]float64{}
+		var rows []string
+		for r, n := range now {
+			if d := n - before[r]; d != 0 {
+				out[r] = d
+				rows = append(rows, fmt.Sprintf("%s %v", r, d))
+			}
+		}
+		sort.Strings(rows)
+		return out, strings.Join(rows, ", "), nil
+	}
+	leaderOnly := []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "mutatingadmissionpolicies"}
+	var table string
+	fixtures.EventuallyNil(t, "the term's watches to open", time.Minute, func() error {
+		w, rows, err := added()
+		if err != nil {
+			return err
+		}
+		table = rows
+		for _, r := range leaderOnly {
+			if w[r] != 1 {
+				return fmt.Errorf("%s watched %v times: %s", r, w[r], rows)
+			}
+		}
+		if w["secrets"] != 2 {
+			return fmt.Errorf("secrets watched %v times, want 2 (the serving Secret, the CA Secret): %s", w["secrets"], rows)
+		}
+		return nil
+	})
+	t.Logf("watches while leading: %s", table)
+
+	const ns, name = "clusterip-policy", "clusterip-policy-leader"
+	fixtures.EventuallyNil(t, "another holder written into the Lease", 30*time.Second, func() error {
+		l, err := c.Client(0).CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		other, hour, now := "someone-else", int32(3600), metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &other, &hour, &now, &now
+		_, err = c.Client(0).CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	fixtures.EventuallyNil(t, "the term to end and its watches to close", time.Minute, func() error {
+		if leading(ctx, c, 0) {
+			return errors.New("still leading")
+		}
+		w, rows, err := added()
+		if err != nil {
+			return err
+		}
+		table = rows
+		for _, r := range leaderOnly {
+			if w[r] != 0 {
+				return fmt.Errorf("%s still watched %v times: %s", r, w[r], rows)
+			}
+		}
+		if w["secrets"] != 1 || w["namespaces"] != 1 {
+			return fmt.Errorf("secrets %v, namespaces %v, want 1 each (the replica's): %s", w["secrets"], w["namespaces"], rows)
+		}
+		return nil
+	})
+	t.Logf("watches once the Lease was lost: %s", table)
 }
 
 // watchesByResource reads apiserver 0's open WATCH requests, by resource.
