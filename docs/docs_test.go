@@ -298,9 +298,11 @@ var documented = map[string]how{
 
 	// docs/performance.md
 	"make up": {test: "TestMakeUpDemoDown", evidence: `"local-up.sh"`},
-	"go run ./test/ipaddresses --count 100000":                                    {notRun: "a memory measurement on the local cluster (BENCHMARKS.md)"},
-	"go run ./test/ipaddresses --delete":                                          {notRun: "undoes the command above"},
-	"hack/cpu-compare.sh":                                                         {notRun: "a CPU measurement (BENCHMARKS.md); minutes of load"},
+	"go run ./test/ipaddresses --count 100000":         {notRun: "a memory measurement on the local cluster (BENCHMARKS.md)"},
+	"go run ./test/ipaddresses --delete":               {notRun: "undoes the command above"},
+	"make build && cp bin/clusterip-policy /tmp/after": {notRun: "the binary a memory measurement compares (BENCHMARKS.md)"},
+	"E2E_MEMORY_BINARIES=before=/tmp/before,after=/tmp/after,before-again=/tmp/before,after-again=/tmp/after go test -tags e2e -count=1 -v -timeout 60m -run 'TestMemoryWithEveryRoleAtScale$' ./test/e2e/": {notRun: "a memory measurement: 100,000 IPAddresses, minutes (BENCHMARKS.md)"},
+	"hack/cpu-compare.sh": {notRun: "a CPU measurement (BENCHMARKS.md); minutes of load"},
 	"go test ./internal/admission -run '^$' -bench DecodeServiceFields -benchmem": {notRun: "a benchmark; make bench runs those of pkg/"},
 	"go test ./internal/admission -run '^$' -bench Endpoint -benchmem":            {notRun: "a benchmark; make bench runs those of pkg/"},
 

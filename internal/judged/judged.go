@@ -20,20 +20,21 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/sharedinformers"
 )
 
-const (
-	// ReadInterval is how often the leader re-reads the two webhook
-	// configurations: a changed namespaceSelector reaches the holds and
-	// the audit within it. A namespace's labels arrive by watch, at once.
-	ReadInterval = 5 * time.Second
-	// readTimeout bounds each GET.
-	readTimeout = 2 * time.Second
-)
+// ReadInterval is how often the leader re-reads the two webhook
+// configurations from the term's watch of them (memory, no API call): a
+// changed namespaceSelector reaches the holds and the audit within it. A
+// namespace's labels arrive by watch, at once.
+const ReadInterval = 5 * time.Second
+
+// firstList is how long a term waits for the configurations' first list
+// before it reports why they cannot be read.
+const firstList = 10 * time.Second
 
 // ErrNotKnown is returned until both configurations have been read and the
 // namespaces listed once: a loop that skips by namespace waits rather than
@@ -92,17 +93,20 @@ type fixed struct{ n Namespaces }
 func (f fixed) Current() (Namespaces, error) { return f.n, nil }
 
 // Scope is the Source the leader runs: Run reads the configurations while
-// the term lasts. The namespaces' labels are the replica's own watch
-// (Labels), which every replica keeps for the reserved ranges: one watch
-// of the Namespaces per replica, not a second one for the leader.
+// the term lasts, from the term's one watch of them
+// (sharedinformers.WebhookConfigurations). The namespaces' labels are the
+// replica's own watch (Labels), which every replica keeps for the reserved
+// ranges: one watch of the Namespaces per replica, not a second one for
+// the leader.
 type Scope struct {
-	client     kubernetes.Interface
 	namespaces *Labels
-	mutating   string // MutatingWebhookConfiguration name
+	mutating   string // MutatingWebhookConfiguration name, for the messages
 	validating string // ValidatingWebhookConfiguration name
 	excluded   []string
 	interval   time.Duration // ReadInterval; shorter in tests
 	log        logr.Logger
+
+	cfgs *sharedinformers.WebhookConfigurations // the term's; set by Run
 
 	mu        sync.Mutex
 	selectors []labels.Selector // nil until read
@@ -115,11 +119,12 @@ type Scope struct {
 // NewScope reads the namespaceSelector of the Service webhooks in the
 // configurations named mutating and validating (the
 // --mutating-webhook-configuration and --validating-webhook-configuration
-// flags); excluded are never judged (the Lease namespace: the
-// configurations exclude the webhook's own). namespaces is the replica's
-// watch of the namespaces' labels, run by the caller.
-func NewScope(client kubernetes.Interface, namespaces *Labels, mutating, validating string, excluded []string, log logr.Logger) *Scope {
-	return &Scope{client: client, namespaces: namespaces, mutating: mutating, validating: validating, excluded: excluded, interval: ReadInterval, log: log}
+// flags, which the term's informer factory watches); excluded are never
+// judged (the Lease namespace: the configurations exclude the webhook's
+// own). namespaces is the replica's watch of the namespaces' labels, run
+// by the caller.
+func NewScope(namespaces *Labels, mutating, validating string, excluded []string, log logr.Logger) *Scope {
+	return &Scope{namespaces: namespaces, mutating: mutating, validating: validating, excluded: excluded, interval: ReadInterval, log: log}
 }
 
 // Current implements Source.
@@ -135,17 +140,40 @@ func (s *Scope) Current() (Namespaces, error) {
 	return Namespaces{excluded: s.excluded, selectors: s.selectors, labelsOf: s.namespaces.Of}, nil
 }
 
-// Run keeps the answer current until ctx ends (the leader's term), then
-// forgets it: a replica that does not lead knows nothing.
+// Run keeps the answer current until ctx ends (the leader's term, whose
+// informer factory ctx carries), then forgets it: a replica that does not
+// lead knows nothing.
 func (s *Scope) Run(ctx context.Context) {
 	defer func() {
 		s.mu.Lock()
 		s.selectors, s.described, s.listed, s.err, s.warned = nil, "", false, nil, nil
 		s.mu.Unlock()
 	}()
+	f, err := sharedinformers.FromContext(ctx)
+	var cfgs *sharedinformers.WebhookConfigurations
+	if err == nil {
+		cfgs, err = f.WebhookConfigurations("judged")
+	}
+	if err != nil {
+		// A bug of the wiring, not of the cluster: the holds and the audit
+		// wait, and the log says why.
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		s.log.Error(err, "cannot read which namespaces the Service webhooks are called for; the holds and the periodic audit wait")
+		<-ctx.Done()
+		return
+	}
+	f.Start(ctx.Done())
+	s.cfgs = cfgs
+	// The first list takes a round trip; one that does not come (RBAC,
+	// the apiserver away) is reported by the reads after firstList.
+	sctx, cancel := context.WithTimeout(ctx, firstList)
+	sharedinformers.WaitForSync(sctx, cfgs.Informers()...)
+	cancel()
 	listed := false
 	pass := func(ctx context.Context) (time.Duration, error) {
-		err := s.read(ctx)
+		err := s.read()
 		if !listed {
 			// The configurations are read while the namespaces are listed.
 			if !s.namespaces.WaitForSync(ctx) {
@@ -172,8 +200,8 @@ func (s *Scope) Run(ctx context.Context) {
 // another failure (the apiserver unreachable a moment, RBAC) keeps the
 // last answer, or leaves it unknown if there was none; its error is the
 // loop's to log. The answer read is logged when it changes.
-func (s *Scope) read(ctx context.Context) error {
-	sels, desc, err := s.fetch(ctx)
+func (s *Scope) read() error {
+	sels, desc, err := s.fetch()
 	if apierrors.IsNotFound(err) {
 		sels, desc, err = []labels.Selector{}, "none: "+err.Error()+"; every namespace but the webhook's own counts", nil
 	}
@@ -195,17 +223,14 @@ func (s *Scope) read(ctx context.Context) error {
 
 var errNoServiceWebhook = errors.New("no such Service webhook")
 
-func (s *Scope) fetch(ctx context.Context) ([]labels.Selector, string, error) {
-	cctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
-	adm := s.client.AdmissionregistrationV1()
-	m, err := adm.MutatingWebhookConfigurations().Get(cctx, s.mutating, metav1.GetOptions{})
+func (s *Scope) fetch() ([]labels.Selector, string, error) {
+	m, err := s.cfgs.Mutating()
 	if err != nil {
-		return nil, "", fmt.Errorf("get MutatingWebhookConfiguration %s (--mutating-webhook-configuration): %w", s.mutating, err)
+		return nil, "", fmt.Errorf("read MutatingWebhookConfiguration %s (--mutating-webhook-configuration): %w", s.mutating, err)
 	}
-	v, err := adm.ValidatingWebhookConfigurations().Get(cctx, s.validating, metav1.GetOptions{})
+	v, err := s.cfgs.Validating()
 	if err != nil {
-		return nil, "", fmt.Errorf("get ValidatingWebhookConfiguration %s (--validating-webhook-configuration): %w", s.validating, err)
+		return nil, "", fmt.Errorf("read ValidatingWebhookConfiguration %s (--validating-webhook-configuration): %w", s.validating, err)
 	}
 	var ms, vs *metav1.LabelSelector
 	found := 0

@@ -19,8 +19,32 @@ import (
 
 	"clusterip-policy/internal/logging"
 	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/test/fixtures"
 )
+
+// termContext is ctx carrying a leader term's informer factory over
+// client, as leader.Run hands it to the Works.
+func termContext(ctx context.Context, client *fake.Clientset) context.Context {
+	return sharedinformers.NewContext(ctx, sharedinformers.New(client, sharedinformers.Configurations{Mutating: "clusterip-policy", Validating: "clusterip-policy"}))
+}
+
+// readOnce has s read the configurations of client through a term's
+// watch, as its Run does, until done (at most 10s).
+func readOnce(t *testing.T, s *Scope, client *fake.Clientset, done func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f, err := sharedinformers.FromContext(termContext(ctx, client))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfgs, err = f.WebhookConfigurations("judged"); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	fixtures.Eventually(t, "the configurations read", 10*time.Second, func() bool { _ = s.read(); return done() })
+}
 
 // chartSelector is what the chart renders for
 // webhook.excludedNamespaces=[batch] and webhook.namespaceSelector with one
@@ -138,8 +162,12 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 	m, v := configurations(chartSelector, chartSelector)
 	client := fake.NewClientset(m, v, namespaceObj("team-a", nil), namespaceObj("legacy", map[string]string{"clusterip-policy.io/excluded": "true"}), namespaceObj("kube-system", nil))
 	var log syncLog
-	labels := NewLabels(client)
-	s := NewScope(client, labels, "clusterip-policy", "clusterip-policy", []string{"clusterip-policy"}, logging.New(&log))
+	replica := sharedinformers.New(client, sharedinformers.Configurations{})
+	labels, err := NewLabels(replica)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewScope(labels, "clusterip-policy", "clusterip-policy", []string{"clusterip-policy"}, logging.New(&log))
 	s.interval = 10 * time.Millisecond
 	if _, err := s.Current(); !errors.Is(err, ErrNotKnown) {
 		t.Fatalf("before Run: %v, want ErrNotKnown", err)
@@ -147,8 +175,9 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	// The term's scope waits for the replica's watch of the namespaces.
-	go func() { defer close(done); s.Run(ctx) }()
+	go func() { defer close(done); s.Run(termContext(ctx, client)) }()
 	go labels.Run(ctx)
+	go func() { _ = replica.Run(ctx) }()
 	judged := func(ns string) bool {
 		n, err := s.Current()
 		return err == nil && n.Judged(ns)
@@ -222,10 +251,8 @@ func TestScopeFollowsTheLiveConfigurationsAndLabels(t *testing.T) {
 func TestScopeRefusesAConfigurationWithoutTheServiceWebhook(t *testing.T) {
 	m, v := configurations(chartSelector, chartSelector)
 	m.Webhooks[0].Name = "renamed.example.com"
-	s := NewScope(fake.NewClientset(m, v), nil, "clusterip-policy", "clusterip-policy", nil, logr.Discard())
-	if err := s.read(context.Background()); !errors.Is(err, errNoServiceWebhook) {
-		t.Errorf("read: %v, want the missing Service webhook", err)
-	}
+	s := NewScope(nil, "clusterip-policy", "clusterip-policy", nil, logr.Discard())
+	readOnce(t, s, fake.NewClientset(m, v), func() bool { _, err := s.Current(); return errors.Is(err, errNoServiceWebhook) })
 	_, err := s.Current()
 	if !errors.Is(err, ErrNotKnown) || !strings.Contains(err.Error(), "MutatingWebhookConfiguration clusterip-policy needs webhook "+names.MutatingServiceWebhook) {
 		t.Errorf("a configuration without the Service webhook: %v", err)
@@ -239,30 +266,22 @@ func TestNamesIsAlwaysKnown(t *testing.T) {
 	}
 }
 
-// RBAC without get on the configurations: not known (the loops wait, and
+// RBAC without list on the configurations: not known (the loops wait, and
 // the log names the configuration and its flag), never "every namespace".
 func TestScopeWithoutAccessIsNotKnown(t *testing.T) {
 	m, v := configurations(chartSelector, chartSelector)
 	client := fake.NewClientset(m, v)
-	client.PrependReactor("get", "validatingwebhookconfigurations", func(k8stesting.Action) (bool, runtime.Object, error) {
+	client.PrependReactor("list", "validatingwebhookconfigurations", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(admissionregistrationv1.Resource("validatingwebhookconfigurations"), "clusterip-policy", errors.New("RBAC says no"))
 	})
-	var log syncLog
-	labels := NewLabels(client)
-	s := NewScope(client, labels, "clusterip-policy", "clusterip-policy", nil, logging.New(&log))
-	s.interval = 10 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	go labels.Run(ctx)
-	defer func() { cancel(); <-done }()
-	fixtures.Eventually(t, "the read's failure logged", 30*time.Second, func() bool {
-		return strings.Contains(log.String(), "the holds and the periodic audit wait")
-	})
-	if _, err := s.Current(); !errors.Is(err, ErrNotKnown) || !apierrors.IsForbidden(err) {
+	s := NewScope(nil, "clusterip-policy", "clusterip-policy", nil, logr.Discard())
+	readOnce(t, s, client, func() bool { _, err := s.Current(); return apierrors.IsForbidden(err) })
+	_, err := s.Current()
+	if !errors.Is(err, ErrNotKnown) || !apierrors.IsForbidden(err) {
 		t.Errorf("forbidden: %v, want ErrNotKnown wrapping the Forbidden", err)
 	}
-	if !strings.Contains(log.String(), "--validating-webhook-configuration") {
-		t.Errorf("the log does not name the configuration's flag:\n%s", log.String())
+	// The error is what the scope's loop logs (once while it lasts).
+	if !strings.Contains(err.Error(), "--validating-webhook-configuration") {
+		t.Errorf("the error does not name the configuration's flag: %v", err)
 	}
 }

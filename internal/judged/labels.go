@@ -5,25 +5,38 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/informers"
+	corev1 "k8s.io/api/core/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/sharedinformers"
 )
 
 // Labels keeps the namespaces' labels on every replica, for the
 // namespaceSelector of the policy's reserved ranges (a Service's admission
 // review carries no namespace labels). Scope reads the same labels, but
-// only in the leader's term.
+// only in the leader's term. The watch is the replica's informer factory's
+// Namespace informer: one list and watch of the namespaces per replica.
 type Labels struct {
-	client kubernetes.Interface
-	lister atomic.Pointer[corelisters.NamespaceLister] // nil until listed once
+	informer cache.SharedIndexInformer
+	lister   atomic.Pointer[corelisters.NamespaceLister] // nil until listed once
 }
 
-// NewLabels returns a Labels that knows nothing until Run has listed the
-// namespaces.
-func NewLabels(client kubernetes.Interface) *Labels { return &Labels{client: client} }
+// NewLabels registers the namespaces' informer in the replica's factory
+// (every namespace); the Labels know nothing until Run has seen them
+// listed.
+func NewLabels(f *sharedinformers.Factory) (*Labels, error) {
+	inf, err := f.For("namespace labels", &corev1.Namespace{}, sharedinformers.Filter{}, func(c kubernetes.Interface, fl sharedinformers.Filter) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredNamespaceInformer(c, 0, cache.Indexers{}, fl.Tweak)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Labels{informer: inf}, nil
+}
 
 // Of returns the labels of namespace, and false while they are not known
 // (not listed yet, or no such namespace): the decision then matches the
@@ -57,17 +70,13 @@ func (l *Labels) WaitForSync(ctx context.Context) bool {
 // namespaces takes a round trip or more.
 const syncPoll = 50 * time.Millisecond
 
-// Run watches the namespaces until ctx ends.
+// Run publishes the namespaces' lister once the factory (started by its
+// owner) has listed them, until ctx ends.
 func (l *Labels) Run(ctx context.Context) {
-	factory := informers.NewSharedInformerFactory(l.client, 0)
-	lister := factory.Core().V1().Namespaces().Lister()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return
-		}
+	if !sharedinformers.WaitForSync(ctx, l.informer) {
+		return
 	}
+	lister := corelisters.NewNamespaceLister(l.informer.GetIndexer())
 	l.lister.Store(&lister)
 	<-ctx.Done()
 	l.lister.Store(nil)

@@ -8,18 +8,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/test/fixtures"
 )
 
 func TestLabelsFollowTheNamespaces(t *testing.T) {
 	client := fake.NewClientset(namespaceObj("payments", map[string]string{"team": "payments"}))
-	l := NewLabels(client)
+	replica := sharedinformers.New(client, sharedinformers.Configurations{})
+	l, err := NewLabels(replica)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := l.Of("payments"); ok {
 		t.Fatal("labels known before the namespaces were listed")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.Run(ctx); close(done) }()
+	go func() { _ = replica.Run(ctx) }()
 	fixtures.Eventually(t, "the labels of payments listed", 30*time.Second, func() bool { got, ok := l.Of("payments"); return ok && got["team"] == "payments" })
 	if _, ok := l.Of("nowhere"); ok {
 		t.Fatal("a namespace that does not exist has no labels")

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"clusterip-policy/internal/names"
+	"clusterip-policy/internal/sharedinformers"
 )
 
 // One Lease (--leader-election-lease) elects the replica that runs the
@@ -181,11 +182,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // not wait for it when leadership is lost, so Run waits for the works
 // of one term to return before it campaigns again: one replica never runs
 // two terms' works at once (their metrics would race).
-func Run(ctx context.Context, client kubernetes.Interface, o Options, log logr.Logger, m *Metrics, works ...Work) error {
+//
+// Each term has one informer factory (over client, reading the webhook
+// configurations cfgs names), carried by the term's context
+// (sharedinformers.FromContext): every Work registers what it reads, starts
+// the factory and waits for its own informers. It is shut down once the
+// works returned, so a replica that lost the Lease watches nothing of the
+// leader's, and the next term lists anew.
+func Run(ctx context.Context, client kubernetes.Interface, o Options, cfgs sharedinformers.Configurations, log logr.Logger, m *Metrics, works ...Work) error {
 	lock := o.lock(client)
 	log.Info("campaigning", "lock", lock.Describe(), "previous", o.previous(), "identity", o.Identity)
 	var term sync.WaitGroup
 	for ctx.Err() == nil {
+		informers := sharedinformers.New(client, cfgs)
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: lock, LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
 			ReleaseOnCancel: true, Name: o.Name,
@@ -193,9 +202,10 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options, log logr.L
 				OnStartedLeading: func(lctx context.Context) {
 					log.Info("leading", "lease", o.Namespace+"/"+o.Name, "identity", o.Identity, "works", len(works))
 					m.set(1)
+					tctx := sharedinformers.NewContext(lctx, informers)
 					for _, w := range works {
 						term.Add(1)
-						go func() { defer term.Done(); w(lctx) }()
+						go func() { defer term.Done(); w(tctx) }()
 					}
 				},
 				OnStoppedLeading: func() {
@@ -208,6 +218,14 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options, log logr.L
 		}
 		le.Run(ctx) // returns when leadership is lost or ctx ends, and cancels the term's context
 		term.Wait()
+		// The term's context is cancelled, so every informer the works
+		// started is stopping: wait for them. A term never led (the
+		// elector returned before winning) started none.
+		informers.Shutdown()
+		for _, err := range informers.Conflicts() {
+			log.Error(err, "a leader Work could not have the informer it asked for in this term (a bug: two Works ask for one type with different filters)")
+		}
+		log.V(1).Info("the term's informers stopped", "informers", informers.Registered())
 		// After the works returned: until then this replica still writes
 		// as leader, and the gauge says so.
 		m.set(0)

@@ -10,7 +10,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"clusterip-policy/internal/sharedinformers"
 )
 
 // The Lease's flags are checked once, whatever leader work is on, and the
@@ -98,7 +105,7 @@ func TestLeaderGaugeFollowsTheTerm(t *testing.T) {
 	var atWorkEnd float64
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, fake.NewClientset(), o, logr.Discard(), m, func(wctx context.Context) {
+		done <- Run(ctx, fake.NewClientset(), o, sharedinformers.Configurations{}, logr.Discard(), m, func(wctx context.Context) {
 			close(started)
 			<-wctx.Done()
 			<-release
@@ -148,5 +155,63 @@ func TestLockTakesThePreviousLeaseToo(t *testing.T) {
 		if got := fmt.Sprintf("%T", o.lock(client)); got != tc.want {
 			t.Errorf("previous %q: %s, want %s", tc.previous, got, tc.want)
 		}
+	}
+}
+
+// Each term's Works share one informer factory, from the term's context,
+// and its informers have stopped by the time Run returns: a replica that
+// no longer leads watches nothing of the leader's.
+func TestATermsInformersStopWithIt(t *testing.T) {
+	o := Options{Namespace: "clusterip-policy", Name: DefaultName, Identity: "webhook-0",
+		LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a"}})
+	informers := make(chan cache.SharedIndexInformer, 2)
+	work := func(wctx context.Context) {
+		f, err := sharedinformers.FromContext(wctx)
+		if err != nil {
+			t.Error(err)
+			informers <- nil
+			return
+		}
+		inf, err := f.For("test", &corev1.Namespace{}, sharedinformers.Filter{}, func(c kubernetes.Interface, fl sharedinformers.Filter) cache.SharedIndexInformer {
+			return coreinformers.NewFilteredNamespaceInformer(c, 0, cache.Indexers{}, fl.Tweak)
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		f.Start(wctx.Done())
+		informers <- inf
+		<-wctx.Done()
+	}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, client, o, sharedinformers.Configurations{}, logr.Discard(), nil, work, work) }()
+	var got []cache.SharedIndexInformer
+	for range 2 {
+		select {
+		case inf := <-informers:
+			got = append(got, inf)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the works did not start within 10s")
+		}
+	}
+	if got[0] == nil || got[0] != got[1] {
+		t.Fatalf("the two works of the term got informers %p and %p; want one, the term's", got[0], got[1])
+	}
+	if !sharedinformers.WaitForSync(ctx, got[0]) {
+		t.Fatal("not synced")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its context's end")
+	}
+	if !got[0].IsStopped() {
+		t.Error("the term's informer still runs after Run returned")
 	}
 }

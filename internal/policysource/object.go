@@ -56,6 +56,10 @@ func NewObjectSource(client dynamic.Interface, store *Store, observer Observer, 
 
 // Run watches the object until ctx ends. The informer relists and rewatches
 // on its own, with backoff, so the loop is bounded by the apiserver's pace.
+// A dynamic informer of its own, not one of the replica's typed factory
+// (internal/sharedinformers): its client is the dynamic one, a typed
+// factory tells its informers apart by Go type (every unstructured object
+// is one), and nothing else reads the object: one watch either way.
 func (c *ObjectSource) Run(ctx context.Context) error {
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.client, 0, "", func(o *metav1.ListOptions) {
 		o.FieldSelector = "metadata.name=" + policy.ObjectName

@@ -27,6 +27,7 @@ import (
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/policysource"
 	"clusterip-policy/internal/readiness"
+	"clusterip-policy/internal/sharedinformers"
 )
 
 // A feature is one row of what the server hosts beyond its core (the
@@ -64,6 +65,12 @@ type hostContext struct {
 	log      logr.Logger
 	registry prometheus.Registerer
 	gate     *readiness.Gate
+	// informers is the replica's one informer factory: every feature
+	// registers what it watches in its build (one informer per type, its
+	// filter agreed: sharedinformers.Factory.For), and runServer starts it
+	// once every row is built. A leader term has a factory of its own
+	// (leader.Run), which the Works find in their context.
+	informers *sharedinformers.Factory
 	// namespaces is the replica's one watch of the namespaces' labels
 	// (the core's): the reserved ranges read it in every review, and the
 	// judged scope on the leader.
@@ -118,7 +125,7 @@ var features = []feature{
 				return parts{}, nil
 			}
 			log := c.log.WithName("judged")
-			c.skip = judged.NewScope(c.client, c.namespaces, c.o.configurations.Mutating, c.o.configurations.Validating, []string{c.o.lease.Namespace}, log)
+			c.skip = judged.NewScope(c.namespaces, c.o.configurations.Mutating, c.o.configurations.Validating, []string{c.o.lease.Namespace}, log)
 			return parts{work: leader.Term(log, "leading: reading which namespaces the Service webhooks are called for", nil, c.skip.Run)}, nil
 		},
 	},
@@ -207,7 +214,10 @@ func buildHolds(c *hostContext) (parts, error) {
 		return parts{}, fmt.Errorf("kubernetes client: %w", err)
 	}
 	m := holds.NewMetrics(c.registry)
-	watch := holds.NewWatch(hclient)
+	watch, err := holds.NewWatch(c.informers)
+	if err != nil {
+		return parts{}, err
+	}
 	// The keeper writes through a client of its own, so a reserved
 	// range's creates never make a release wait on the client's limit.
 	kcfg := rest.CopyConfig(hcfg)
@@ -217,7 +227,6 @@ func buildHolds(c *hostContext) (parts, error) {
 		return parts{}, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return parts{
-		run:  []runnable{{"holds watch", func(ctx context.Context) error { watch.Run(ctx); return nil }}},
 		hook: holds.NewReleaser(hclient, watch, log, m, time.Now),
 		// A release is decided from the watch of the holds: until it has
 		// listed them, an owner's create could not be told whether there
@@ -242,12 +251,15 @@ func buildCertificates(c *hostContext) (parts, error) {
 		return parts{}, nil
 	}
 	log := c.log.WithName("certificates")
-	source := servingcerts.NewSource(c.client, c.o.certs.Namespace, c.o.certs.Secret, log, m)
+	source, err := servingcerts.NewSource(c.informers, c.o.certs.Namespace, c.o.certs.Secret, log, m)
+	if err != nil {
+		return parts{}, err
+	}
 	servingcerts.RegisterExpiry(c.registry, source.Served)
 	return parts{
 		serve: []runnable{{"serving certificate watcher", source.Run}},
 		tls:   []func(*tls.Config){source.TLSOption()},
-		work:  servingcerts.New(c.client, c.o.certs, log, m).Work(),
+		work:  servingcerts.New(c.client, source, c.o.certs, log, m).Work(),
 	}, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"clusterip-policy/internal/logging"
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/readiness/readinesstest"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/allocview/kubesource"
 	"clusterip-policy/pkg/holds"
@@ -58,10 +59,14 @@ func (w wired) mirror(objects ...runtime.Object) {
 // from the watch every replica keeps, listed before it returns.
 func newReleaser(t *testing.T, client *fake.Clientset, hm *holdctl.Metrics, now func() time.Time) (*holdctl.Releaser, *holdctl.Watch) {
 	t.Helper()
-	w := holdctl.NewWatch(client)
+	f := sharedinformers.New(client, sharedinformers.Configurations{})
+	w, err := holdctl.NewWatch(f)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go w.Run(ctx)
+	f.Start(ctx.Done())
 	if !w.WaitForSync(ctx) {
 		t.Fatal("the watch of the holds did not list them")
 	}

@@ -12,6 +12,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+
+	"clusterip-policy/internal/sharedinformers"
 )
 
 // everyRoleArgs turns on every leader role.
@@ -30,9 +32,11 @@ func parseServeFlags(t *testing.T, args ...string) *serveOptions {
 // the flags args and metrics registered in reg.
 func testHostContext(t *testing.T, reg prometheus.Registerer, args ...string) *hostContext {
 	t.Helper()
+	client := fake.NewClientset()
 	return &hostContext{
-		o: parseServeFlags(t, args...), cfg: &rest.Config{Host: "https://127.0.0.1:1"}, client: fake.NewClientset(),
+		o: parseServeFlags(t, args...), cfg: &rest.Config{Host: "https://127.0.0.1:1"}, client: client,
 		dyn: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), log: logr.Discard(), registry: reg,
+		informers: sharedinformers.New(client, sharedinformers.Configurations{}),
 	}
 }
 

@@ -52,6 +52,7 @@ import (
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/policysource"
 	"clusterip-policy/internal/readiness"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/tlsauth"
 	"clusterip-policy/internal/version"
 	"clusterip-policy/internal/webhookconfig"
@@ -279,7 +280,7 @@ func newHostContext(o *serveOptions, log logr.Logger, registry prometheus.Regist
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &hostContext{o: o, cfg: cfg, client: client, dyn: dyn, log: log, registry: registry}, nil
+	return &hostContext{o: o, cfg: cfg, client: client, dyn: dyn, log: log, registry: registry, informers: sharedinformers.New(client, sharedinformers.Configurations{})}, nil
 }
 
 // buildCore makes what every review needs, whatever the features: the
@@ -312,7 +313,11 @@ func buildCore(c *hostContext, staticCIDRs []netip.Prefix) ([]runnable, error) {
 	readiness.RegisterViewMetrics(c.registry, view, source)
 	// Every replica watches the namespaces' labels: a reserved range's
 	// namespaceSelector needs them, and a review carries none.
-	c.namespaces = judged.NewLabels(c.client)
+	namespaces, err := judged.NewLabels(c.informers)
+	if err != nil {
+		return nil, err
+	}
+	c.namespaces = namespaces
 	c.gate = &readiness.Gate{Policies: policies, View: view, StaleFor: source.StaleFor, MaxStaleness: o.maxStaleness, StaticCIDRs: staticCIDRs, NamespaceLabels: c.namespaces.Of}
 	readiness.RegisterBandUsage(c.registry, view, readiness.ReservedBands(policies))
 	readiness.RegisterRangeUsage(c.registry, view, readiness.ReservedRanges(policies))
@@ -354,7 +359,11 @@ func runServer(o serveOptions, staticCIDRs []netip.Prefix, log logr.Logger) erro
 	for path, handler := range admission.Endpoints(admission.Config{Gate: c.gate, DecisionLog: log.WithName("audit"), Registry: defaultRegistry, Hook: h.hook}) {
 		server.Register(path, handler)
 	}
-	serve := append(h.serve, runnable{"webhook server", server.Start})
+	// Every row has registered its informers: the replica's factory starts
+	// them once, and runs with the webhook (the serving Secret's watch
+	// among them) until the server stops.
+	log.Info("watching", "informers", c.informers.Registered())
+	serve := append(h.serve, runnable{"informers", c.informers.Run}, runnable{"webhook server", server.Start})
 
 	var draining atomic.Bool
 	readyChecks := map[string]healthz.Checker{
@@ -394,7 +403,11 @@ func leaderElection(c *hostContext, works []leader.Work) []runnable {
 	}
 	m := leader.NewMetrics(c.registry)
 	return []runnable{{"leader election", func(ctx context.Context) error {
-		return leader.Run(ctx, c.client, c.o.lease, c.log.WithName("leader"), m, works...)
+		// The term's informer factory reads the two configurations, every
+		// mutating one when the conditions are managed (they weigh every
+		// other mutator; that informer then serves ours too).
+		cfgs := sharedinformers.Configurations{Mutating: c.o.configurations.Mutating, Validating: c.o.configurations.Validating, EveryMutating: c.o.conditions.Manage}
+		return leader.Run(ctx, c.client, c.o.lease, cfgs, c.log.WithName("leader"), m, works...)
 	}}}
 }
 

@@ -5,12 +5,15 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
@@ -67,6 +70,173 @@ func TestOneWatchOfNamespacesPerReplica(t *testing.T) {
 	if added["namespaces"] != 1 {
 		t.Errorf("the replica watches namespaces %v times, want once (the replica's watch, read by the leader's scope too)", added["namespaces"])
 	}
+}
+
+// everyRoleArgs are serve's flags for every leader feature, as the e2e
+// harness runs them (the harness adds --backstop and, with ManagedCerts,
+// --certificate-source=managed).
+var everyRoleArgs = []string{"--policy-source=crd", "--hold-reservations", "--audit-interval=5m", "--manage-match-conditions", "--arm-failure-policy"}
+
+// TestOneWatchPerResourceWithEveryRole: one replica leading with every
+// leader feature on opens one watch of each resource its features share:
+// the replica's informer factory watches the namespaces (and the holds,
+// the serving Secret) once, the term's factory the two webhook
+// configurations once (every mutating one, as the managed matchConditions
+// need, which serves ours too). Measured on the apiserver
+// (apiserver_longrunning_requests, WATCH), logged whole by resource. The
+// view's own watches of ServiceCIDRs and IPAddresses (pkg/allocview/kubesource,
+// kept out of any informer store for memory) are not the factories'.
+func TestOneWatchPerResourceWithEveryRole(t *testing.T) {
+	c := own(t, framework.Options{Webhooks: 0, ManagedCerts: true, ArmByLeader: true, WebhookArgs: everyRoleArgs})
+	ctx := testContext(t, 3*time.Minute)
+	installPolicyObject(t, ctx, c, backstopPolicy)
+	before, err := watchesByResource(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Every feature's term has started: the audit passed (the namespaces
+	// listed, the scope read from the configurations), the backstop is in
+	// force, the certificates' leader wrote its CA Secret; and the
+	// watches have stopped changing (two readings a second apart).
+	var added map[string]float64
+	fixtures.EventuallyNil(t, "every leader feature to run and its watches to settle", 2*time.Minute, func() error {
+		passes, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`)
+		if err != nil || passes < 1 {
+			return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v (%v)", passes, err)
+		}
+		if got := backstopCondition(ctx, c); !strings.HasPrefix(got, "True InForce: ") {
+			return fmt.Errorf("BackstopInForce %q", got)
+		}
+		issued, err := c.WebhookMetric(ctx, 0, "clusterip_policy_certificate_passes_total", `result="ok"`)
+		if err != nil || issued < 1 {
+			return fmt.Errorf("clusterip_policy_certificate_passes_total{result=\"ok\"} %v (%v)", issued, err)
+		}
+		first, err := watchesByResource(ctx, c)
+		if err != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+		second, err := watchesByResource(ctx, c)
+		if err != nil {
+			return err
+		}
+		added = map[string]float64{}
+		for r, n := range second {
+			if d := n - before[r]; d != 0 {
+				added[r] = d
+			}
+			if n != first[r] {
+				return fmt.Errorf("the watches of %s still change: %v, then %v", r, first[r], n)
+			}
+		}
+		return nil
+	})
+	var rows []string
+	for r, n := range added {
+		rows = append(rows, fmt.Sprintf("%s %v", r, n))
+	}
+	sort.Strings(rows)
+	t.Logf("watches a replica leading with every role opens, by resource: %s", strings.Join(rows, ", "))
+	for _, r := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "namespaces"} {
+		if added[r] != 1 {
+			t.Errorf("the replica watches %s %v times, want once (one informer factory per replica, one per term, each type watched by one informer)", r, added[r])
+		}
+	}
+}
+
+// TestATermsWatchesCloseWhenTheLeaseIsLost: the leader term's informer
+// factory is shut down when the term ends, so a replica that lost the
+// Lease keeps only the replica's watches (the namespaces, the holds, the
+// serving Secret, the view's, the policy object). The Lease is taken from
+// it as a partitioned leader loses it: another holder written into it.
+func TestATermsWatchesCloseWhenTheLeaseIsLost(t *testing.T) {
+	c := own(t, framework.Options{Webhooks: 0, ManagedCerts: true, ArmByLeader: true,
+		WebhookArgs: append([]string{"--leader-election-previous-lease="}, everyRoleArgs...)})
+	ctx := testContext(t, 3*time.Minute)
+	installPolicyObject(t, ctx, c, backstopPolicy)
+	before, err := watchesByResource(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	added := func() (map[string]float64, string, error) {
+		now, err := watchesByResource(ctx, c)
+		if err != nil {
+			return nil, "", err
+		}
+		out := map[string]float64{}
+		var rows []string
+		for r, n := range now {
+			if d := n - before[r]; d != 0 {
+				out[r] = d
+				rows = append(rows, fmt.Sprintf("%s %v", r, d))
+			}
+		}
+		sort.Strings(rows)
+		return out, strings.Join(rows, ", "), nil
+	}
+	leaderOnly := []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "mutatingadmissionpolicies"}
+	var table string
+	fixtures.EventuallyNil(t, "the term's watches to open", time.Minute, func() error {
+		w, rows, err := added()
+		if err != nil {
+			return err
+		}
+		table = rows
+		for _, r := range leaderOnly {
+			if w[r] != 1 {
+				return fmt.Errorf("%s watched %v times: %s", r, w[r], rows)
+			}
+		}
+		if w["secrets"] != 2 {
+			return fmt.Errorf("secrets watched %v times, want 2 (the serving Secret, the CA Secret): %s", w["secrets"], rows)
+		}
+		return nil
+	})
+	t.Logf("watches while leading: %s", table)
+
+	const ns, name = "clusterip-policy", "clusterip-policy-leader"
+	fixtures.EventuallyNil(t, "another holder written into the Lease", 30*time.Second, func() error {
+		l, err := c.Client(0).CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		other, hour, now := "someone-else", int32(3600), metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &other, &hour, &now, &now
+		_, err = c.Client(0).CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	fixtures.EventuallyNil(t, "the term to end and its watches to close", time.Minute, func() error {
+		if leading(ctx, c, 0) {
+			return errors.New("still leading")
+		}
+		w, rows, err := added()
+		if err != nil {
+			return err
+		}
+		table = rows
+		for _, r := range leaderOnly {
+			if w[r] != 0 {
+				return fmt.Errorf("%s still watched %v times: %s", r, w[r], rows)
+			}
+		}
+		if w["secrets"] != 1 || w["namespaces"] != 1 {
+			return fmt.Errorf("secrets %v, namespaces %v, want 1 each (the replica's): %s", w["secrets"], w["namespaces"], rows)
+		}
+		return nil
+	})
+	t.Logf("watches once the Lease was lost: %s", table)
 }
 
 // watchesByResource reads apiserver 0's open WATCH requests, by resource.

@@ -36,6 +36,7 @@ import (
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
 	"clusterip-policy/internal/readiness"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/backstop"
@@ -152,6 +153,9 @@ type Keeper struct {
 	m      *Metrics
 	report Reporter
 	now    func() time.Time
+	// configurations are the term's watch of the two configurations,
+	// which read uses; set by lead, for the term.
+	webhooks *sharedinformers.WebhookConfigurations
 }
 
 // New keeps the backstop for the gate's policy and view, and tells report
@@ -188,6 +192,15 @@ type state struct {
 // backoff, and every verifyInterval regardless (absentInterval while the
 // configurations do not exist).
 func (k *Keeper) lead(ctx context.Context) {
+	if err := k.watch(ctx); err != nil {
+		// A bug of the wiring (no term factory, a second filter for a
+		// type): nothing is written this term, and the log says why.
+		if err := k.failed(ctx, "WriteFailed", err); err != nil {
+			k.log.Error(err, "cannot watch the webhook configurations; the backstop is not written this term")
+		}
+		<-ctx.Done()
+		return
+	}
 	var (
 		lastKey       string // the inputs last written; "" after a failure
 		reported      string // the inputs last reported in force
@@ -320,11 +333,37 @@ func (k *Keeper) servesMutatingPolicies(ctx context.Context) (bool, error) {
 	return slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "mutatingadmissionpolicies" }), ctx.Err()
 }
 
-// read gets the two configurations and the backstop's bindings, by name:
-// the RBAC of the webhook grants these names only.
+// watch registers the term's watch of the two configurations (in the
+// term's informer factory, which ctx carries) and starts it for the term.
+// A bug of the wiring, it says so; the backstop is then not written.
+func (k *Keeper) watch(ctx context.Context) error {
+	f, err := sharedinformers.FromContext(ctx)
+	if err != nil {
+		return err
+	}
+	if k.webhooks, err = f.WebhookConfigurations("backstop"); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	// The first list takes a round trip; one that does not come within
+	// firstList (RBAC, the apiserver away) fails the passes, which say so.
+	sctx, cancel := context.WithTimeout(ctx, firstList)
+	defer cancel()
+	sharedinformers.WaitForSync(sctx, k.webhooks.Informers()...)
+	return nil
+}
+
+// firstList bounds a term's wait for the configurations' first list.
+const firstList = 10 * time.Second
+
+// read takes the two configurations from the term's watch of them, and
+// gets the backstop's bindings by name (the RBAC of the webhook grants
+// these names only). A configuration the watch saw a moment late is
+// safe: a binding is created only after a fresh read (configurations)
+// finds both there.
 func (k *Keeper) read(ctx context.Context) (state, error) {
 	var s state
-	registered, vwc, err := k.configurations(ctx)
+	registered, vwc, err := k.watched()
 	if err != nil {
 		return s, err
 	}
@@ -436,8 +475,29 @@ func (k *Keeper) write(ctx context.Context, set backstop.Set, s state) (lifted b
 	return false, nil
 }
 
+// watched says whether both Service webhook configurations exist, as the
+// term's watch of them last saw, and returns the validating one when it
+// does (the watch's object: read, never changed).
+func (k *Keeper) watched() (bool, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	_, err := k.webhooks.Mutating()
+	mutatingThere := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, nil, err
+	}
+	vwc, err := k.webhooks.Validating()
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil, nil
+	case err != nil:
+		return false, nil, err
+	}
+	return mutatingThere, vwc, nil
+}
+
 // configurations says whether both Service webhook configurations exist,
-// and returns the validating one when it does.
+// and returns the validating one when it does: a fresh read, right after
+// this pass created a binding, so that a break-glass between the watch's
+// news and the create withdraws it.
 func (k *Keeper) configurations(ctx context.Context) (bool, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 	_, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Configurations.Mutating, metav1.GetOptions{})
 	mutatingThere := err == nil

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/backstop"
@@ -78,12 +80,33 @@ func policiesOf(t *testing.T, cs kubernetes.Interface) []string {
 }
 
 // registeredKeeper is a keeper on a fake cluster where both Service
-// webhook configurations exist.
-func registeredKeeper() (*fake.Clientset, *Keeper) {
+// webhook configurations exist, in a term whose watch of them runs until
+// the test ends.
+func registeredKeeper(t *testing.T) (*fake.Clientset, *Keeper) {
+	t.Helper()
 	cs := fake.NewClientset(
 		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}},
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterip-policy"}})
-	return cs, &Keeper{client: cs, o: Options{Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}}
+	k := &Keeper{client: cs, o: Options{Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := sharedinformers.New(cs, sharedinformers.Configurations{Mutating: "clusterip-policy", Validating: "clusterip-policy"})
+	t.Cleanup(func() { cancel(); f.Shutdown() })
+	if err := k.watch(sharedinformers.NewContext(ctx, f)); err != nil {
+		t.Fatal(err)
+	}
+	return cs, k
+}
+
+// readWatched is k.read once the term's watch has seen what the fake
+// cluster holds, as the leader's does milliseconds after a change.
+func readWatched(t *testing.T, ctx context.Context, cs *fake.Clientset, k *Keeper) (state, error) {
+	t.Helper()
+	fixtures.Eventually(t, "the configurations watched", 10*time.Second, func() bool {
+		registered, vwc, err := k.configurations(ctx)
+		wregistered, wvwc, werr := k.watched()
+		return err == nil && werr == nil && registered == wregistered && (vwc == nil) == (wvwc == nil)
+	})
+	return k.read(ctx)
 }
 
 const (
@@ -93,7 +116,7 @@ const (
 
 func TestTheKeeperWritesWhileRegisteredKeepsWhatExistsAndLiftsWithBoth(t *testing.T) {
 	ctx := context.Background()
-	cs, k := registeredKeeper()
+	cs, k := registeredKeeper(t)
 	set := compiled(t, denyAll)
 
 	// Registered: every policy and binding is written.
@@ -215,9 +238,9 @@ func TestTheKeeperNeverUndoesABreakGlassBetweenItsReadAndItsWrite(t *testing.T) 
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs, k := registeredKeeper()
+			cs, k := registeredKeeper(t)
 			tc.before(t, cs, k)
-			read, err := k.read(ctx)
+			read, err := readWatched(t, ctx, cs, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,7 +252,7 @@ func TestTheKeeperNeverUndoesABreakGlassBetweenItsReadAndItsWrite(t *testing.T) 
 				t.Fatalf("the break-glass deleted the bindings after the read (registered %v, bindings %v); the write brought back %v", read.registered, read.bindings, got)
 			}
 			// The next pass sees the lift.
-			read, err = k.read(ctx)
+			read, err = readWatched(t, ctx, cs, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +266,7 @@ func TestTheKeeperNeverUndoesABreakGlassBetweenItsReadAndItsWrite(t *testing.T) 
 	// (the update at the version read; that a stale version is refused is
 	// the apiserver's optimistic concurrency, which the fake does not
 	// model).
-	cs, k := registeredKeeper()
+	cs, k := registeredKeeper(t)
 	if _, err := k.write(ctx, set, state{registered: true, bindings: map[string]string{}}); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +279,7 @@ func TestTheKeeperNeverUndoesABreakGlassBetweenItsReadAndItsWrite(t *testing.T) 
 	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Update(ctx, b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	read, err := k.read(ctx)
+	read, err := readWatched(t, ctx, cs, k)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,13 @@ import (
 	"net/netip"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/pkg/holds"
 )
 
@@ -22,25 +22,27 @@ import (
 // only the changes of the holds; it keeps one small object per held
 // reservation, so its memory is bounded by the policy's reservations (and
 // by whatever an account that may create IPAddresses labels as ours).
+//
+// The informer is the replica's informer factory's IPAddress informer, over
+// the holds' label selector: the view's watch of every IPAddress
+// (pkg/allocview/kubesource) is a list and watch of its own, kept out of
+// any informer store for memory, so nothing else asks the factory for
+// IPAddresses.
 type Watch struct {
-	factory informers.SharedInformerFactory
-	lister  listersv1.IPAddressLister
-	synced  cache.InformerSynced
+	lister listersv1.IPAddressLister
+	synced cache.InformerSynced
 }
 
-// NewWatch watches the holds through client.
-func NewWatch(client kubernetes.Interface) *Watch {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = holds.Selector }))
-	inf := factory.Networking().V1().IPAddresses()
-	return &Watch{factory: factory, lister: inf.Lister(), synced: inf.Informer().HasSynced}
-}
-
-// Run follows the holds until ctx ends.
-func (w *Watch) Run(ctx context.Context) {
-	w.factory.Start(ctx.Done())
-	<-ctx.Done()
-	w.factory.Shutdown()
+// NewWatch registers the holds' informer in the replica's factory, which
+// its owner starts.
+func NewWatch(f *sharedinformers.Factory) (*Watch, error) {
+	inf, err := f.For("holds", &networkingv1.IPAddress{}, sharedinformers.Labelled(holds.Selector), func(c kubernetes.Interface, fl sharedinformers.Filter) cache.SharedIndexInformer {
+		return networkinginformers.NewFilteredIPAddressInformer(c, 0, cache.Indexers{}, fl.Tweak)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Watch{lister: listersv1.NewIPAddressLister(inf.GetIndexer()), synced: inf.HasSynced}, nil
 }
 
 // Synced reports whether the first list is in: until then no release can

@@ -24,6 +24,7 @@ import (
 
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/readiness/readinesstest"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
@@ -190,6 +191,13 @@ func managedExprs(t *testing.T, client *fake.Clientset) (mutating, validating, p
 	return mutating, validating, v.Annotations[conditionsPolicyAnnotation]
 }
 
+// termContext carries a leader term's informer factory over client, as
+// leader.Run hands it to the Works: every MutatingWebhookConfiguration, as
+// with the conditions managed.
+func termContext(client *fake.Clientset) context.Context {
+	return sharedinformers.NewContext(context.Background(), sharedinformers.New(client, sharedinformers.Configurations{Mutating: "clusterip-policy", Validating: "clusterip-policy", EveryMutating: true}))
+}
+
 // The leader follows its own readiness and the other mutating admission:
 // not ready, it writes conditions that send every create (fail-safe);
 // ready, the selective ones; while another mutating webhook selects
@@ -200,7 +208,7 @@ func TestLeaderSendsEveryCreateWhenNotReadyOrWhenAnotherMutatorActsOnServices(t 
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0, v0)
 	k := New(client, r.Gate, Options{Manage: true, Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(termContext(client))
 	done := make(chan struct{})
 	go func() { defer close(done); k.Work()(ctx) }()
 	defer func() { cancel(); <-done }()
@@ -292,7 +300,7 @@ func TestARefusedWriteOfNewConditionsFallsBackToTheFailSafeOnes(t *testing.T) {
 	m0, v0 := testConfigurations()
 	client := fake.NewClientset(m0, v0)
 	k := New(client, r.Gate, Options{Manage: true, Configurations: webhookconfig.Names{Mutating: "clusterip-policy", Validating: "clusterip-policy"}}, logr.Discard(), NewMetrics(prometheus.NewRegistry()), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(termContext(client))
 	done := make(chan struct{})
 	go func() { defer close(done); k.Work()(ctx) }()
 	defer func() { cancel(); <-done }()

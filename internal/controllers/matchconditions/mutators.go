@@ -20,6 +20,7 @@ import (
 
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/pkg/backstop"
 	"clusterip-policy/pkg/matchconditions"
 )
@@ -72,6 +73,13 @@ func (w *mutatorWatch) state() mutatorState {
 // them anew when the served MutatingAdmissionPolicy version changes.
 func (w *mutatorWatch) run(ctx context.Context) {
 	defer w.set(nil)
+	webhooks, err := w.configurations(ctx)
+	if err != nil {
+		// A bug of the wiring: the mutators stay unknown, so every create
+		// is sent to the webhook, and the log says why.
+		w.log.Error(err, "cannot watch the MutatingWebhookConfigurations; every Service create is sent to the mutating webhook")
+		return
+	}
 	version, stop := "", func() {}
 	defer func() { stop() }()
 	(&poll.Loop{
@@ -93,7 +101,7 @@ func (w *mutatorWatch) run(ctx context.Context) {
 			stop()
 			tctx, cancel := context.WithCancel(ctx)
 			version, stop = v, cancel
-			w.set(w.start(tctx, v))
+			w.set(w.start(tctx, v, webhooks))
 			return 0, nil
 		},
 		Resync: mapRediscoverInterval, Backoff: mutatorRetry, MaxBackoff: mutatorRetry,
@@ -110,6 +118,22 @@ func (w *mutatorWatch) started() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.read != nil
+}
+
+// configurations registers the term's watch of the configurations (every
+// MutatingWebhookConfiguration with the conditions managed) in the term's
+// informer factory ctx carries, and starts it for the term.
+func (w *mutatorWatch) configurations(ctx context.Context) (*sharedinformers.WebhookConfigurations, error) {
+	term, err := sharedinformers.FromContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	webhooks, err := term.WebhookConfigurations("match-conditions")
+	if err != nil {
+		return nil, err
+	}
+	term.Start(ctx.Done())
+	return webhooks, nil
 }
 
 func (w *mutatorWatch) set(read func() ([]matchconditions.Mutator, bool)) {
@@ -141,10 +165,15 @@ func (w *mutatorWatch) policyVersion(ctx context.Context) (string, error) {
 }
 
 // start runs the informers until ctx ends and returns what reads them.
-func (w *mutatorWatch) start(ctx context.Context, policyVersion string) func() ([]matchconditions.Mutator, bool) {
+// The MutatingWebhookConfigurations are webhooks, the term's watch, which
+// lists every one when the conditions are managed and serves the other
+// leader loops ours from the same list and watch. The
+// MutatingAdmissionPolicies, read by no other loop, are a factory of their
+// own, started anew for the version served: a term's factory cannot stop
+// one informer of a version no longer served.
+func (w *mutatorWatch) start(ctx context.Context, policyVersion string, webhooks *sharedinformers.WebhookConfigurations) func() ([]matchconditions.Mutator, bool) {
 	f := informers.NewSharedInformerFactory(w.client, 0)
-	webhooks := f.Admissionregistration().V1().MutatingWebhookConfigurations()
-	synced := []cache.InformerSynced{webhooks.Informer().HasSynced}
+	synced := []cache.InformerSynced{webhooks.Synced}
 	var policies func() ([]matchconditions.Mutator, error)
 	switch policyVersion {
 	case "v1":
@@ -182,7 +211,7 @@ func (w *mutatorWatch) start(ctx context.Context, policyVersion string) func() (
 				return nil, false
 			}
 		}
-		cfgs, err := webhooks.Lister().List(labels.Everything())
+		cfgs, err := webhooks.EveryMutating()
 		if err != nil {
 			return nil, false
 		}

@@ -36,10 +36,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -47,6 +45,7 @@ import (
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/webhookconfig"
 )
 
@@ -215,19 +214,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Keeper is the leader's work: the CA, the serving certificate and the
 // caBundles.
 type Keeper struct {
-	client   kubernetes.Interface
+	client kubernetes.Interface
+	// served is every replica's watch of the serving Secret, which the
+	// leader's passes follow too.
+	served   *Source
 	o        Options
 	log      logr.Logger
 	metrics  *Metrics
 	now      func() time.Time
 	dnsNames []string
 	ips      []net.IP
+	// configurations are the term's watch of the two configurations
+	// (trustedNow reads their caBundles); set by watch, nil between terms.
+	configurations *sharedinformers.WebhookConfigurations
 }
 
-// New keeps the certificates o names.
-func New(client kubernetes.Interface, o Options, log logr.Logger, m *Metrics) *Keeper {
+// New keeps the certificates o names; served is this replica's Source of
+// the serving Secret.
+func New(client kubernetes.Interface, served *Source, o Options, log logr.Logger, m *Metrics) *Keeper {
 	dns, ips := o.names()
-	return &Keeper{client: client, o: o, log: log, metrics: m, now: time.Now, dnsNames: dns, ips: ips}
+	return &Keeper{client: client, served: served, o: o, log: log, metrics: m, now: time.Now, dnsNames: dns, ips: ips}
 }
 
 // Work keeps the certificates while this replica leads.
@@ -241,6 +247,10 @@ func (k *Keeper) Work() leader.Work {
 // resync bounds how long the leader goes without a pass: a change it was
 // not told of (a watch that lapsed) is repaired within it.
 const resync = time.Minute
+
+// firstList bounds the wait of a term's start for its informers' first
+// list.
+const firstList = 10 * time.Second
 
 // maxBackoff bounds the retries of a failing pass.
 const maxBackoff = 30 * time.Second
@@ -288,38 +298,59 @@ func (k *Keeper) lead(ctx context.Context) {
 // kickGap is the shortest time between two passes that events started.
 const kickGap = 50 * time.Millisecond
 
-// watch runs informers on the two Secrets and the configurations, by
-// name, calling kick on every change, until stop.
+// watch calls kick on every change of the two Secrets and the
+// configurations, until stop: the serving Secret from the replica's
+// watch of it (Source), the CA Secret and the configurations from the
+// term's informer factory (ctx carries it), which the other leader loops
+// share. An informer that cannot be had (a bug of the wiring) is logged;
+// the passes still run, every resync.
 func (k *Keeper) watch(ctx context.Context, kick func()) (stop func()) {
-	wctx, cancel := context.WithCancel(ctx)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { kick() },
 		UpdateFunc: func(any, any) { kick() },
 		DeleteFunc: func(any) { kick() },
 	}
-	var factories []informers.SharedInformerFactory
-	for _, name := range []string{k.o.Secret, k.o.CASecret} {
-		f := namedSecrets(k.client, k.o.Namespace, name)
-		_, _ = f.Core().V1().Secrets().Informer().AddEventHandler(h)
-		factories = append(factories, f)
+	type registered struct {
+		informer cache.SharedIndexInformer
+		reg      cache.ResourceEventHandlerRegistration
 	}
-	named := func(name string) informers.SharedInformerFactory {
-		return informers.NewSharedInformerFactoryWithOptions(k.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}))
-	}
-	m, v := named(k.o.Configurations.Mutating), named(k.o.Configurations.Validating)
-	_, _ = m.Admissionregistration().V1().MutatingWebhookConfigurations().Informer().AddEventHandler(h)
-	_, _ = v.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer().AddEventHandler(h)
-	factories = append(factories, m, v)
-	for _, f := range factories {
-		f.Start(wctx.Done())
-	}
-	return func() {
-		cancel()
-		for _, f := range factories {
-			f.Shutdown()
+	var regs []registered
+	add := func(inf cache.SharedIndexInformer) {
+		if reg, err := inf.AddEventHandler(h); err == nil {
+			regs = append(regs, registered{inf, reg})
 		}
+	}
+	add(k.served.informer)
+	f, err := sharedinformers.FromContext(ctx)
+	var caSecret cache.SharedIndexInformer
+	if err == nil {
+		caSecret, err = namedSecret(f, "certificates", k.o.Namespace, k.o.CASecret)
+	}
+	if err == nil {
+		k.configurations, err = f.WebhookConfigurations("certificates")
+	}
+	if err != nil {
+		k.log.Error(err, "cannot watch the CA Secret and the webhook configurations; passing every resync only", "resync", resync.String())
+		return func() {}
+	}
+	add(caSecret)
+	for _, inf := range k.configurations.Informers() {
+		add(inf)
+	}
+	f.Start(ctx.Done())
+	// The first pass reads the configurations only when the Secrets lost
+	// track of what is trusted; a list that does not come within
+	// firstList (RBAC, the apiserver away) fails that pass, which says so.
+	sctx, cancel := context.WithTimeout(ctx, firstList)
+	sharedinformers.WaitForSync(sctx, append(k.configurations.Informers(), caSecret)...)
+	cancel()
+	return func() {
+		// The term's informers stop with the term; the replica's serving
+		// Secret informer runs on, without the leader's handler.
+		for _, r := range regs {
+			_ = r.informer.RemoveEventHandler(r.reg)
+		}
+		k.configurations = nil
 	}
 }
 
@@ -371,7 +402,7 @@ func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
 		// wrote into the serving Secret's ca.crt is never added to the
 		// caBundle on that Secret's word: only what the configurations
 		// already trust is kept.
-		trusted, err := k.trustedNow(ctx)
+		trusted, err := k.trustedNow()
 		if err != nil {
 			return now, err
 		}
@@ -484,15 +515,19 @@ func digestOf(b []byte) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
-// trustedNow is every CA the caBundles of the configurations hold now.
-func (k *Keeper) trustedNow(ctx context.Context) ([]*x509.Certificate, error) {
+// trustedNow is every CA the caBundles of the configurations hold, as the
+// term's watch of them last saw.
+func (k *Keeper) trustedNow() ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
 	add := func(b []byte) {
 		if certs, err := parseCerts(b, "caBundle"); err == nil {
 			out = append(out, certs...)
 		}
 	}
-	m, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Configurations.Mutating, metav1.GetOptions{})
+	if k.configurations == nil {
+		return nil, errors.New("the webhook configurations are not watched in this term, so the caBundles they trust cannot be read; the next pass tries again")
+	}
+	m, err := k.configurations.Mutating()
 	switch {
 	case err == nil:
 		for _, h := range m.Webhooks {
@@ -501,7 +536,7 @@ func (k *Keeper) trustedNow(ctx context.Context) ([]*x509.Certificate, error) {
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("read MutatingWebhookConfiguration %s: %w", k.o.Configurations.Mutating, err)
 	}
-	v, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Configurations.Validating, metav1.GetOptions{})
+	v, err := k.configurations.Validating()
 	switch {
 	case err == nil:
 		for _, h := range v.Webhooks {

@@ -23,7 +23,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"clusterip-policy/certs"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/webhookconfig"
+	"clusterip-policy/test/fixtures"
 )
 
 func testOptions() Options {
@@ -61,13 +63,56 @@ type world struct {
 func newWorld(t *testing.T, o Options) *world {
 	m, v := configurations()
 	w := &world{t: t, client: fake.NewClientset(m, v), clock: time.Now()}
-	w.k = New(w.client, o, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+	w.k = newKeeper(t, w.client, o)
 	w.k.now = func() time.Time { return w.clock }
 	return w
 }
 
+// newKeeper is a Keeper over client within a term: the replica's Source of
+// the serving Secret and the term's watch of the configurations, both
+// running until the test ends.
+func newKeeper(t *testing.T, client *fake.Clientset, o Options) *Keeper {
+	t.Helper()
+	replica := sharedinformers.New(client, sharedinformers.Configurations{})
+	src, err := NewSource(replica, o.Namespace, o.Secret, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := New(client, src, o, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+	term := sharedinformers.New(client, sharedinformers.Configurations{Mutating: o.Configurations.Mutating, Validating: o.Configurations.Validating})
+	if k.configurations, err = term.WebhookConfigurations("certificates"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); replica.Shutdown(); term.Shutdown() })
+	replica.Start(ctx.Done())
+	term.Start(ctx.Done())
+	return k
+}
+
+// watched waits until the term's watch of the configurations has seen what
+// the client holds, as the leader's does milliseconds after a change.
+func (w *world) watched() {
+	w.t.Helper()
+	fixtures.Eventually(w.t, "the configurations watched", 10*time.Second, func() bool {
+		ctx := context.Background()
+		m, merr := w.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, w.k.o.Configurations.Mutating, metav1.GetOptions{})
+		v, verr := w.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, w.k.o.Configurations.Validating, metav1.GetOptions{})
+		wm, wmerr := w.k.configurations.Mutating()
+		wv, wverr := w.k.configurations.Validating()
+		same := func(a, b metav1.Object, aerr, berr error) bool {
+			if aerr != nil || berr != nil {
+				return apierrors.IsNotFound(aerr) && apierrors.IsNotFound(berr)
+			}
+			return a.GetResourceVersion() == b.GetResourceVersion()
+		}
+		return same(m, wm, merr, wmerr) && same(v, wv, verr, wverr)
+	})
+}
+
 func (w *world) pass() time.Time {
 	w.t.Helper()
+	w.watched()
 	next, err := w.k.pass(context.Background(), &w.st)
 	if err != nil {
 		w.t.Fatalf("pass at %s: %v", w.clock, err)
@@ -317,7 +362,7 @@ func TestANewTermKeepsTheCAAndWaitsTheSettleItDidNotSee(t *testing.T) {
 	w.pass()
 	_, ca := w.served()
 	w.st = term{} // a new leader
-	w.k = New(w.client, testOptions(), logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+	w.k = newKeeper(t, w.client, testOptions())
 	w.k.now = func() time.Time { return w.clock }
 	w.pass()
 	if _, ca2 := w.served(); !ca2.Equal(ca) {
@@ -535,6 +580,7 @@ func TestDamageIsRepaired(t *testing.T) {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		w.watched()
 		_, err := w.k.pass(ctx, &w.st)
 		if err == nil || !strings.Contains(err.Error(), "--ca-secret") {
 			t.Errorf("err = %v, want one naming --ca-secret", err)
@@ -542,7 +588,7 @@ func TestDamageIsRepaired(t *testing.T) {
 	})
 	t.Run("configurations not yet applied: the certificate is issued, the bundle follows", func(t *testing.T) {
 		w := &world{t: t, client: fake.NewClientset(), clock: time.Now()}
-		w.k = New(w.client, testOptions(), logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+		w.k = newKeeper(t, w.client, testOptions())
 		w.k.now = func() time.Time { return w.clock }
 		w.pass()
 		w.served()
@@ -634,7 +680,7 @@ func TestTakesOverTheCertificateThePreviousChartRendered(t *testing.T) {
 		Data: map[string][]byte{KeyCACert: helmCA.CertPEM, KeyTLSCert: kp.CertPEM, KeyTLSKey: kp.KeyPEM},
 	}
 	w := &world{t: t, client: fake.NewClientset(m, v, chartSecret), clock: time.Now()}
-	w.k = New(w.client, o, logr.Discard(), NewMetrics(prometheus.NewRegistry()))
+	w.k = newKeeper(t, w.client, o)
 	w.k.now = func() time.Time { return w.clock }
 	w.requireTrusted("before the leader's first pass")
 

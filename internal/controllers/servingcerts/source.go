@@ -14,11 +14,11 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"clusterip-policy/internal/sharedinformers"
 )
 
 // Source is what every replica serves with --certificate-source=managed:
@@ -36,7 +36,7 @@ import (
 // it again). Until a first good one arrives every handshake fails, so
 // /readyz (its TLS check) fails and the replica gets no traffic.
 type Source struct {
-	client          kubernetes.Interface
+	informer        cache.SharedIndexInformer // the replica's factory's, of this Secret alone
 	namespace, name string
 	log             logr.Logger
 	metrics         *Metrics
@@ -50,9 +50,14 @@ type served struct {
 	resourceVersion string
 }
 
-// NewSource serves the Secret namespace/name.
-func NewSource(client kubernetes.Interface, namespace, name string, log logr.Logger, m *Metrics) *Source {
-	return &Source{client: client, namespace: namespace, name: name, log: log, metrics: m}
+// NewSource serves the Secret namespace/name, watched by the replica's
+// informer factory f (its owner starts it).
+func NewSource(f *sharedinformers.Factory, namespace, name string, log logr.Logger, m *Metrics) (*Source, error) {
+	inf, err := namedSecret(f, "serving certificate", namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return &Source{informer: inf, namespace: namespace, name: name, log: log, metrics: m}, nil
 }
 
 // GetCertificate is the tls.Config hook: the certificate in force.
@@ -78,33 +83,31 @@ func (s *Source) Served() (leaf, ca *x509.Certificate) {
 	return nil, nil
 }
 
-// Run watches the Secret until ctx ends.
+// Run loads the Secret as the factory's informer sees it, until ctx ends.
 func (s *Source) Run(ctx context.Context) error {
-	f := namedSecrets(s.client, s.namespace, s.name)
-	inf := f.Core().V1().Secrets().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.load(obj) },
 		UpdateFunc: func(_, obj any) { s.load(obj) },
 		DeleteFunc: func(any) {
 			s.log.Info("the serving Secret was deleted; serving the last certificate until the elected replica writes it again", "secret", s.namespace+"/"+s.name)
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	f.Start(ctx.Done())
 	<-ctx.Done()
-	f.Shutdown()
-	return nil
+	return s.informer.RemoveEventHandler(reg)
 }
 
-// namedSecrets is an informer factory of the one Secret namespace/name: a
+// namedSecret is f's Secret informer of the one Secret namespace/name: a
 // list and watch with a field selector on the name, which RBAC authorizes
-// with resourceNames.
-func namedSecrets(client kubernetes.Interface, namespace, name string) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}))
+// with resourceNames. A factory holds one Secret informer: the replica's
+// is the serving Secret (Source, and the leader's kicks), a term's the CA
+// Secret (the leader alone reads it).
+func namedSecret(f *sharedinformers.Factory, by, namespace, name string) (cache.SharedIndexInformer, error) {
+	return f.For(by, &corev1.Secret{}, sharedinformers.Named(namespace, name), func(c kubernetes.Interface, fl sharedinformers.Filter) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredSecretInformer(c, fl.Namespace, 0, cache.Indexers{}, fl.Tweak)
+	})
 }
 
 func (s *Source) load(obj any) {
