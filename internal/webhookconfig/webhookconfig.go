@@ -81,6 +81,22 @@ type Configuration[C any] struct {
 	every bool
 	// manager is the field manager of the write ("": FieldManager).
 	manager string
+	// watched, if set, reads the object from a watch (ReadFrom); copyOf
+	// copies what it returns, which a lister shares and must not change.
+	watched func() (C, error)
+	copyOf  func(C) C
+}
+
+// ReadFrom is c with watched as the first read of an Update: the object
+// as a watch last saw it (a lister's). When the edit changes nothing in
+// it, Update is done without a request; otherwise, or when watched fails,
+// Update reads and writes through the API as without it. A loop that
+// verifies the configurations every few seconds then costs the apiserver
+// nothing while they are as wanted, and a change made by someone else
+// still reaches it with the watch's next event.
+func (c Configuration[C]) ReadFrom(watched func() (C, error)) Configuration[C] {
+	c.watched = watched
+	return c
 }
 
 // EveryWebhook is c with every webhook of the configuration as its
@@ -107,7 +123,7 @@ func Mutating(client kubernetes.Interface, n Names) Configuration[*admissionregi
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	return Configuration[*admissionregistrationv1.MutatingWebhookConfiguration]{
 		Kind: "MutatingWebhookConfiguration", Name: n.Mutating, Flag: "--mutating-webhook-configuration", Webhook: names.MutatingServiceWebhook,
-		get: api.Get, put: api.Update,
+		get: api.Get, put: api.Update, copyOf: (*admissionregistrationv1.MutatingWebhookConfiguration).DeepCopy,
 		entries: func(cfg *admissionregistrationv1.MutatingWebhookConfiguration, every bool) (*metav1.ObjectMeta, []Entry) {
 			var out []Entry
 			for i := range cfg.Webhooks {
@@ -126,7 +142,7 @@ func Validating(client kubernetes.Interface, n Names) Configuration[*admissionre
 	api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	return Configuration[*admissionregistrationv1.ValidatingWebhookConfiguration]{
 		Kind: "ValidatingWebhookConfiguration", Name: n.Validating, Flag: "--validating-webhook-configuration", Webhook: names.ValidatingServiceWebhook,
-		get: api.Get, put: api.Update,
+		get: api.Get, put: api.Update, copyOf: (*admissionregistrationv1.ValidatingWebhookConfiguration).DeepCopy,
 		entries: func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, every bool) (*metav1.ObjectMeta, []Entry) {
 			var out []Entry
 			for i := range cfg.Webhooks {
@@ -151,6 +167,18 @@ type Edit func(meta *metav1.ObjectMeta, entries []Entry) (changed bool, err erro
 // configuration that does not exist is an error apierrors.IsNotFound
 // recognises.
 func Update[C any](ctx context.Context, c Configuration[C], edit Edit) (bool, error) {
+	if c.watched != nil && c.copyOf != nil {
+		if cfg, err := c.watched(); err == nil {
+			meta, entries := c.entries(c.copyOf(cfg), c.every)
+			// An edit that fails or would change something is decided on
+			// a fresh read below, with its errors named as always.
+			if len(entries) > 0 || c.every {
+				if changed, err := edit(meta, entries); err == nil && !changed {
+					return false, nil
+				}
+			}
+		}
+	}
 	written := false
 	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)

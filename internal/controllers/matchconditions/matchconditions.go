@@ -30,6 +30,7 @@ import (
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/poll"
 	"clusterip-policy/internal/readiness"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
 	"clusterip-policy/pkg/matchconditions"
@@ -245,6 +246,15 @@ func (k *Keeper) Work() leader.Work {
 func (k *Keeper) lead(ctx context.Context) {
 	go k.mutators.run(ctx)
 	t := &leadTerm{start: time.Now(), others: mutatorState{count: -1}}
+	// The term's watch of the configurations (the mutators' run starts
+	// it): a write whose conditions are there already is then decided
+	// without a request. Without it (a bug of the wiring, which the
+	// mutators' run logs) every write reads through the API.
+	if term, err := sharedinformers.FromContext(ctx); err == nil {
+		if w, err := term.WebhookConfigurations("match-conditions"); err == nil {
+			t.watched = w
+		}
+	}
 	(&poll.Loop{
 		Pass:   func(ctx context.Context) (time.Duration, error) { return 0, k.pass(ctx, t, time.Now()) },
 		Resync: conditionsPollInterval, Backoff: conditionsPollInterval, MaxBackoff: conditionsMaxBackoff,
@@ -273,6 +283,8 @@ type leadTerm struct {
 	// exist; zero while they do.
 	absentRetry time.Time
 	others      mutatorState // as last logged
+	// watched is the term's watch of the configurations; nil: none.
+	watched *sharedinformers.WebhookConfigurations
 }
 
 // pass compares the wanted conditions with those written, writes them if
@@ -319,7 +331,7 @@ func (k *Keeper) put(ctx context.Context, t *leadTerm, want wantedConditions, no
 	if key != t.written {
 		k.metrics.synced.Set(0)
 	}
-	changed, err := k.write(ctx, want.conds, want.policyDigest)
+	changed, err := k.writeSeen(ctx, t.watched, want.conds, want.policyDigest)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -437,12 +449,24 @@ func (k *Keeper) noteOthers(now mutatorState, last *mutatorState) {
 // and the policy annotation says which one that is. It reports whether
 // anything was changed.
 func (k *Keeper) write(ctx context.Context, c matchconditions.Conditions, policyDigest string) (bool, error) {
+	return k.writeSeen(ctx, nil, c, policyDigest)
+}
+
+// writeSeen is write with seen, when not nil, as the first read of each
+// configuration (webhookconfig's ReadFrom): the verification every
+// conditionsVerifyInterval then costs no request while the watch shows
+// them as wanted.
+func (k *Keeper) writeSeen(ctx context.Context, seen *sharedinformers.WebhookConfigurations, c matchconditions.Conditions, policyDigest string) (bool, error) {
 	ann := map[string]string{conditionsDigestAnnotation: c.Digest, conditionsPolicyAnnotation: policyDigest}
-	v, err := update(ctx, k.validating(), c.Validating, ann)
+	vc, mc := k.validating(), k.mutating()
+	if seen != nil {
+		vc, mc = vc.ReadFrom(seen.Validating), mc.ReadFrom(seen.Mutating)
+	}
+	v, err := update(ctx, vc, c.Validating, ann)
 	if err != nil {
 		return false, err
 	}
-	m, err := update(ctx, k.mutating(), c.Mutating, ann)
+	m, err := update(ctx, mc, c.Mutating, ann)
 	return v || m, err
 }
 

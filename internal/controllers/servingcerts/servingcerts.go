@@ -663,12 +663,19 @@ func (k *Keeper) inject(ctx context.Context, bundle []byte) (bool, error) {
 		}
 		return changed, nil
 	}
-	m, err := webhookconfig.Update(ctx, webhookconfig.Mutating(k.client, k.o.Configurations).EveryWebhook().WrittenBy(FieldManager), setBundle)
+	mc := webhookconfig.Mutating(k.client, k.o.Configurations).EveryWebhook().WrittenBy(FieldManager)
+	vc := webhookconfig.Validating(k.client, k.o.Configurations).EveryWebhook().WrittenBy(FieldManager)
+	if w := k.configurations; w != nil {
+		// The term's watch first: a pass whose bundles are in place
+		// already (most, every resync) makes no request.
+		mc, vc = mc.ReadFrom(w.Mutating), vc.ReadFrom(w.Validating)
+	}
+	m, err := webhookconfig.Update(ctx, mc, setBundle)
 	err = k.countInject(m, err)
 	if err != nil {
 		return false, err
 	}
-	v, err := webhookconfig.Update(ctx, webhookconfig.Validating(k.client, k.o.Configurations).EveryWebhook().WrittenBy(FieldManager), setBundle)
+	v, err := webhookconfig.Update(ctx, vc, setBundle)
 	err = k.countInject(v, err)
 	if m || v {
 		k.log.Info("wrote the caBundle of the webhook configurations", "mutating", m, "validating", v, "digest", digestOf(bundle))

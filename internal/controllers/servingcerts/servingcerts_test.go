@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -100,11 +101,12 @@ func (w *world) watched() {
 		v, verr := w.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, w.k.o.Configurations.Validating, metav1.GetOptions{})
 		wm, wmerr := w.k.configurations.Mutating()
 		wv, wverr := w.k.configurations.Validating()
-		same := func(a, b metav1.Object, aerr, berr error) bool {
+		// The whole object: the fake client keeps no resourceVersion.
+		same := func(a, b any, aerr, berr error) bool {
 			if aerr != nil || berr != nil {
 				return apierrors.IsNotFound(aerr) && apierrors.IsNotFound(berr)
 			}
-			return a.GetResourceVersion() == b.GetResourceVersion()
+			return equality.Semantic.DeepEqual(a, b)
 		}
 		return same(m, wm, merr, wmerr) && same(v, wv, verr, wverr)
 	})
