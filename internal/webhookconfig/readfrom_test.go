@@ -59,7 +59,9 @@ func TestReadFromSkipsTheRequestsWhileTheWatchShowsNothingToDo(t *testing.T) {
 	if n := requests(); n != 1 {
 		t.Errorf("a stale watch made %d requests, want the one GET", n)
 	}
-	failing := cfg.ReadFrom(func() (*admissionregistrationv1.ValidatingWebhookConfiguration, error) { return nil, errors.New("not listed yet") })
+	failing := cfg.ReadFrom(func() (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+		return nil, errors.New("not listed yet")
+	})
 	if wrote, err := Update(ctx, failing, setK("newer")); err != nil || !wrote {
 		t.Fatalf("a watch not listed yet: wrote %v, %v", wrote, err)
 	}
