@@ -148,6 +148,65 @@ func TestOneWatchPerResourceWithEveryRole(t *testing.T) {
 			t.Errorf("the replica watches %s %v times, want once (one informer factory per replica, one per term, each type watched by one informer)", r, added[r])
 		}
 	}
+
+	// Settled, the loops that check the configurations every few seconds
+	// (arming every 2 s, the matchConditions every 5 s, the scope every
+	// 5 s) read them from the term's watch: no request while nothing
+	// changes. The webhook is the only client of the configurations here.
+	const idle = 12 * time.Second
+	first, err := configurationRequests(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(idle) // the window measured: every loop passes in it several times
+	second, err := configurationRequests(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = rows[:0]
+	for k, n := range second {
+		if d := n - first[k]; d != 0 {
+			rows = append(rows, fmt.Sprintf("%s %v", k, d))
+		}
+	}
+	sort.Strings(rows)
+	t.Logf("requests to the webhook configurations in %s of a settled leader with every role: %s", idle, strings.Join(rows, ", "))
+	for k, n := range second {
+		if d := n - first[k]; d > 2 {
+			t.Errorf("%v requests %s in %s of a settled leader, want at most 2: a loop reads the configurations through the API instead of the term's watch", d, k, idle)
+		}
+	}
+}
+
+// configurationRequests reads apiserver 0's apiserver_request_total for
+// the two webhook configuration resources, by resource and verb.
+func configurationRequests(ctx context.Context, c *framework.Cluster) (map[string]float64, error) {
+	text, err := apiserverMetricsText(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	label := func(line, name string) string {
+		_, rest, _ := strings.Cut(line, name+`="`)
+		v, _, _ := strings.Cut(rest, `"`)
+		return v
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		r := label(line, "resource")
+		if r != "mutatingwebhookconfigurations" && r != "validatingwebhookconfigurations" {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("apiserver metrics line %q: %w", line, err)
+		}
+		out[r+" "+label(line, "verb")] += v
+	}
+	return out, nil
 }
 
 // TestATermsWatchesCloseWhenTheLeaseIsLost: the leader term's informer

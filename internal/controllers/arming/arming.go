@@ -46,6 +46,7 @@ import (
 	"clusterip-policy/internal/leader"
 	"clusterip-policy/internal/names"
 	"clusterip-policy/internal/poll"
+	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/webhookconfig"
 )
 
@@ -233,13 +234,23 @@ func (s armState) unarmed() []string {
 // configurations every checkInterval and probes at once while one is not
 // armed, arming each webhook its probe reached.
 func (k *Keeper) lead(ctx context.Context) {
+	// The term's watch of the configurations: the check every
+	// checkInterval reads it, not the API. Without it (a bug of the
+	// wiring) every read is a GET, as it says.
+	var seen *sharedinformers.WebhookConfigurations
+	if k.o.Arm {
+		var err error
+		if seen, err = k.watch(ctx); err != nil {
+			k.log.Error(err, "cannot watch the webhook configurations; their failurePolicy is read through the API every check")
+		}
+	}
 	var next time.Time // the next scheduled probe
 	var last Result
 	lastReport := ""
 	pass := func(ctx context.Context) (time.Duration, error) {
 		var st armState
 		if k.o.Arm {
-			st = k.read(ctx)
+			st = k.read(ctx, seen)
 			k.exposeArmed(st)
 		}
 		now := time.Now()
@@ -258,7 +269,8 @@ func (k *Keeper) lead(ctx context.Context) {
 				}
 			}
 			if k.o.Arm && len(unarmed) > 0 {
-				st = k.read(ctx)
+				// Fresh: the watch may not have brought the write yet.
+				st = k.read(ctx, nil)
 				k.exposeArmed(st)
 			}
 			reachable, reason, msg := Condition(last, st, k.o.Arm)
@@ -502,8 +514,32 @@ func stripIDs(s string) string {
 	}
 }
 
-// read returns the failurePolicy state of both Service webhooks.
-func (k *Keeper) read(ctx context.Context) armState {
+// watch registers the term's watch of the two configurations (in the
+// term's informer factory, which ctx carries), starts it and waits at most
+// firstList for its first list.
+func (k *Keeper) watch(ctx context.Context) (*sharedinformers.WebhookConfigurations, error) {
+	f, err := sharedinformers.FromContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := f.WebhookConfigurations("arming")
+	if err != nil {
+		return nil, err
+	}
+	f.Start(ctx.Done())
+	sctx, cancel := context.WithTimeout(ctx, firstList)
+	defer cancel()
+	sharedinformers.WaitForSync(sctx, w.Informers()...)
+	return w, nil
+}
+
+// firstList bounds a term's wait for the configurations' first list.
+const firstList = 10 * time.Second
+
+// read returns the failurePolicy state of both Service webhooks: as seen
+// (the term's watch) shows it when not nil and listed, through the API
+// otherwise.
+func (k *Keeper) read(ctx context.Context, seen *sharedinformers.WebhookConfigurations) armState {
 	st := armState{armed: map[string]bool{}, present: map[string]bool{}}
 	look := func(stage string) webhookconfig.Edit {
 		return func(_ *metav1.ObjectMeta, entries []webhookconfig.Entry) (bool, error) {
@@ -511,8 +547,13 @@ func (k *Keeper) read(ctx context.Context) armState {
 			return false, nil
 		}
 	}
-	_, errM := webhookconfig.Update(ctx, k.mutating(), look(StageMutate))
-	_, errV := webhookconfig.Update(ctx, k.validating(), look(StageValidate))
+	mc, vc := k.mutating(), k.validating()
+	if seen != nil {
+		// look changes nothing, so a listed watch answers without a request.
+		mc, vc = mc.ReadFrom(seen.Mutating), vc.ReadFrom(seen.Validating)
+	}
+	_, errM := webhookconfig.Update(ctx, mc, look(StageMutate))
+	_, errV := webhookconfig.Update(ctx, vc, look(StageValidate))
 	for _, err := range []error{errM, errV} {
 		if err != nil && !apierrors.IsNotFound(err) && st.err == nil {
 			st.err = err
