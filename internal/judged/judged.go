@@ -32,10 +32,6 @@ import (
 // namespace's labels arrive by watch, at once.
 const ReadInterval = 5 * time.Second
 
-// firstList is how long a term waits for the configurations' first list
-// before it reports why they cannot be read.
-const firstList = 10 * time.Second
-
 // ErrNotKnown is returned until both configurations have been read and the
 // namespaces listed once: a loop that skips by namespace waits rather than
 // act on a guess.
@@ -149,11 +145,9 @@ func (s *Scope) Run(ctx context.Context) {
 		s.selectors, s.described, s.listed, s.err, s.warned = nil, "", false, nil, nil
 		s.mu.Unlock()
 	}()
-	f, err := sharedinformers.FromContext(ctx)
-	var cfgs *sharedinformers.WebhookConfigurations
-	if err == nil {
-		cfgs, err = f.WebhookConfigurations("judged")
-	}
+	// The first list takes a round trip; one that does not come (RBAC,
+	// the apiserver away) is reported by the reads after firstList.
+	cfgs, err := sharedinformers.TermConfigurations(ctx, "judged", sharedinformers.FirstList)
 	if err != nil {
 		// A bug of the wiring, not of the cluster: the holds and the audit
 		// wait, and the log says why.
@@ -164,13 +158,7 @@ func (s *Scope) Run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	f.Start(ctx.Done())
 	s.cfgs = cfgs
-	// The first list takes a round trip; one that does not come (RBAC,
-	// the apiserver away) is reported by the reads after firstList.
-	sctx, cancel := context.WithTimeout(ctx, firstList)
-	sharedinformers.WaitForSync(sctx, cfgs.Informers()...)
-	cancel()
 	listed := false
 	pass := func(ctx context.Context) (time.Duration, error) {
 		err := s.read()

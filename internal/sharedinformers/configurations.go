@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -29,6 +30,36 @@ type WebhookConfigurations struct {
 	// watch error (RBAC refusing, the apiserver away): what a read before
 	// the first list says, wrapped.
 	mutatingErr, validatingErr atomic.Pointer[error]
+}
+
+// FirstList is how long a term's loop waits for the configurations' first
+// list before its reads say why they have none.
+const FirstList = 10 * time.Second
+
+// TermConfigurations is what a leader loop reading the configurations
+// does at its term's start: the term's one watch of them (registered for
+// by in the factory ctx carries), the factory started for the term, and
+// its first list waited for at most firstList (FirstList; 0: not waited
+// for). A list
+// that does not come in time (RBAC, the apiserver away) is not an error
+// here: the reads say why until it comes. The error is a bug of the
+// wiring (no term factory in ctx, another filter for a type).
+func TermConfigurations(ctx context.Context, by string, firstList time.Duration) (*WebhookConfigurations, error) {
+	f, err := FromContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := f.WebhookConfigurations(by)
+	if err != nil {
+		return nil, err
+	}
+	f.Start(ctx.Done())
+	if firstList > 0 {
+		sctx, cancel := context.WithTimeout(ctx, firstList)
+		defer cancel()
+		WaitForSync(sctx, w.Informers()...)
+	}
+	return w, nil
 }
 
 // WebhookConfigurations registers the informers of the factory's

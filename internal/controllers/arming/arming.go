@@ -240,7 +240,7 @@ func (k *Keeper) lead(ctx context.Context) {
 	var seen *sharedinformers.WebhookConfigurations
 	if k.o.Arm {
 		var err error
-		if seen, err = k.watch(ctx); err != nil {
+		if seen, err = sharedinformers.TermConfigurations(ctx, "arming", sharedinformers.FirstList); err != nil {
 			k.log.Error(err, "cannot watch the webhook configurations; their failurePolicy is read through the API every check")
 		}
 	}
@@ -513,28 +513,6 @@ func stripIDs(s string) string {
 		s = s[:i] + "clusterip-policy-reachability-probe" + s[j:]
 	}
 }
-
-// watch registers the term's watch of the two configurations (in the
-// term's informer factory, which ctx carries), starts it and waits at most
-// firstList for its first list.
-func (k *Keeper) watch(ctx context.Context) (*sharedinformers.WebhookConfigurations, error) {
-	f, err := sharedinformers.FromContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	w, err := f.WebhookConfigurations("arming")
-	if err != nil {
-		return nil, err
-	}
-	f.Start(ctx.Done())
-	sctx, cancel := context.WithTimeout(ctx, firstList)
-	defer cancel()
-	sharedinformers.WaitForSync(sctx, w.Informers()...)
-	return w, nil
-}
-
-// firstList bounds a term's wait for the configurations' first list.
-const firstList = 10 * time.Second
 
 // read returns the failurePolicy state of both Service webhooks: as seen
 // (the term's watch) shows it when not nil and listed, through the API

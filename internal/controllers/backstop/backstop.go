@@ -337,24 +337,10 @@ func (k *Keeper) servesMutatingPolicies(ctx context.Context) (bool, error) {
 // term's informer factory, which ctx carries) and starts it for the term.
 // A bug of the wiring, it says so; the backstop is then not written.
 func (k *Keeper) watch(ctx context.Context) error {
-	f, err := sharedinformers.FromContext(ctx)
-	if err != nil {
-		return err
-	}
-	if k.webhooks, err = f.WebhookConfigurations("backstop"); err != nil {
-		return err
-	}
-	f.Start(ctx.Done())
-	// The first list takes a round trip; one that does not come within
-	// firstList (RBAC, the apiserver away) fails the passes, which say so.
-	sctx, cancel := context.WithTimeout(ctx, firstList)
-	defer cancel()
-	sharedinformers.WaitForSync(sctx, k.webhooks.Informers()...)
-	return nil
+	var err error
+	k.webhooks, err = sharedinformers.TermConfigurations(ctx, "backstop", sharedinformers.FirstList)
+	return err
 }
-
-// firstList bounds a term's wait for the configurations' first list.
-const firstList = 10 * time.Second
 
 // read takes the two configurations from the term's watch of them, and
 // gets the backstop's bindings by name (the RBAC of the webhook grants

@@ -73,7 +73,7 @@ func (w *mutatorWatch) state() mutatorState {
 // them anew when the served MutatingAdmissionPolicy version changes.
 func (w *mutatorWatch) run(ctx context.Context) {
 	defer w.set(nil)
-	webhooks, err := w.configurations(ctx)
+	webhooks, err := sharedinformers.TermConfigurations(ctx, "match-conditions", 0)
 	if err != nil {
 		// A bug of the wiring: the mutators stay unknown, so every create
 		// is sent to the webhook, and the log says why.
@@ -118,22 +118,6 @@ func (w *mutatorWatch) started() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.read != nil
-}
-
-// configurations registers the term's watch of the configurations (every
-// MutatingWebhookConfiguration with the conditions managed) in the term's
-// informer factory ctx carries, and starts it for the term.
-func (w *mutatorWatch) configurations(ctx context.Context) (*sharedinformers.WebhookConfigurations, error) {
-	term, err := sharedinformers.FromContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	webhooks, err := term.WebhookConfigurations("match-conditions")
-	if err != nil {
-		return nil, err
-	}
-	term.Start(ctx.Done())
-	return webhooks, nil
 }
 
 func (w *mutatorWatch) set(read func() ([]matchconditions.Mutator, bool)) {
