@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,7 +100,7 @@ func TestMutatingStageReleasesARangeHoldOnlyForAServiceTheRangeAdmits(t *testing
 		t.Run(tc.name, func(t *testing.T) {
 			objects := append([]runtime.Object{tc.hold}, tc.extra...)
 			if tc.calls == 1 {
-				objects = append(objects, service("team-a", "db"))
+				objects = append(objects, fixtures.Service("team-a", "db"))
 			}
 			client := fake.NewClientset(objects...)
 			hreg := prometheus.NewRegistry()
@@ -174,8 +173,4 @@ func TestForgedCreatesFreeOnlyTheRangesBudgetOfItsAddresses(t *testing.T) {
 	if _, err := client.NetworkingV1().IPAddresses().Get(context.Background(), "10.96.0.103", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("10.96.0.103 was not released one refill later: %v", err)
 	}
-}
-
-func service(ns, name string) *corev1.Service {
-	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 }

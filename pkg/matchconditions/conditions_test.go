@@ -120,18 +120,6 @@ func serviceCIDR(name string, cidrs ...string) allocview.ServiceCIDR {
 	return c
 }
 
-func service(ns, name string, tweaks ...func(*corev1.Service)) *corev1.Service {
-	s := &corev1.Service{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
-	}
-	for _, tw := range tweaks {
-		tw(s)
-	}
-	return s
-}
-
 func TestAllowListIsTheDynamicBandsMinusReservedAddresses(t *testing.T) {
 	env := policy.Env{Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(
 		serviceCIDR("kubernetes", "10.96.0.0/16"),
@@ -227,34 +215,34 @@ func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
 		dryRun    bool
 		operation admission.Operation
 	}{
-		{"dynamic create, mutate", true, "apps", "web", service("apps", "web"), false, false, admission.Create},
-		{"generateName create, mutate", true, "apps", "", service("apps", "", func(s *corev1.Service) { s.GenerateName = "web-" }), false, false, admission.Create},
-		{"owner's create, mutate", true, "apps", "frontend", service("apps", "frontend"), true, false, admission.Create},
-		{"owner named only by the request, mutate", true, "apps", "frontend", service("", ""), true, false, admission.Create},
-		{"static create, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.ClusterIP = "10.96.0.50" }), true, false, admission.Create},
-		{"headless create, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.ClusterIP = "None" }), true, false, admission.Create},
-		{"odd ipFamilies, mutate", true, "apps", "web", service("apps", "web", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{"IPv4", "IPv4"} }), true, false, admission.Create},
+		{"dynamic create, mutate", true, "apps", "web", fixtures.Service("apps", "web"), false, false, admission.Create},
+		{"generateName create, mutate", true, "apps", "", fixtures.Service("apps", "", func(s *corev1.Service) { s.GenerateName = "web-" }), false, false, admission.Create},
+		{"owner's create, mutate", true, "apps", "frontend", fixtures.Service("apps", "frontend"), true, false, admission.Create},
+		{"owner named only by the request, mutate", true, "apps", "frontend", fixtures.Service("", ""), true, false, admission.Create},
+		{"static create, mutate", true, "apps", "web", fixtures.Service("apps", "web", fixtures.WithClusterIP("10.96.0.50")), true, false, admission.Create},
+		{"headless create, mutate", true, "apps", "web", fixtures.Service("apps", "web", fixtures.WithClusterIP("None")), true, false, admission.Create},
+		{"odd ipFamilies, mutate", true, "apps", "web", fixtures.Service("apps", "web", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{"IPv4", "IPv4"} }), true, false, admission.Create},
 		// An UPDATE that changes nothing allocates nothing: the mutating
 		// webhook's static conditions send every UPDATE, the managed one
 		// narrows them (AllocatingUpdate).
-		{"update that allocates nothing, mutate", true, "apps", "web", service("apps", "web"), false, false, admission.Update},
-		{"dynamic allocation, validate", false, "apps", "web", service("apps", "web", final("10.96.77.3")), false, false, admission.Create},
-		{"dual-stack dynamic allocation, validate", false, "apps", "web", service("apps", "web", final("fd00:10:96::9:1", "10.96.77.3")), false, false, admission.Create},
-		{"dynamic landing on a reservation, validate", false, "apps", "web", service("apps", "web", final("10.96.100.5")), true, false, admission.Create},
-		{"static band, validate", false, "apps", "web", service("apps", "web", final("10.96.0.77")), true, false, admission.Create},
-		{"first dynamic address, validate", false, "apps", "web", service("apps", "web", final("10.96.1.1")), false, false, admission.Create},
-		{"last address of the static band, validate", false, "apps", "web", service("apps", "web", final("10.96.1.0")), true, false, admission.Create},
-		{"broadcast address, validate", false, "apps", "web", service("apps", "web", final("10.96.255.255")), true, false, admission.Create},
-		{"leading zeros, validate", false, "apps", "web", service("apps", "web", final("010.096.077.003")), true, false, admission.Create},
-		{"IPv4-mapped, validate", false, "apps", "web", service("apps", "web", final("::ffff:10.96.77.3")), true, false, admission.Create},
-		{"IPv6 in an IPv4 slot, validate", false, "apps", "web", service("apps", "web", func(s *corev1.Service) {
+		{"update that allocates nothing, mutate", true, "apps", "web", fixtures.Service("apps", "web"), false, false, admission.Update},
+		{"dynamic allocation, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.96.77.3")), false, false, admission.Create},
+		{"dual-stack dynamic allocation, validate", false, "apps", "web", fixtures.Service("apps", "web", final("fd00:10:96::9:1", "10.96.77.3")), false, false, admission.Create},
+		{"dynamic landing on a reservation, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.96.100.5")), true, false, admission.Create},
+		{"static band, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.96.0.77")), true, false, admission.Create},
+		{"first dynamic address, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.96.1.1")), false, false, admission.Create},
+		{"last address of the static band, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.96.1.0")), true, false, admission.Create},
+		{"broadcast address, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.96.255.255")), true, false, admission.Create},
+		{"leading zeros, validate", false, "apps", "web", fixtures.Service("apps", "web", final("010.096.077.003")), true, false, admission.Create},
+		{"IPv4-mapped, validate", false, "apps", "web", fixtures.Service("apps", "web", final("::ffff:10.96.77.3")), true, false, admission.Create},
+		{"IPv6 in an IPv4 slot, validate", false, "apps", "web", fixtures.Service("apps", "web", func(s *corev1.Service) {
 			final("fd00:10:96::9:1")(s)
 			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
 		}), true, false, admission.Create},
-		{"IPv6 dynamic written out in full, validate", false, "apps", "web", service("apps", "web", final("fd00:0010:0096:0000:0000:0000:0009:0001")), false, false, admission.Create},
-		{"dry-run placeholder, validate", false, "apps", "web", service("apps", "web", final("10.96.0.0")), true, true, admission.Create},
-		{"outside, validate", false, "apps", "web", service("apps", "web", final("10.200.0.3")), true, false, admission.Create},
-		{"update, validate", false, "apps", "web", service("apps", "web", final("10.96.77.3")), true, false, admission.Update},
+		{"IPv6 dynamic written out in full, validate", false, "apps", "web", fixtures.Service("apps", "web", final("fd00:0010:0096:0000:0000:0000:0009:0001")), false, false, admission.Create},
+		{"dry-run placeholder, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.96.0.0")), true, true, admission.Create},
+		{"outside, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.200.0.3")), true, false, admission.Create},
+		{"update, validate", false, "apps", "web", fixtures.Service("apps", "web", final("10.96.77.3")), true, false, admission.Update},
 	} {
 		run(tc.name, tc.mutate, tc.ns, tc.svc, tc.obj, tc.wantCall, tc.dryRun, tc.operation)
 	}
@@ -272,18 +260,18 @@ func TestCommonDynamicCreateSkipsBothWebhooks(t *testing.T) {
 		obj      *corev1.Service
 		wantCall bool
 	}{
-		{"ranges: dynamic create, mutate", true, service("apps", "web"), false},
-		{"ranges: static create in a range, mutate", true, service("apps", "web", func(s *corev1.Service) { s.Spec.ClusterIP = "10.96.40.5" }), true},
-		{"ranges: dynamic allocation, validate", false, service("apps", "web", final("10.96.77.3")), false},
-		{"ranges: dual-stack dynamic allocation, validate", false, service("apps", "web", final("fd00:10:96::9:1", "10.96.77.3")), false},
-		{"ranges: the address before a first-last range, validate", false, service("apps", "web", final("10.96.40.2")), false},
-		{"ranges: a first-last range's first address, validate", false, service("apps", "web", final("10.96.40.3")), true},
-		{"ranges: inside a first-last range, validate", false, service("apps", "web", final("10.96.41.200")), true},
-		{"ranges: a first-last range's last address, validate", false, service("apps", "web", final("10.96.42.17")), true},
-		{"ranges: the address after it, validate", false, service("apps", "web", final("10.96.42.18")), false},
-		{"ranges: an IPv6 range, validate", false, service("apps", "web", final("fd00:10:96::5:ab")), true},
-		{"ranges: an IPv6 range respelt, validate", false, service("apps", "web", final("FD00:10:96:0::5:AB")), true},
-		{"ranges: IPv6 next to the range, validate", false, service("apps", "web", final("fd00:10:96::5:100")), false},
+		{"ranges: dynamic create, mutate", true, fixtures.Service("apps", "web"), false},
+		{"ranges: static create in a range, mutate", true, fixtures.Service("apps", "web", fixtures.WithClusterIP("10.96.40.5")), true},
+		{"ranges: dynamic allocation, validate", false, fixtures.Service("apps", "web", final("10.96.77.3")), false},
+		{"ranges: dual-stack dynamic allocation, validate", false, fixtures.Service("apps", "web", final("fd00:10:96::9:1", "10.96.77.3")), false},
+		{"ranges: the address before a first-last range, validate", false, fixtures.Service("apps", "web", final("10.96.40.2")), false},
+		{"ranges: a first-last range's first address, validate", false, fixtures.Service("apps", "web", final("10.96.40.3")), true},
+		{"ranges: inside a first-last range, validate", false, fixtures.Service("apps", "web", final("10.96.41.200")), true},
+		{"ranges: a first-last range's last address, validate", false, fixtures.Service("apps", "web", final("10.96.42.17")), true},
+		{"ranges: the address after it, validate", false, fixtures.Service("apps", "web", final("10.96.42.18")), false},
+		{"ranges: an IPv6 range, validate", false, fixtures.Service("apps", "web", final("fd00:10:96::5:ab")), true},
+		{"ranges: an IPv6 range respelt, validate", false, fixtures.Service("apps", "web", final("FD00:10:96:0::5:AB")), true},
+		{"ranges: IPv6 next to the range, validate", false, fixtures.Service("apps", "web", final("fd00:10:96::5:100")), false},
 	} {
 		run(tc.name, tc.mutate, "apps", "web", tc.obj, tc.wantCall, false, admission.Create)
 	}
@@ -369,7 +357,7 @@ func TestConditionIsTrueWheneverTheWebhookWouldAct(t *testing.T) {
 		mut, val := newMatcher(t, c.Mutating), newMatcher(t, c.Validating)
 		for i := range 4000 {
 			nn := names[rng.IntN(len(names))]
-			svc := service(nn[0], nn[1])
+			svc := fixtures.Service(nn[0], nn[1])
 			if rng.IntN(3) == 0 { // the label a reserved range's serviceSelector asks for
 				svc.Labels = map[string]string{"tier": "db"}
 			}
@@ -531,7 +519,7 @@ func TestCappedOwnersSendEveryCreate(t *testing.T) {
 	if !c.OwnersCapped || !strings.HasSuffix(c.Mutating, ") :\ntrue") {
 		t.Fatalf("owners capped %v, mutating %q; want every CREATE sent", c.OwnersCapped, c.Mutating)
 	}
-	if !newMatcher(t, c.Mutating).match(t, admission.Create, "apps", "web", service("apps", "web"), nil, false) {
+	if !newMatcher(t, c.Mutating).match(t, admission.Create, "apps", "web", fixtures.Service("apps", "web"), nil, false) {
 		t.Fatal("a capped mutating condition skipped a create")
 	}
 }
@@ -540,7 +528,7 @@ func TestNilPolicySendsEveryCreate(t *testing.T) {
 	c := Compute(nil, allocview.RangeSet{})
 	for _, e := range []string{c.Mutating, c.Validating} {
 		m := newMatcher(t, e)
-		if !m.match(t, admission.Create, "apps", "web", service("apps", "web", func(s *corev1.Service) {
+		if !m.match(t, admission.Create, "apps", "web", fixtures.Service("apps", "web", func(s *corev1.Service) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies = "10.96.7.7", []string{"10.96.7.7"}, []corev1.IPFamily{"IPv4"}
 		}), nil, false) {
 			t.Errorf("skipped with no policy: %s", e)
@@ -654,11 +642,11 @@ func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
 		}
 		// Worst case: an owner listed last; a dual-stack create none of
 		// whose addresses is listed (every prefix tried for each).
-		check(t, "mutating", c.Mutating, service(fmt.Sprintf("ns%061d", MaxOwners+1), fmt.Sprintf("svc%060d", MaxOwners+1)))
+		check(t, "mutating", c.Mutating, fixtures.Service(fmt.Sprintf("ns%061d", MaxOwners+1), fmt.Sprintf("svc%060d", MaxOwners+1)))
 		check(t, "validating", c.Validating,
-			service("apps", "web", dualStack("10.96.0.20")), service("apps", "web", dualStack("fd00:10:96::20")),
-			service("apps", "web", dualStack("10.96.0.20", "fd00:10:96::20")),
-			service("apps", "web", dualStack("fd00:10:96::20", "10.96.0.20")))
+			fixtures.Service("apps", "web", dualStack("10.96.0.20")), fixtures.Service("apps", "web", dualStack("fd00:10:96::20")),
+			fixtures.Service("apps", "web", dualStack("10.96.0.20", "fd00:10:96::20")),
+			fixtures.Service("apps", "web", dualStack("fd00:10:96::20", "10.96.0.20")))
 	})
 	t.Run("most ranges and holes", func(t *testing.T) {
 		p, rs := largestSkipSet(t)
@@ -670,12 +658,12 @@ func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
 		// excluded static prefix of the range tried last.
 		last4, last6 := "10.131.0.5", "fd00:1234:5678:9a1f::5"
 		check(t, "validating", c.Validating,
-			service("apps", "web", dualStack("10.200.0.20")), service("apps", "web", dualStack("fd00:99::20")),
-			service("apps", "web", dualStack("10.200.0.20", "fd00:99::20")),
-			service("apps", "web", dualStack("fd00:99::20", "10.200.0.20")),
-			service("apps", "web", dualStack(last4, last6)),
-			service("apps", "web", dualStack(last6, last4)),
-			service("apps", "web", dualStack("10.100.7.7", "fd00:1234:5678:9a00:ffff:ffff:ffff:f000")))
+			fixtures.Service("apps", "web", dualStack("10.200.0.20")), fixtures.Service("apps", "web", dualStack("fd00:99::20")),
+			fixtures.Service("apps", "web", dualStack("10.200.0.20", "fd00:99::20")),
+			fixtures.Service("apps", "web", dualStack("fd00:99::20", "10.200.0.20")),
+			fixtures.Service("apps", "web", dualStack(last4, last6)),
+			fixtures.Service("apps", "web", dualStack(last6, last4)),
+			fixtures.Service("apps", "web", dualStack("10.100.7.7", "fd00:1234:5678:9a00:ffff:ffff:ffff:f000")))
 	})
 	t.Run("most reserved-range prefixes", func(t *testing.T) {
 		// 64 ranges of two addresses that no single prefix covers: two
@@ -694,9 +682,9 @@ func TestLargestConditionsStayWithinTheApiserversLimits(t *testing.T) {
 		}
 		// Dynamic addresses in no range: every range prefix tried.
 		check(t, "validating", c.Validating,
-			service("apps", "web", dualStack("10.96.200.20", "fd00:10:96::9:20")),
-			service("apps", "web", dualStack("fd00:10:96::9:20", "10.96.200.20")),
-			service("apps", "web", dualStack("10.96.41.2", "fd00:10:96::9:2f02")))
+			fixtures.Service("apps", "web", dualStack("10.96.200.20", "fd00:10:96::9:20")),
+			fixtures.Service("apps", "web", dualStack("fd00:10:96::9:20", "10.96.200.20")),
+			fixtures.Service("apps", "web", dualStack("10.96.41.2", "fd00:10:96::9:2f02")))
 	})
 }
 
@@ -775,16 +763,16 @@ func TestManagedMutatingConditionSendsExactlyTheUpdatesMutateActsOn(t *testing.T
 	env := policy.Env{Policy: fixtures.MustPolicy(t, policy.ParseDocument, testPolicy), Snapshot: snapshot(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/108"))}
 	c := Compute(env.Policy, env.Ranges())
 	mut := newMatcher(t, c.Mutating)
-	single := service("apps", "web", func(s *corev1.Service) {
+	single := fixtures.Service("apps", "web", func(s *corev1.Service) {
 		s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies = "10.96.0.40", []string{"10.96.0.40"}, []corev1.IPFamily{corev1.IPv4Protocol}
 		p := corev1.IPFamilyPolicySingleStack
 		s.Spec.IPFamilyPolicy = &p
 	})
-	dual := service("apps", "web", dualStack("10.96.0.40", "fd00:10:96::40"), func(s *corev1.Service) {
+	dual := fixtures.Service("apps", "web", dualStack("10.96.0.40", "fd00:10:96::40"), func(s *corev1.Service) {
 		p := corev1.IPFamilyPolicyPreferDualStack
 		s.Spec.IPFamilyPolicy = &p
 	})
-	external := service("apps", "web", func(s *corev1.Service) {
+	external := fixtures.Service("apps", "web", func(s *corev1.Service) {
 		s.Spec.Type = corev1.ServiceTypeExternalName
 		s.Spec.ExternalName = "example.com"
 	})

@@ -120,8 +120,8 @@ func BenchmarkConditionsOfADynamicCreate(b *testing.B) {
 	never := []admissionregistrationv1.MatchCondition{{Name: "never", Expression: "false"}}
 	// The objects as each stage sees a dynamic create: the request as
 	// sent, and the final object after allocation.
-	requested := service("bench", "web")
-	allocated := service("bench", "web", func(s *corev1.Service) {
+	requested := fixtures.Service("bench", "web")
+	allocated := fixtures.Service("bench", "web", func(s *corev1.Service) {
 		pol := corev1.IPFamilyPolicySingleStack
 		s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies, s.Spec.IPFamilyPolicy = "10.96.77.3", []string{"10.96.77.3"}, []corev1.IPFamily{"IPv4"}, &pol
 	})

@@ -43,7 +43,7 @@ func TestAlreadyAllocatedNamesTheIPAddressAndWhenAnOrphanIsFreed(t *testing.T) {
 				tx.SetAllocation(netip.MustParseAddr("10.96.0.50"), tt.holder)
 				tx.MarkSynced(true)
 			})
-			d := Mutate(Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: snap}, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.50"))})
+			d := Mutate(Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: snap}, Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIP("10.96.0.50"))})
 			assertRule(t, d, RuleAlreadyAllocated, tt.message)
 		})
 	}

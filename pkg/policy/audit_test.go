@@ -42,8 +42,8 @@ func TestAuditReportsEachBreachOfThePolicy(t *testing.T) {
 		{
 			name: "a Service on another Service's reservation is reserved-for-other, and the owner holding another address is reservation-not-held",
 			services: []*corev1.Service{
-				makeService("default/early-bird", clusterIP("10.96.0.10")),
-				makeService("kube-system/kube-dns", clusterIP("10.96.0.11")),
+				fixtures.Service("default", "early-bird", fixtures.WithClusterIP("10.96.0.10")),
+				fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.11")),
 			},
 			want: []finding{
 				{"default/early-bird", "reserved-for-other", "spec.clusterIP", "10.96.0.10",
@@ -56,21 +56,21 @@ func TestAuditReportsEachBreachOfThePolicy(t *testing.T) {
 		},
 		{
 			name:     "an address from a ServiceCIDR outside allowedCIDRs is outside-service-cidrs, naming the range and both fixes",
-			services: []*corev1.Service{makeService("default/spilled", clusterIP("10.97.0.33"))},
+			services: []*corev1.Service{fixtures.Service("default", "spilled", fixtures.WithClusterIP("10.97.0.33"))},
 			want: []finding{{"default/spilled", "outside-service-cidrs", "spec.clusterIP", "10.97.0.33",
 				[]string{`comes from 10.97.0.0/24 (ServiceCIDR "unapproved"), which is not inside the policy's allowedCIDRs`},
 				[]string{"add 10.97.0.0/24 to allowedCIDRs if it is approved", "create it again without clusterIP", "static band 10.96.0.1-10.96.1.0"}}},
 		},
 		{
 			name:     "an address in no range at all is outside-service-cidrs",
-			services: []*corev1.Service{makeService("default/restored", clusterIP("10.200.0.1"))},
+			services: []*corev1.Service{fixtures.Service("default", "restored", fixtures.WithClusterIP("10.200.0.1"))},
 			want: []finding{{"default/restored", "outside-service-cidrs", "spec.clusterIP", "10.200.0.1",
 				[]string{`is outside every active Service CIDR (10.96.0.0/16 (ServiceCIDR "kubernetes"))`},
 				[]string{"delete default/restored and create it again without clusterIP"}}},
 		},
 		{
 			name:      "an address whose IPAddress names another Service is already-allocated",
-			services:  []*corev1.Service{makeService("default/twin", clusterIP("10.96.0.53"))},
+			services:  []*corev1.Service{fixtures.Service("default", "twin", fixtures.WithClusterIP("10.96.0.53"))},
 			allocated: []string{"10.96.0.53=default/original"},
 			want: []finding{{"default/twin", "already-allocated", "spec.clusterIP", "10.96.0.53",
 				[]string{"is held by IPAddress 10.96.0.53 for default/original, not for this Service"},
@@ -79,34 +79,34 @@ func TestAuditReportsEachBreachOfThePolicy(t *testing.T) {
 		{
 			name: "owners on their reservations, static addresses and headless, ExternalName and exempt Services give no finding",
 			services: []*corev1.Service{
-				makeService("kube-system/kube-dns", clusterIP("10.96.0.10")),
-				makeService("default/kubernetes", clusterIP("10.96.0.1")),
-				makeService("web/ingress", clusterIP("10.96.0.20")),
-				makeService("default/static", clusterIP("10.96.0.53")),
-				makeService("default/headless", clusterIP("None")),
-				makeService("default/external", serviceType(corev1.ServiceTypeExternalName)),
-				makeService("legacy/squatter", clusterIP("10.96.0.20")),
+				fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.10")),
+				fixtures.Service("default", "kubernetes", fixtures.WithClusterIP("10.96.0.1")),
+				fixtures.Service("web", "ingress", fixtures.WithClusterIP("10.96.0.20")),
+				fixtures.Service("default", "static", fixtures.WithClusterIP("10.96.0.53")),
+				fixtures.Service("default", "headless", fixtures.WithClusterIP("None")),
+				fixtures.Service("default", "external", fixtures.WithType(corev1.ServiceTypeExternalName)),
+				fixtures.Service("legacy", "squatter", fixtures.WithClusterIP("10.96.0.20")),
 			},
 			allocated: []string{"10.96.0.10=kube-system/kube-dns", "10.96.0.53=default/static"},
 		},
 		{
 			name: "a dynamic-band address not reserved for its Service is not judged: asked for or allocated, a stored Service does not say",
 			services: []*corev1.Service{
-				makeService("default/dynamic-a", clusterIP("10.96.7.7")),
-				makeService("default/dynamic-b", clusterIP("10.96.200.5")),
+				fixtures.Service("default", "dynamic-a", fixtures.WithClusterIP("10.96.7.7")),
+				fixtures.Service("default", "dynamic-b", fixtures.WithClusterIP("10.96.200.5")),
 			},
 			notJudged: 2,
 		},
 		{
 			name:     "an owner that does not use its reservation's family gets no finding; one on another address of it does",
-			services: []*corev1.Service{makeService("web/ingress", clusterIP("10.96.0.21"))},
+			services: []*corev1.Service{fixtures.Service("web", "ingress", fixtures.WithClusterIP("10.96.0.21"))},
 			want: []finding{{"web/ingress", "reservation-not-held", "spec.clusterIP", "10.96.0.21",
 				[]string{"web/ingress holds 10.96.0.21, but 10.96.0.20 is reserved for it"},
 				[]string{"delete web/ingress and create it again without clusterIP: the webhook assigns 10.96.0.20"}}},
 		},
 		{
 			name:      "an owner whose reserved address an IPAddress holds for someone else is told to free it first",
-			services:  []*corev1.Service{makeService("web/ingress", clusterIP("10.96.0.21"))},
+			services:  []*corev1.Service{fixtures.Service("web", "ingress", fixtures.WithClusterIP("10.96.0.21"))},
 			allocated: []string{"10.96.0.20=other/gone"},
 			want: []finding{{"web/ingress", "reservation-not-held", "spec.clusterIP", "10.96.0.21",
 				[]string{"web/ingress holds 10.96.0.21, but 10.96.0.20 is reserved for it"},
@@ -115,8 +115,8 @@ func TestAuditReportsEachBreachOfThePolicy(t *testing.T) {
 		{
 			name: "a network address is outside-service-cidrs; a stored address that is not an IP is invalid-ip",
 			services: []*corev1.Service{
-				makeService("default/network", clusterIP("10.96.0.0")),
-				makeService("default/garbled", clusterIP("10.96.0.300")),
+				fixtures.Service("default", "network", fixtures.WithClusterIP("10.96.0.0")),
+				fixtures.Service("default", "garbled", fixtures.WithClusterIP("10.96.0.300")),
 			},
 			want: []finding{
 				{"default/garbled", "invalid-ip", "spec.clusterIP", "10.96.0.300", []string{"is not an IP address"}, []string{"delete default/garbled and create it again without clusterIP"}},
@@ -157,9 +157,9 @@ func TestAuditReportsEachBreachOfThePolicy(t *testing.T) {
 func TestAuditCountsServicesCheckedAndExempt(t *testing.T) {
 	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy)
 	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(auditCIDRs)}, []*corev1.Service{
-		makeService("default/a", clusterIP("10.96.0.50")),
-		makeService("default/headless", clusterIP("None")),
-		makeService("legacy/b", clusterIP("10.96.0.10")),
+		fixtures.Service("default", "a", fixtures.WithClusterIP("10.96.0.50")),
+		fixtures.Service("default", "headless", fixtures.WithClusterIP("None")),
+		fixtures.Service("legacy", "b", fixtures.WithClusterIP("10.96.0.10")),
 	})
 	if r.Services != 3 || r.Checked != 1 || r.Exempt != 1 || len(r.Findings) != 0 {
 		t.Fatalf("services %d checked %d exempt %d findings %d, want 3 1 1 0", r.Services, r.Checked, r.Exempt, len(r.Findings))
@@ -172,9 +172,9 @@ func TestAuditCountsServicesCheckedAndExempt(t *testing.T) {
 func TestAuditActionIsThePolicysForTheRule(t *testing.T) {
 	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy+"enforcement:\n  default: audit\n  rules:\n    reserved-for-other: warn\n")
 	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(auditCIDRs)}, []*corev1.Service{
-		makeService("default/early-bird", clusterIP("10.96.0.10")),
-		makeService("default/restored", clusterIP("10.200.0.1")),
-		makeService("kube-system/kube-dns", clusterIP("10.96.0.11")),
+		fixtures.Service("default", "early-bird", fixtures.WithClusterIP("10.96.0.10")),
+		fixtures.Service("default", "restored", fixtures.WithClusterIP("10.200.0.1")),
+		fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.11")),
 	})
 	got := map[RuleID]Action{}
 	for _, f := range r.Findings {
@@ -190,7 +190,7 @@ func TestAuditDualStackOwnerIsJudgedPerFamily(t *testing.T) {
 	pol := fixtures.MustPolicy(t, ParseDocument, "reservations:\n- ip: 10.96.0.10\n  service: kube-system/kube-dns\n- ip: fd00:10:96::a\n  service: kube-system/kube-dns\n")
 	cidrs := []allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16", "fd00:10:96::/108")}
 	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(cidrs)}, []*corev1.Service{
-		makeService("kube-system/kube-dns", clusterIPs("10.96.0.10", "fd00:10:96::b"), familyPolicy(corev1.IPFamilyPolicyPreferDualStack)),
+		fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIPs("10.96.0.10", "fd00:10:96::b"), fixtures.WithIPFamilyPolicy(corev1.IPFamilyPolicyPreferDualStack)),
 	})
 	if len(r.Findings) != 1 {
 		t.Fatalf("%d findings, want 1: %+v", len(r.Findings), r.Findings)
@@ -205,7 +205,7 @@ func TestAuditWithoutIPAddressesSaysItDidNotCheckThem(t *testing.T) {
 	pol := fixtures.MustPolicy(t, ParseDocument, "serviceCIDRs: [10.96.0.0/16]\n")
 	v := allocview.NewView()
 	snap := v.Update(func(tx *allocview.Tx) { tx.MarkSynced(false) })
-	r := Audit(Env{Policy: pol, Snapshot: snap}, []*corev1.Service{makeService("default/x", clusterIP("10.200.0.1"))})
+	r := Audit(Env{Policy: pol, Snapshot: snap}, []*corev1.Service{fixtures.Service("default", "x", fixtures.WithClusterIP("10.200.0.1"))})
 	if r.TracksAllocations {
 		t.Error("TracksAllocations true without IPAddresses")
 	}
@@ -218,9 +218,9 @@ func TestAuditShownBoundsEachRuleAndCountsTheRest(t *testing.T) {
 	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy)
 	var svcs []*corev1.Service
 	for i := range 2500 {
-		svcs = append(svcs, makeService(fmt.Sprintf("default/s%04d", i), clusterIP(fmt.Sprintf("10.200.%d.%d", i/250, i%250+1))))
+		svcs = append(svcs, fixtures.Service("default", fmt.Sprintf("s%04d", i), fixtures.WithClusterIP(fmt.Sprintf("10.200.%d.%d", i/250, i%250+1))))
 	}
-	svcs = append(svcs, makeService("default/early-bird", clusterIP("10.96.0.10")))
+	svcs = append(svcs, fixtures.Service("default", "early-bird", fixtures.WithClusterIP("10.96.0.10")))
 	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(auditCIDRs)}, svcs)
 	counts := r.CountByRule()
 	if counts[RuleOutsideServiceCIDRs] != 2500 || counts[RuleReservedForOther] != 1 || counts[RuleInvalidIP] != 0 {
@@ -238,7 +238,7 @@ func TestAuditShownBoundsEachRuleAndCountsTheRest(t *testing.T) {
 func TestAuditClipsWhatItEchoes(t *testing.T) {
 	pol := fixtures.MustPolicy(t, ParseDocument, auditPolicy)
 	long := strings.Repeat("1", 5000)
-	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(auditCIDRs)}, []*corev1.Service{makeService("default/x", clusterIP(long))})
+	r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(auditCIDRs)}, []*corev1.Service{fixtures.Service("default", "x", fixtures.WithClusterIP(long))})
 	if len(r.Findings) != 1 {
 		t.Fatalf("%d findings", len(r.Findings))
 	}
@@ -260,7 +260,8 @@ func TestAuditComparesIPv6InCanonicalForm(t *testing.T) {
 		{"kube-system/kube-dns", nil},
 		{"default/squatter", []RuleID{RuleReservedForOther}},
 	} {
-		r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(cidrs)}, []*corev1.Service{makeService(tc.service, clusterIP("fd00:10:96:0::a"), families(corev1.IPv6Protocol))})
+		svcNamespace, svcName, _ := strings.Cut(tc.service, "/")
+		r := Audit(Env{Policy: pol, Snapshot: makeSnapshot(cidrs)}, []*corev1.Service{fixtures.Service(svcNamespace, svcName, fixtures.WithClusterIP("fd00:10:96:0::a"), fixtures.WithIPFamilies(corev1.IPv6Protocol))})
 		var got []RuleID
 		for _, f := range r.Findings {
 			got = append(got, f.Rule)

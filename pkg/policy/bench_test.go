@@ -31,7 +31,7 @@ func benchEnv(b *testing.B) Env {
 
 func BenchmarkMutateStaticRequest(b *testing.B) {
 	env := benchEnv(b)
-	req := Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.20"))}
+	req := Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIP("10.96.0.20"))}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -43,7 +43,7 @@ func BenchmarkMutateStaticRequest(b *testing.B) {
 
 func BenchmarkMutateAssignReserved(b *testing.B) {
 	env := benchEnv(b)
-	req := Request{Operation: Create, Service: makeService("kube-system/kube-dns")}
+	req := Request{Operation: Create, Service: fixtures.Service("kube-system", "kube-dns")}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -55,7 +55,7 @@ func BenchmarkMutateAssignReserved(b *testing.B) {
 
 func BenchmarkMutateDenied(b *testing.B) {
 	env := benchEnv(b)
-	req := Request{Operation: Create, Service: makeService("default/web", clusterIP("10.100.0.5"))}
+	req := Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIP("10.100.0.5"))}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -67,7 +67,7 @@ func BenchmarkMutateDenied(b *testing.B) {
 
 func BenchmarkValidateDynamicAllocation(b *testing.B) {
 	env := benchEnv(b)
-	req := Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.100.7.9"))}
+	req := Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.100.7.9"))}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -82,8 +82,8 @@ func BenchmarkValidateDynamicAllocation(b *testing.B) {
 // dynamic band at the validating stage. Both decide without allocating
 // (TestAllowedDynamicCreateDoesNotAllocate).
 func dynamicCreate() (mutate, validate Request) {
-	return Request{Operation: Create, Service: makeService("default/web")},
-		Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.100.7.9"))}
+	return Request{Operation: Create, Service: fixtures.Service("default", "web")},
+		Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.100.7.9"))}
 }
 
 func BenchmarkMutateDynamicCreate(b *testing.B) {
@@ -119,7 +119,7 @@ func BenchmarkMutateInReservedRange(b *testing.B) {
 	}
 	env.Policy = fixtures.MustPolicy(b, ParseDocument, dnsPolicy+"reservedRanges:\n"+body)
 	env.NamespaceLabels = func(string) (map[string]string, bool) { return map[string]string{"team": "t63"}, true }
-	req := Request{Operation: Create, Service: makeService("team/web", clusterIP("10.100.63.10"))}
+	req := Request{Operation: Create, Service: fixtures.Service("team", "web", fixtures.WithClusterIP("10.100.63.10"))}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -70,8 +70,8 @@ func FuzzMutateAndValidate(f *testing.F) {
 				ips = append(ips, ip)
 			}
 		}
-		svc := makeService(o.String(), clusterIPs(ips...))
-		for _, req := range []Request{{Operation: Create, Service: svc}, {Operation: Create, Service: svc, DryRun: true}, {Operation: Update, Service: svc, OldService: makeService(o.String(), serviceType(corev1.ServiceTypeExternalName))}} {
+		svc := fixtures.Service(o.Namespace, o.Name, fixtures.WithClusterIPs(ips...))
+		for _, req := range []Request{{Operation: Create, Service: svc}, {Operation: Create, Service: svc, DryRun: true}, {Operation: Update, Service: svc, OldService: fixtures.Service(o.Namespace, o.Name, fixtures.WithType(corev1.ServiceTypeExternalName))}} {
 			for _, d := range []Decision{Mutate(env, req), Validate(env, req)} {
 				if !d.Allowed() && (len(d.Rules()) == 0 || d.Message == "") {
 					t.Fatalf("%s denied %v without a rule or message: %+v", d.Stage, ips, d)

@@ -122,7 +122,7 @@ exemptions:
 
 func TestReserveKubernetesServiceCanBeTurnedOff(t *testing.T) {
 	env := Env{Policy: fixtures.MustPolicy(t, ParseDocument, "reserveKubernetesService: false\n"), Snapshot: makeSnapshot(v4Only)}
-	d := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.1"))})
+	d := Mutate(env, Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIP("10.96.0.1"))})
 	assertRule(t, d, "", "")
 	if !Default().ReserveKubernetesService {
 		t.Fatal("the default policy must reserve the first address")

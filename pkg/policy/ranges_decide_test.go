@@ -65,34 +65,34 @@ func TestMutateReservedRanges(t *testing.T) {
 		rule      RuleID
 		message   string
 	}{
-		{name: "an allowed namespace names an address of its static-band range", svc: makeService("kube-system/kube-dns", clusterIP("10.96.0.10"))},
-		{name: "an allowed namespace names an address of its dynamic-band range (no static-ip-in-dynamic-band)", svc: makeService("payments/api", clusterIP("10.96.100.7"))},
-		{name: "a second namespace with the label may too", svc: makeService("payments-canary/api", clusterIP("10.96.100.255"))},
+		{name: "an allowed namespace names an address of its static-band range", svc: fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.10"))},
+		{name: "an allowed namespace names an address of its dynamic-band range (no static-ip-in-dynamic-band)", svc: fixtures.Service("payments", "api", fixtures.WithClusterIP("10.96.100.7"))},
+		{name: "a second namespace with the label may too", svc: fixtures.Service("payments-canary", "api", fixtures.WithClusterIP("10.96.100.255"))},
 		{
 			name: "another namespace is denied a static-band range, naming the range, its note and what to pick",
-			svc:  makeService("web/frontend", clusterIP("10.96.0.10")), rule: RuleReservedRangeForOther,
+			svc:  fixtures.Service("web", "frontend", fixtures.WithClusterIP("10.96.0.10")), rule: RuleReservedRangeForOther,
 			message: `spec.clusterIP: Invalid value: "10.96.0.10": is in reserved range 10.96.0.8/29 (cluster DNS and add-ons), which only namespace kube-system may use; choose a free address in the static band 10.96.0.1-10.96.1.0 outside the reserved ranges, or leave clusterIP empty to get one allocated`,
 		},
 		{
 			name: "another namespace is denied a dynamic-band range by reserved-range-for-other, not static-ip-in-dynamic-band",
-			svc:  makeService("web/frontend", clusterIP("10.96.100.0")), rule: RuleReservedRangeForOther,
+			svc:  fixtures.Service("web", "frontend", fixtures.WithClusterIP("10.96.100.0")), rule: RuleReservedRangeForOther,
 			message: `spec.clusterIP: Invalid value: "10.96.100.0": is in reserved range 10.96.100.0-10.96.100.255 (team payments), which only namespaces matching team=payments may use; choose a free address in the static band 10.96.0.1-10.96.1.0 outside the reserved ranges, or leave clusterIP empty to get one allocated`,
 		},
-		{name: "a namespace whose labels are not known is matched by name only", svc: makeService("unknown/api", clusterIP("10.96.100.1")), rule: RuleReservedRangeForOther},
-		{name: "the address just past a range is an ordinary dynamic one", svc: makeService("payments/api", clusterIP("10.96.101.0")), rule: RuleStaticIPInDynamicBand},
-		{name: "the address just before a range is an ordinary static one", svc: makeService("web/frontend", clusterIP("10.96.0.7"))},
-		{name: "the owner of a single reservation inside a range has it, from another namespace", svc: makeService("monitoring/node-local-dns", clusterIP("10.96.0.12"))},
-		{name: "a Service of the range's namespace is denied the single reservation inside it", svc: makeService("kube-system/coredns-2", clusterIP("10.96.0.12")), rule: RuleReservedForOther},
-		{name: "IPv6: the namespace and the Service selector both match", svc: makeService("data/pg", clusterIPs("fd00:10:96::f:ff10"), families(corev1.IPv6Protocol), labelled("tier", "db"))},
-		{name: "IPv6: the namespace matches but the Service selector does not", svc: makeService("data/cache", clusterIPs("fd00:10:96::f:ff10"), families(corev1.IPv6Protocol), labelled("tier", "cache")), rule: RuleReservedRangeForOther},
-		{name: "IPv6: the labels match but the namespace is another", svc: makeService("web/pg", clusterIPs("fd00:10:96::f:ff10"), families(corev1.IPv6Protocol), labelled("tier", "db")), rule: RuleReservedRangeForOther},
+		{name: "a namespace whose labels are not known is matched by name only", svc: fixtures.Service("unknown", "api", fixtures.WithClusterIP("10.96.100.1")), rule: RuleReservedRangeForOther},
+		{name: "the address just past a range is an ordinary dynamic one", svc: fixtures.Service("payments", "api", fixtures.WithClusterIP("10.96.101.0")), rule: RuleStaticIPInDynamicBand},
+		{name: "the address just before a range is an ordinary static one", svc: fixtures.Service("web", "frontend", fixtures.WithClusterIP("10.96.0.7"))},
+		{name: "the owner of a single reservation inside a range has it, from another namespace", svc: fixtures.Service("monitoring", "node-local-dns", fixtures.WithClusterIP("10.96.0.12"))},
+		{name: "a Service of the range's namespace is denied the single reservation inside it", svc: fixtures.Service("kube-system", "coredns-2", fixtures.WithClusterIP("10.96.0.12")), rule: RuleReservedForOther},
+		{name: "IPv6: the namespace and the Service selector both match", svc: fixtures.Service("data", "pg", fixtures.WithClusterIPs("fd00:10:96::f:ff10"), fixtures.WithIPFamilies(corev1.IPv6Protocol), labelled("tier", "db"))},
+		{name: "IPv6: the namespace matches but the Service selector does not", svc: fixtures.Service("data", "cache", fixtures.WithClusterIPs("fd00:10:96::f:ff10"), fixtures.WithIPFamilies(corev1.IPv6Protocol), labelled("tier", "cache")), rule: RuleReservedRangeForOther},
+		{name: "IPv6: the labels match but the namespace is another", svc: fixtures.Service("web", "pg", fixtures.WithClusterIPs("fd00:10:96::f:ff10"), fixtures.WithIPFamilies(corev1.IPv6Protocol), labelled("tier", "db")), rule: RuleReservedRangeForOther},
 		{
 			name: "dual-stack: the IPv4 address is free, the IPv6 one in another's range",
-			svc:  makeService("web/pg", clusterIPs("10.96.0.30", "FD00:10:96::F:FF01"), families(corev1.IPv4Protocol, corev1.IPv6Protocol), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)),
+			svc:  fixtures.Service("web", "pg", fixtures.WithClusterIPs("10.96.0.30", "FD00:10:96::F:FF01"), fixtures.WithIPFamilies(corev1.IPv4Protocol, corev1.IPv6Protocol), fixtures.WithIPFamilyPolicy(corev1.IPFamilyPolicyRequireDualStack)),
 			rule: RuleReservedRangeForOther,
 		},
-		{name: "an allowed Service is still told when another Service holds the address", svc: makeService("payments/api", clusterIP("10.96.100.9")), allocated: []string{"10.96.100.9=payments/old"}, rule: RuleAlreadyAllocated},
-		{name: "a dynamic create is untouched", svc: makeService("web/frontend")},
+		{name: "an allowed Service is still told when another Service holds the address", svc: fixtures.Service("payments", "api", fixtures.WithClusterIP("10.96.100.9")), allocated: []string{"10.96.100.9=payments/old"}, rule: RuleAlreadyAllocated},
+		{name: "a dynamic create is untouched", svc: fixtures.Service("web", "frontend")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,29 +105,29 @@ func TestMutateReservedRanges(t *testing.T) {
 func TestValidateCatchesAnAllocationInAReservedRange(t *testing.T) {
 	p := fixtures.MustPolicy(t, ParseDocument, rangesPolicy)
 	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack), NamespaceLabels: teamLabels}
-	d := Validate(env, Request{Operation: Create, Service: makeService("web/frontend", clusterIPs("10.96.100.42"))})
+	d := Validate(env, Request{Operation: Create, Service: fixtures.Service("web", "frontend", fixtures.WithClusterIPs("10.96.100.42"))})
 	assertRule(t, d, RuleReservedRangeForOther,
 		`allocated ClusterIP "10.96.100.42" is in reserved range 10.96.100.0-10.96.100.255 (team payments), which only namespaces matching team=payments may use; the apiserver picked it at random from the dynamic band 10.96.1.1-10.96.255.254 of ServiceCIDR "kubernetes" before the range's free addresses were held, and releases it with this denial: create the Service again to get another address, or name a free address in the static band 10.96.0.1-10.96.1.0`)
-	d = Validate(env, Request{Operation: Create, Service: makeService("web/frontend", clusterIPs("10.96.0.9"))})
+	d = Validate(env, Request{Operation: Create, Service: fixtures.Service("web", "frontend", fixtures.WithClusterIPs("10.96.0.9"))})
 	assertRule(t, d, RuleReservedRangeForOther, "")
 	if !strings.Contains(d.Message, "only when the range's dynamic band is full") {
 		t.Fatalf("a static-band allocation is explained as one: %s", d.Message)
 	}
 	for _, ok := range []*corev1.Service{
-		makeService("payments/api", clusterIPs("10.96.100.42")),
-		makeService("monitoring/node-local-dns", clusterIPs("10.96.0.12")),
-		makeService("web/frontend", clusterIPs("10.96.44.3")),
+		fixtures.Service("payments", "api", fixtures.WithClusterIPs("10.96.100.42")),
+		fixtures.Service("monitoring", "node-local-dns", fixtures.WithClusterIPs("10.96.0.12")),
+		fixtures.Service("web", "frontend", fixtures.WithClusterIPs("10.96.44.3")),
 	} {
 		assertRule(t, Validate(env, Request{Operation: Create, Service: ok}), "", "")
 	}
 	// An update that keeps the address is not an allocation: a range added
 	// later does not revoke it.
-	kept := makeService("web/frontend", clusterIPs("10.96.100.42"))
+	kept := fixtures.Service("web", "frontend", fixtures.WithClusterIPs("10.96.100.42"))
 	assertRule(t, Validate(env, Request{Operation: Update, OldService: kept, Service: kept}), "", "")
 }
 
 func TestReservedRangeModesAndExemptions(t *testing.T) {
-	req := Request{Operation: Create, User: "bob", Service: makeService("web/frontend", clusterIP("10.96.100.5"))}
+	req := Request{Operation: Create, User: "bob", Service: fixtures.Service("web", "frontend", fixtures.WithClusterIP("10.96.100.5"))}
 	for _, tt := range []struct {
 		name, extra string
 		outcome     Outcome
@@ -163,9 +163,9 @@ func TestAuditReportsServicesInAnotherNamespacesRange(t *testing.T) {
 	p := fixtures.MustPolicy(t, ParseDocument, rangesPolicy)
 	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack), NamespaceLabels: teamLabels}
 	svcs := []*corev1.Service{
-		makeService("payments/api", clusterIPs("10.96.100.1")),
-		makeService("web/squatter", clusterIPs("10.96.100.2")),
-		makeService("monitoring/node-local-dns", clusterIPs("10.96.0.12")),
+		fixtures.Service("payments", "api", fixtures.WithClusterIPs("10.96.100.1")),
+		fixtures.Service("web", "squatter", fixtures.WithClusterIPs("10.96.100.2")),
+		fixtures.Service("monitoring", "node-local-dns", fixtures.WithClusterIPs("10.96.0.12")),
 	}
 	r := Audit(env, svcs)
 	var got []string
@@ -191,13 +191,13 @@ func TestReservedRangeLookupIsBoundedForAnyAddress(t *testing.T) {
 	p := fixtures.MustPolicy(t, ParseDocument, b.String())
 	env := Env{Policy: p, Snapshot: makeSnapshot(dualStack)}
 	for _, ip := range []string{"10.96.63.63", "10.96.63.64", "0.0.0.0", "255.255.255.255", "::", "fd00:10:96::5", "::ffff:10.96.0.5"} {
-		d := Mutate(env, Request{Operation: Create, Service: makeService("team-1/x", clusterIP(ip))})
+		d := Mutate(env, Request{Operation: Create, Service: fixtures.Service("team-1", "x", fixtures.WithClusterIP(ip))})
 		if rules := d.Rules(); len(rules) > 1 {
 			t.Fatalf("%s: %v", ip, rules)
 		}
 	}
-	assertRule(t, Mutate(env, Request{Operation: Create, Service: makeService("team-1/x", clusterIP("10.96.63.1"))}), RuleReservedRangeForOther, "")
-	assertRule(t, Mutate(env, Request{Operation: Create, Service: makeService("team-63/x", clusterIP("10.96.63.1"))}), "", "")
+	assertRule(t, Mutate(env, Request{Operation: Create, Service: fixtures.Service("team-1", "x", fixtures.WithClusterIP("10.96.63.1"))}), RuleReservedRangeForOther, "")
+	assertRule(t, Mutate(env, Request{Operation: Create, Service: fixtures.Service("team-63", "x", fixtures.WithClusterIP("10.96.63.1"))}), "", "")
 }
 
 // TestOurRangeHoldIsFreeForThoseWhoMayUseTheRange: with holds on, every
@@ -227,11 +227,11 @@ func TestOurRangeHoldIsFreeForThoseWhoMayUseTheRange(t *testing.T) {
 		svc  *corev1.Service
 		rule RuleID
 	}{
-		{makeService("payments/api", clusterIP("10.96.100.7")), ""},
-		{makeService("web/frontend", clusterIP("10.96.100.7")), RuleReservedRangeForOther},
-		{makeService("payments/api", clusterIP("10.96.100.8")), ""},
-		{makeService("web/frontend", clusterIP("10.96.100.8")), RuleReservedRangeForOther},
-		{makeService("payments/api", clusterIP("10.96.100.9")), RuleAlreadyAllocated},
+		{fixtures.Service("payments", "api", fixtures.WithClusterIP("10.96.100.7")), ""},
+		{fixtures.Service("web", "frontend", fixtures.WithClusterIP("10.96.100.7")), RuleReservedRangeForOther},
+		{fixtures.Service("payments", "api", fixtures.WithClusterIP("10.96.100.8")), ""},
+		{fixtures.Service("web", "frontend", fixtures.WithClusterIP("10.96.100.8")), RuleReservedRangeForOther},
+		{fixtures.Service("payments", "api", fixtures.WithClusterIP("10.96.100.9")), RuleAlreadyAllocated},
 	} {
 		assertRule(t, Mutate(env, Request{Operation: Create, Service: tt.svc}), tt.rule, "")
 	}

@@ -23,35 +23,35 @@ func TestReplayCreateRunsMutateThenValidateOnWhatWasAllocated(t *testing.T) {
 	}{
 		{
 			name: "leaves a dynamic create to the apiserver's allocator", policy: dnsPolicy,
-			svc:     makeService("default/web"),
+			svc:     fixtures.Service("default", "web"),
 			allowed: true, outcome: Allowed,
 		},
 		{
 			name: "assigns kube-dns its reservation and validates the assigned address", policy: dnsPolicy,
-			svc:     makeService("kube-system/kube-dns"),
+			svc:     fixtures.Service("kube-system", "kube-dns"),
 			allowed: true, outcome: Patched, mutations: []string{MutationAssignReserved}, clusterIPs: []string{"10.96.0.10"},
 			message: "assigned reserved 10.96.0.10",
 		},
 		{
 			name: "keeps a static-band address the Service asked for", policy: dnsPolicy,
-			svc:     makeService("default/web", clusterIP("10.96.0.20")),
+			svc:     fixtures.Service("default", "web", fixtures.WithClusterIP("10.96.0.20")),
 			allowed: true, outcome: Allowed, clusterIPs: []string{"10.96.0.20"},
 		},
 		{
 			name: "passes a headless Service untouched and reports None", policy: dnsPolicy,
-			svc:     makeService("default/headless", clusterIP(corev1.ClusterIPNone)),
+			svc:     fixtures.Service("default", "headless", fixtures.WithClusterIP(corev1.ClusterIPNone)),
 			allowed: true, outcome: Allowed, clusterIPs: []string{corev1.ClusterIPNone},
 			message: "headless Service (clusterIP None)",
 		},
 		{
 			name: "stops at the mutating stage when it denies", policy: dnsPolicy,
-			svc:     makeService("default/web", clusterIP("10.96.200.5")),
+			svc:     fixtures.Service("default", "web", fixtures.WithClusterIP("10.96.200.5")),
 			outcome: Denied, rules: []RuleID{RuleStaticIPInDynamicBand},
 			message: `spec.clusterIP: Invalid value: "10.96.200.5": lies in the dynamic band 10.96.1.1-10.96.255.254 of 10.96.0.0/16 (--service-cidr); choose a free address in the static band 10.96.0.1-10.96.1.0 or ask for a reservation`,
 		},
 		{
 			name: "lists a rule both stages warn about once", policy: dnsPolicy + "enforcement:\n  rules:\n    reserved-for-other: warn\n",
-			svc:     makeService("default/web", clusterIP("10.96.0.10")),
+			svc:     fixtures.Service("default", "web", fixtures.WithClusterIP("10.96.0.10")),
 			allowed: true, outcome: Warned, rules: []RuleID{RuleReservedForOther}, clusterIPs: []string{"10.96.0.10"},
 			message: `ClusterIP "10.96.0.10" is reserved for Service kube-system/kube-dns (cluster DNS), which cannot get it while this Service holds it; allowed only because the policy sets reserved-for-other to warn`,
 		},

@@ -26,37 +26,37 @@ func TestShapeIsCheckedBeforeAnyPerIPWork(t *testing.T) {
 		old     *corev1.Service
 		message string // "" for allowed
 	}{
-		{name: "50,000 clusterIPs", svc: makeService("default/web", clusterIPs(many...)),
+		{name: "50,000 clusterIPs", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs(many...)),
 			message: "spec.clusterIPs: Too many: 50000: must have at most 2 items (one per IP family); ask for at most one IPv4 and one IPv6 address, or leave clusterIPs empty to get them allocated"},
-		{name: "three clusterIPs at the validating stage", stage: StageValidate, svc: makeService("default/web", clusterIPs("10.96.0.20", "fd00:10:96::20", "10.96.0.21")),
+		{name: "three clusterIPs at the validating stage", stage: StageValidate, svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20", "fd00:10:96::20", "10.96.0.21")),
 			message: "spec.clusterIPs: Too many: 3: must have at most 2 items (one per IP family); ask for at most one IPv4 and one IPv6 address, or leave clusterIPs empty to get them allocated"},
-		{name: "three ipFamilies", svc: makeService("kube-system/kube-dns", families("IPv4", "IPv6", "IPv4")),
+		{name: "three ipFamilies", svc: fixtures.Service("kube-system", "kube-dns", fixtures.WithIPFamilies("IPv4", "IPv6", "IPv4")),
 			message: "spec.ipFamilies: Too many: 3: must have at most 2 items (IPv4, IPv6 in the order wanted)"},
-		{name: "an unknown family", svc: makeService("kube-system/kube-dns", families("IPv5")),
+		{name: "an unknown family", svc: fixtures.Service("kube-system", "kube-dns", fixtures.WithIPFamilies("IPv5")),
 			message: `spec.ipFamilies[0]: Unsupported value: "IPv5": supported values: "IPv4", "IPv6"`},
-		{name: "a family twice", svc: makeService("kube-system/kube-dns", families("IPv6", "IPv6")),
+		{name: "a family twice", svc: fixtures.Service("kube-system", "kube-dns", fixtures.WithIPFamilies("IPv6", "IPv6")),
 			message: `spec.ipFamilies[1]: Duplicate value: "IPv6": a Service has one IP per family`},
-		{name: "None second", svc: makeService("default/web", clusterIPs("10.96.0.20", "None")),
+		{name: "None second", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20", "None")),
 			message: `spec.clusterIPs: Invalid value: ["10.96.0.20","None"]: 'None' must be the first and only value`},
-		{name: "an empty entry", svc: makeService("default/web", clusterIPs("10.96.0.20", "")),
+		{name: "an empty entry", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20", "")),
 			message: `spec.clusterIPs[1]: Invalid value: "": must be a valid IP address, or leave clusterIPs empty to get one allocated`},
-		{name: "two IPv4 addresses", svc: makeService("default/web", clusterIPs("10.96.0.20", "10.96.0.20")),
+		{name: "two IPv4 addresses", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20", "10.96.0.20")),
 			message: `spec.clusterIPs: Invalid value: ["10.96.0.20","10.96.0.20"]: may specify no more than one IP for each IP family`},
-		{name: "an IPv6 address where ipFamilies says IPv4", svc: makeService("default/web", clusterIPs("10.96.0.20", "fd00:10:96::20"), families("IPv4", "IPv4")),
+		{name: "an IPv6 address where ipFamilies says IPv4", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20", "fd00:10:96::20"), fixtures.WithIPFamilies("IPv4", "IPv4")),
 			message: `spec.ipFamilies[1]: Duplicate value: "IPv4": a Service has one IP per family`},
-		{name: "families in the wrong order", svc: makeService("default/web", clusterIPs("10.96.0.20", "fd00:10:96::20"), families("IPv6", "IPv4")),
+		{name: "families in the wrong order", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20", "fd00:10:96::20"), fixtures.WithIPFamilies("IPv6", "IPv4")),
 			message: "spec.clusterIPs[0]: Invalid value: \"10.96.0.20\": expected an IPv6 value as indicated by `ipFamilies[0]`"},
-		{name: "clusterIP and clusterIPs[0] disagree on CREATE", svc: makeService("default/web", clusterIPs("10.96.0.20"), clusterIP("10.96.0.21")),
+		{name: "clusterIP and clusterIPs[0] disagree on CREATE", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20"), fixtures.WithClusterIP("10.96.0.21")),
 			message: `spec.clusterIPs: Invalid value: ["10.96.0.20"]: first value must match clusterIP "10.96.0.21"; set both to the same address, or clusterIP alone`},
-		{name: "a long clusterIP is clipped in the mismatch message", svc: makeService("default/web", clusterIPs("10.96.0.20"), clusterIP(strings.Repeat("9", 1000))),
+		{name: "a long clusterIP is clipped in the mismatch message", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20"), fixtures.WithClusterIP(strings.Repeat("9", 1000))),
 			message: `spec.clusterIPs: Invalid value: ["10.96.0.20"]: first value must match clusterIP "` + strings.Repeat("9", 128) + `... (872 more bytes)"; set both to the same address, or clusterIP alone`},
 		{name: "a mutating UPDATE may still carry a changed clusterIP: the apiserver reconciles it",
-			op: Update, svc: makeService("default/web", clusterIPs("10.96.0.20"), clusterIP("")), old: makeService("default/web", clusterIPs("10.96.0.20"))},
-		{name: "a dual-stack pair in family order", svc: makeService("default/web", clusterIPs("fd00:10:96::20", "10.96.0.20"), families("IPv6", "IPv4"))},
-		{name: "an ExternalName Service with 50,000 clusterIPs too", svc: makeService("default/web", serviceType(corev1.ServiceTypeExternalName), clusterIPs(many...)),
+			op: Update, svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20"), fixtures.WithClusterIP("")), old: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20"))},
+		{name: "a dual-stack pair in family order", svc: fixtures.Service("default", "web", fixtures.WithClusterIPs("fd00:10:96::20", "10.96.0.20"), fixtures.WithIPFamilies("IPv6", "IPv4"))},
+		{name: "an ExternalName Service with 50,000 clusterIPs too", svc: fixtures.Service("default", "web", fixtures.WithType(corev1.ServiceTypeExternalName), fixtures.WithClusterIPs(many...)),
 			message: "spec.clusterIPs: Too many: 50000: must have at most 2 items (one per IP family); ask for at most one IPv4 and one IPv6 address, or leave clusterIPs empty to get them allocated"},
 		{name: "an ExternalName Service's two IPs are left to the apiserver (it drops them on a change to ExternalName)",
-			op: Update, svc: makeService("default/web", serviceType(corev1.ServiceTypeExternalName), clusterIPs("10.96.0.20", "10.96.0.21")), old: makeService("default/web", clusterIPs("10.96.0.20", "10.96.0.21"))},
+			op: Update, svc: fixtures.Service("default", "web", fixtures.WithType(corev1.ServiceTypeExternalName), fixtures.WithClusterIPs("10.96.0.20", "10.96.0.21")), old: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20", "10.96.0.21"))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +90,7 @@ func TestShapeIsCheckedBeforeAnyPerIPWork(t *testing.T) {
 
 func TestShapeDenialsIgnoreWarnAndAudit(t *testing.T) {
 	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy+"enforcement: {default: audit, rules: {invalid-ip: warn}}\n")
-	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs("10.96.0.20", "10.96.0.21", "10.96.0.22"))})
+	d := Mutate(Env{Policy: p, Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIPs("10.96.0.20", "10.96.0.21", "10.96.0.22"))})
 	if d.Allowed() || d.Violations[0].Action != ActionDeny {
 		t.Fatalf("want a denial, got %s: %+v", d.Outcome, d.Violations)
 	}
@@ -126,7 +126,7 @@ func TestMessagesListAFewRangesWhateverTheirNumber(t *testing.T) {
 	}
 	env := Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: makeSnapshot(cidrs)}
 	for _, ip := range []string{"192.168.0.1", "10.100.0.200"} {
-		d := Mutate(env, Request{Operation: Create, Service: makeService("default/web", clusterIP(ip))})
+		d := Mutate(env, Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIP(ip))})
 		if d.Allowed() || len(d.Message) > 600 || !strings.Contains(d.Message, "and 996 more") {
 			t.Fatalf("%s: %d bytes: %s", ip, len(d.Message), d.Message)
 		}
@@ -178,7 +178,7 @@ func TestTooManyGivesTheSameDenialFromCountsAlone(t *testing.T) {
 	for i := range many {
 		many[i] = "10.96.200.5"
 	}
-	full := Mutate(Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: makeService("default/web", clusterIPs(many...))})
+	full := Mutate(Env{Policy: fixtures.MustPolicy(t, ParseDocument, dnsPolicy), Snapshot: makeSnapshot(v4Only)}, Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIPs(many...))})
 	counted, ok := TooMany(StageMutate, 50000, 0, many[:2])
 	if !ok || counted.Message != full.Message || counted.Allowed() || fmt.Sprint(counted.Rules()) != "[invalid-ip]" {
 		t.Fatalf("counted %v %+v\nfull %+v", ok, counted, full)

@@ -49,10 +49,11 @@ func TestSloppySpellingsAreJudgedAsTheAddressTheAPIServerStores(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy+"enforcement:\n  default: deny\n  rules:\n    invalid-ip: "+tc.invalidIP+"\n")
 			env := Env{Policy: p, Snapshot: makeSnapshot(cidrs)}
-			req := Request{Operation: Create, Service: makeService(tc.svc, clusterIP(tc.ip))}
+			svcNamespace, svcName, _ := strings.Cut(tc.svc, "/")
+			req := Request{Operation: Create, Service: fixtures.Service(svcNamespace, svcName, fixtures.WithClusterIP(tc.ip))}
 			var d Decision
 			if tc.validate {
-				req.Service = makeService(tc.svc, clusterIPs(tc.ip))
+				req.Service = fixtures.Service(svcNamespace, svcName, fixtures.WithClusterIPs(tc.ip))
 				d = Validate(env, req)
 			} else {
 				d = Mutate(env, req)
@@ -75,7 +76,7 @@ func TestSloppySpellingsAreJudgedAsTheAddressTheAPIServerStores(t *testing.T) {
 func TestAuditJudgesTheAddressASloppySpellingStandsFor(t *testing.T) {
 	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
 	env := Env{Policy: p, Snapshot: makeSnapshot([]allocview.ServiceCIDR{serviceCIDR("kubernetes", true, "10.96.0.0/16")})}
-	r := Audit(env, []*corev1.Service{makeService("default/web", clusterIPs("010.096.000.010"))})
+	r := Audit(env, []*corev1.Service{fixtures.Service("default", "web", fixtures.WithClusterIPs("010.096.000.010"))})
 	var rules []RuleID
 	for _, f := range r.Findings {
 		rules = append(rules, f.Rule)

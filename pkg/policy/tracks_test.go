@@ -12,7 +12,7 @@ import (
 // allocations; elsewhere it is the apiserver's own check.
 func TestAlreadyAllocatedNeedsAViewThatTracksAllocations(t *testing.T) {
 	p := fixtures.MustPolicy(t, ParseDocument, dnsPolicy)
-	req := Request{Operation: Create, Service: makeService("default/web", clusterIP("10.96.0.20"))}
+	req := Request{Operation: Create, Service: fixtures.Service("default", "web", fixtures.WithClusterIP("10.96.0.20"))}
 	for _, tracks := range []bool{true, false} {
 		snap := allocview.NewView().Update(func(tx *allocview.Tx) {
 			tx.SetServiceCIDR(serviceCIDR("kubernetes", true, "10.96.0.0/16"))

@@ -76,7 +76,7 @@ func benchCLI(t *testing.T, services, runs int, within time.Duration) {
 	t.Logf("bench: %d Services created in %s", services, time.Since(start).Round(time.Millisecond))
 	// Two of the range's addresses named, so its row counts them.
 	for i, ip := range []string{"10.96.0.65", "10.96.0.66"} {
-		if _, err := cs.CoreV1().Services("scale").Create(ctx, scaleService("scale", fmt.Sprintf("in-range-%d", i), ip), metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().Services("scale").Create(ctx, fixtures.Service("scale", fmt.Sprintf("in-range-%d", i), fixtures.WithClusterIP(ip)), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,7 +149,7 @@ func createServices(ctx context.Context, c *framework.Cluster, ns string, n int)
 				if i >= int64(n) || ctx.Err() != nil {
 					return
 				}
-				if _, err := cs.CoreV1().Services(ns).Create(ctx, scaleService(ns, fmt.Sprintf("s-%d", i), ""), metav1.CreateOptions{}); err != nil {
+				if _, err := cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, fmt.Sprintf("s-%d", i)), metav1.CreateOptions{}); err != nil {
 					errs <- fmt.Errorf("create Service %s/s-%d: %w", ns, i, err)
 					return
 				}
@@ -159,15 +159,6 @@ func createServices(ctx context.Context, c *framework.Cluster, ns string, n int)
 	wg.Wait()
 	close(errs)
 	return <-errs // nil when none failed
-}
-
-// scaleService is a Service to create: one port, the address ip ("": the
-// allocator's pick).
-func scaleService(ns, name, ip string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       corev1.ServiceSpec{ClusterIP: ip, Ports: []corev1.ServicePort{{Port: 80}}},
-	}
 }
 
 // measure runs the binary with args and returns its output, wall time and

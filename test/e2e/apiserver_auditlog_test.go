@@ -75,10 +75,10 @@ func TestAuditAnnotationsInAPIServerAuditLog(t *testing.T) {
 
 	waitBackstopPolicy(t, ctx, c, p.Digest)
 
-	mustCreate(t, ctx, cs, service(ns, "allowed"))
-	mustCreate(t, ctx, cs, service("kube-system", "kube-dns"))
+	mustCreate(t, ctx, cs, fixtures.Service(ns, "allowed"))
+	mustCreate(t, ctx, cs, fixtures.Service("kube-system", "kube-dns"))
 	t.Cleanup(func() { deleteServices(t, cs, "kube-system") })
-	_, err = create(ctx, cs, service(ns, "denied", clusterIP("10.96.0.10")))
+	_, err = create(ctx, cs, fixtures.Service(ns, "denied", fixtures.WithClusterIP("10.96.0.10")))
 	requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
 	if _, _, err := c.Kubectl(ctx, serviceCIDRYAML("e2e-rogue", "10.200.0.0/24"), "apply", "-f", "-"); err == nil {
 		t.Fatal("the unapproved ServiceCIDR was created")

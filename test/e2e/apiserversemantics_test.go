@@ -46,7 +46,7 @@ func TestSmallSingleStackClusterFollowsTheApiserver(t *testing.T) {
 			if err := cs.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
 			}
-			squatter := service("default", "kubernetes", clusterIP("10.96.0.10"))
+			squatter := fixtures.Service("default", "kubernetes", fixtures.WithClusterIP("10.96.0.10"))
 			squatter.Spec.Selector = nil
 			squatter.Spec.Ports = []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP}}
 			var got *corev1.Service
@@ -75,7 +75,7 @@ func TestSmallSingleStackClusterFollowsTheApiserver(t *testing.T) {
 		// Wait until the webhook's view has it: a static IPv6 request is
 		// then no longer denied as outside every range by the webhook (the
 		// apiserver still refuses it itself).
-		v6 := service(ns, "v6-probe", clusterIP("fd00:10:96::5"), families(corev1.IPv6Protocol))
+		v6 := fixtures.Service(ns, "v6-probe", fixtures.WithClusterIP("fd00:10:96::5"), fixtures.WithIPFamilies(corev1.IPv6Protocol))
 		fixtures.EventuallyNil(t, "the webhook to see ServiceCIDR v6-ahead", 10*time.Second, func() error {
 			if _, err := dryRunCreate(ctx, cs, v6); err == nil || deniedBy(err, mutating) {
 				return fmt.Errorf("a static IPv6 dry-run: %v", err)
@@ -121,7 +121,7 @@ func TestSmallSingleStackClusterFollowsTheApiserver(t *testing.T) {
 		var got *corev1.Service
 		var err error
 		for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(200 * time.Millisecond) {
-			if got, err = create(ctx, cs, service(ns, "dynamic")); err == nil || deniedBy(err, validating) {
+			if got, err = create(ctx, cs, fixtures.Service(ns, "dynamic")); err == nil || deniedBy(err, validating) {
 				break
 			}
 		}
@@ -135,7 +135,7 @@ func TestSmallSingleStackClusterFollowsTheApiserver(t *testing.T) {
 
 	t.Run("while the webhook is down the apiserver still recreates default/kubernetes", func(t *testing.T) {
 		c.Webhooks[0].Stop(15 * time.Second)
-		_, err := create(ctx, cs, service(ns, "while-down"))
+		_, err := create(ctx, cs, fixtures.Service(ns, "while-down"))
 		if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 			t.Fatalf("with the webhook stopped, a create should fail calling it: %v", err)
 		}

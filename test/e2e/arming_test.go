@@ -130,7 +130,7 @@ func startCreateLoad(ctx context.Context, cs kubernetes.Interface, ns, prefix st
 					return
 				default:
 				}
-				_, err := create(ctx, cs, service(ns, fmt.Sprintf("%s-%d-%d", prefix, i, n)))
+				_, err := create(ctx, cs, fixtures.Service(ns, fmt.Sprintf("%s-%d-%d", prefix, i, n)))
 				switch {
 				case err == nil:
 					l.ok.Add(1)
@@ -254,7 +254,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	shipped := registerAsShipped(t, ctx, c, gate.Addr())
 	load := startCreateLoad(ctx, cs, ns, "install", 4)
 	// 2. A reserved address taken while nothing reviews creates.
-	squatter, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.10")))
+	squatter, err := create(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.10")))
 	if err != nil {
 		t.Fatalf("with the webhook unreachable and not armed, the create should be admitted unchecked: %v", err)
 	}
@@ -307,7 +307,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		}
 		return nil
 	})
-	_, err = create(ctx, cs, service(ns, "squatter-2", clusterIP("10.96.0.10")))
+	_, err = create(ctx, cs, fixtures.Service(ns, "squatter-2", fixtures.WithClusterIP("10.96.0.10")))
 	requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
 	if got := metricSum(t, ctx, c, "clusterip_policy_webhook_reachable", ""); got != 2 {
 		t.Errorf("clusterip_policy_webhook_reachable sums to %v on the leader, want 1 per stage", got)
@@ -362,7 +362,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	if m, v, err := failurePolicies(ctx, cs); err != nil || m != "Fail" || v != "Fail" {
 		t.Fatalf("unreachable, the webhooks must stay armed (fail-closed): mutating %s validating %s (%v)", m, v, err)
 	}
-	if _, err := create(ctx, cs, service(ns, "while-unreachable")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+	if _, err := create(ctx, cs, fixtures.Service(ns, "while-unreachable")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 		t.Fatalf("armed and unreachable, a create should fail calling the webhook: %v", err)
 	}
 
@@ -380,7 +380,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	}
 	outOfPath := time.Now()
 	fixtures.EventuallyNil(t, "a create through after the emergency command", 30*time.Second, func() error {
-		_, err := create(ctx, cs, service(ns, fmt.Sprintf("out-of-path-%d", time.Now().UnixNano()%1e6)))
+		_, err := create(ctx, cs, fixtures.Service(ns, fmt.Sprintf("out-of-path-%d", time.Now().UnixNano()%1e6)))
 		return err
 	})
 	t.Logf("e2e: emergency: a create went through %s after the documented command, the webhook still unreachable", time.Since(outOfPath).Round(100*time.Millisecond))
@@ -415,7 +415,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		}
 		return nil
 	})
-	mustCreate(t, ctx, cs, service(ns, "after"))
+	mustCreate(t, ctx, cs, fixtures.Service(ns, "after"))
 }
 
 // readmeReachableCheck is the README install block's last command: the

@@ -109,13 +109,13 @@ func TestAuditReportsExistingServicesThatBreakThePolicy(t *testing.T) {
 
 	// No webhook is registered: the apiserver takes all of these.
 	for _, s := range []*corev1.Service{
-		service("default", "dynamic-1"),
-		service("default", "dynamic-2"),
-		service("default", "static", clusterIP("10.96.0.53")),
-		service("default", "legacy-db", clusterIP("10.96.200.5")), // asked for in the dynamic band: not judged
-		service("default", "headless", clusterIP("None")),
-		service("default", "early-bird", clusterIP("10.96.0.10")),
-		service("kube-system", "kube-dns", clusterIP("10.96.0.11")),
+		fixtures.Service("default", "dynamic-1"),
+		fixtures.Service("default", "dynamic-2"),
+		fixtures.Service("default", "static", fixtures.WithClusterIP("10.96.0.53")),
+		fixtures.Service("default", "legacy-db", fixtures.WithClusterIP("10.96.200.5")), // asked for in the dynamic band: not judged
+		fixtures.Service("default", "headless", fixtures.WithClusterIP("None")),
+		fixtures.Service("default", "early-bird", fixtures.WithClusterIP("10.96.0.10")),
+		fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.11")),
 	} {
 		mustCreate(t, ctx, cs, s)
 	}
@@ -128,10 +128,10 @@ func TestAuditReportsExistingServicesThatBreakThePolicy(t *testing.T) {
 		t.Fatalf("create ServiceCIDR: %v", err)
 	}
 	for _, s := range []*corev1.Service{
-		service("default", "spilled-1", clusterIP("10.97.0.31")),
-		service("default", "spilled-2", clusterIP("10.97.0.32")),
-		service("default", "spilled-3", clusterIP("10.97.0.33")),
-		service("audit-legacy", "old", clusterIP("10.97.0.40")), // exempt namespace: not audited
+		fixtures.Service("default", "spilled-1", fixtures.WithClusterIP("10.97.0.31")),
+		fixtures.Service("default", "spilled-2", fixtures.WithClusterIP("10.97.0.32")),
+		fixtures.Service("default", "spilled-3", fixtures.WithClusterIP("10.97.0.33")),
+		fixtures.Service("audit-legacy", "old", fixtures.WithClusterIP("10.97.0.40")), // exempt namespace: not audited
 	} {
 		// The apiserver allocates from the new ServiceCIDR once its own
 		// informer has it.
@@ -306,11 +306,11 @@ func TestAuditReportsExistingServicesThatBreakThePolicy(t *testing.T) {
 		}
 		// Static, in the static band: a dynamic address might come from
 		// 10.97.0.0/24, which the running webhook's policy does not approve.
-		mustCreate(t, ctx, cs, service("default", "early-bird", clusterIP("10.96.0.54")))
+		mustCreate(t, ctx, cs, fixtures.Service("default", "early-bird", fixtures.WithClusterIP("10.96.0.54")))
 		// The IPAddress of the deleted early-bird may outlive it for a moment.
 		var dns *corev1.Service
 		if err := retryUntil(ctx, 15*time.Second, func() (err error) {
-			dns, err = create(ctx, cs, service("kube-system", "kube-dns"))
+			dns, err = create(ctx, cs, fixtures.Service("kube-system", "kube-dns"))
 			return err
 		}); err != nil {
 			t.Fatalf("create kube-system/kube-dns without clusterIP: %v", err)

@@ -135,13 +135,13 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 	// The table: each row refused.
 	checkRows := func(when string) {
 		t.Helper()
-		_, err := create(ctx, cs, service(ns, "squat-dns", clusterIP("10.96.0.10")))
+		_, err := create(ctx, cs, fixtures.Service(ns, "squat-dns", fixtures.WithClusterIP("10.96.0.10")))
 		refusedByBackstop(t, err, "reserved-for-other", `"10.96.0.10"`, "reserved for Service kube-system/kube-dns", "choose a free address in the static band 10.96.0.1-10.96.1.0")
-		_, err = create(ctx, cs, service(ns, "outside", clusterIP("10.200.0.1")))
+		_, err = create(ctx, cs, fixtures.Service(ns, "outside", fixtures.WithClusterIP("10.200.0.1")))
 		if err == nil {
 			t.Errorf("%s: a Service naming 10.200.0.1, outside every ServiceCIDR, was admitted", when)
 		}
-		_, err = create(ctx, cs, service(ns, "dynamic", clusterIP("10.96.200.5")))
+		_, err = create(ctx, cs, fixtures.Service(ns, "dynamic", fixtures.WithClusterIP("10.96.200.5")))
 		if mapServed {
 			refusedByBackstop(t, err, "static-ip-in-dynamic-band", `"10.96.200.5"`, "static band 10.96.0.1-10.96.1.0")
 			// A dry run is judged too. The apiserver's dry-run allocator
@@ -150,7 +150,7 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 			// "drift" refuses 10.96.200.5 itself: try until the draw is
 			// the default range's.
 			for i := 0; ; i++ {
-				_, err = cs.CoreV1().Services(ns).Create(ctx, service(ns, "dynamic-dry", clusterIP("10.96.200.5")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				_, err = cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, "dynamic-dry", fixtures.WithClusterIP("10.96.200.5")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 				if err == nil || !strings.Contains(err.Error(), "is not in the valid range") || i == 30 {
 					break
 				}
@@ -165,9 +165,9 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 		refusedByBackstop(t, err, "outside-service-cidrs", `"10.251.0.0/24"`, "allowedCIDRs 10.96.0.0/16")
 		_, err = cs.NetworkingV1().ServiceCIDRs().Create(ctx, serviceCIDRObject("overlap", "10.96.0.0/24"), metav1.CreateOptions{})
 		refusedByBackstop(t, err, "static-ip-in-dynamic-band", `"10.96.0.0/24"`)
-		_, err = create(ctx, cs, service(ns, "drift", clusterIP("10.250.0.5")))
+		_, err = create(ctx, cs, fixtures.Service(ns, "drift", fixtures.WithClusterIP("10.250.0.5")))
 		refusedByBackstop(t, err, "outside-service-cidrs", `"10.250.0.5"`, "allowedCIDRs 10.96.0.0/16")
-		_, err = create(ctx, cs, service(ns, "range", clusterIP("10.96.0.40")))
+		_, err = create(ctx, cs, fixtures.Service(ns, "range", fixtures.WithClusterIP("10.96.0.40")))
 		refusedByBackstop(t, err, "reserved-range-for-other", `"10.96.0.40"`, "10.96.0.32/28 (databases)")
 
 		// A Service naming no address: without the webhook the apiserver
@@ -176,7 +176,7 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 		// that pick, saying the apiserver made it and to create again;
 		// a create again lands in the approved range at last.
 		for i := 0; ; i++ {
-			_, err := create(ctx, cs, service(ns, "plain"))
+			_, err := create(ctx, cs, fixtures.Service(ns, "plain"))
 			if err == nil {
 				_ = cs.CoreV1().Services(ns).Delete(ctx, "plain", metav1.DeleteOptions{})
 				t.Logf("e2e: %s: a create naming no address admitted after %d refused (the apiserver picked from \"drift\")", when, i)
@@ -197,9 +197,9 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 
 		// What the policy allows goes through.
 		for _, s := range []*corev1.Service{
-			service(ns, "static", clusterIP("10.96.0.200")),
-			service("team-db", "db", clusterIP("10.96.0.41")),
-			service("kube-system", "kube-dns", clusterIP("10.96.0.10")),
+			fixtures.Service(ns, "static", fixtures.WithClusterIP("10.96.0.200")),
+			fixtures.Service("team-db", "db", fixtures.WithClusterIP("10.96.0.41")),
+			fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.10")),
 		} {
 			if _, err := create(ctx, cs, s); err != nil {
 				t.Errorf("%s: %s/%s is allowed by the policy, yet: %v", when, s.Namespace, s.Name, err)
@@ -235,7 +235,7 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 	// counter starts at 0 with the process): what it chose to keep is in
 	// place.
 	eventuallyMetricAtLeast(t, ctx, c, "clusterip_policy_backstop_writes_total", `result="written"`, 1, 30*time.Second)
-	_, err := create(ctx, cs, service(ns, "squat-dns-2", clusterIP("10.96.0.10")))
+	_, err := create(ctx, cs, fixtures.Service(ns, "squat-dns-2", fixtures.WithClusterIP("10.96.0.10")))
 	refusedByBackstop(t, err, "reserved-for-other", "reserved for Service kube-system/kube-dns")
 
 	// The break-glass command lifts it: the bindings with the
@@ -247,7 +247,7 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 	lifted := time.Now()
 	// The bindings are gone: the apiserver stops enforcing at once.
 	fixtures.EventuallyNil(t, "a create the backstop refused, admitted after the emergency command", 30*time.Second, func() error {
-		_, err := create(ctx, cs, service(ns, "squat-lifted", clusterIP("10.96.0.10")))
+		_, err := create(ctx, cs, fixtures.Service(ns, "squat-lifted", fixtures.WithClusterIP("10.96.0.10")))
 		return err
 	})
 	t.Logf("e2e: lifted by the emergency command: a refused create admitted %s after it", time.Since(lifted).Round(100*time.Millisecond))
@@ -281,7 +281,7 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 	})
 	c.Webhooks[0].Stop(20 * time.Second)
 	setFailurePolicy(t, ctx, cs, admv1.Ignore)
-	_, err = create(ctx, cs, service(ns, "squat-again", clusterIP("10.96.0.10")))
+	_, err = create(ctx, cs, fixtures.Service(ns, "squat-again", fixtures.WithClusterIP("10.96.0.10")))
 	refusedByBackstop(t, err, "reserved-for-other", "reserved for Service kube-system/kube-dns")
 }
 

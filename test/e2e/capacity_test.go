@@ -93,7 +93,7 @@ func TestDynamicBandFillingAlertsBeforeTheStaticBandIsUsed(t *testing.T) {
 		t.Fatalf("an empty /27: dynamic band %+v, want 14 free", s)
 	}
 	for i := 1; i <= 14; i++ {
-		got := mustCreate(t, ctx, cs, service(ns, fmt.Sprintf("dynamic-%02d", i)))
+		got := mustCreate(t, ctx, cs, fixtures.Service(ns, fmt.Sprintf("dynamic-%02d", i)))
 		if !dynamic.contains(got.Spec.ClusterIP) {
 			t.Fatalf("%s got %s, outside the dynamic band %s", got.Name, got.Spec.ClusterIP, dynamic)
 		}
@@ -129,7 +129,7 @@ func TestDynamicBandFillingAlertsBeforeTheStaticBandIsUsed(t *testing.T) {
 	}
 
 	t.Run("the next dynamic create is the first in the static band", func(t *testing.T) {
-		got := mustCreate(t, ctx, cs, service(ns, "spilled"))
+		got := mustCreate(t, ctx, cs, fixtures.Service(ns, "spilled"))
 		if !static.contains(got.Spec.ClusterIP) {
 			t.Fatalf("the 15th dynamic Service got %s, want the static band %s (the dynamic band is full)", got.Spec.ClusterIP, static)
 		}
@@ -253,7 +253,7 @@ func TestReservedRangeUsage(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	createNamespace(t, c, "team-db")
 	for i, ip := range []string{"10.96.0.41", "10.96.0.42"} {
-		mustCreate(t, ctx, cs, service("team-db", fmt.Sprintf("db-%d", i), clusterIP(ip)))
+		mustCreate(t, ctx, cs, fixtures.Service("team-db", fmt.Sprintf("db-%d", i), fixtures.WithClusterIP(ip)))
 	}
 	scrape := func() (used, free float64, err error) {
 		text, err := c.Webhooks[0].Metrics()

@@ -51,10 +51,10 @@ func TestServingCertificateRotation(t *testing.T) {
 				var err error
 				var ok bool
 				if i%2 == 0 {
-					_, err = dryRunCreate(ctx, cs, service(ns, fmt.Sprintf("denied-%d-%d", g, i), clusterIP("10.96.200.5")))
+					_, err = dryRunCreate(ctx, cs, fixtures.Service(ns, fmt.Sprintf("denied-%d-%d", g, i), fixtures.WithClusterIP("10.96.200.5")))
 					ok = deniedBy(err, mutating)
 				} else {
-					_, err = dryRunCreate(ctx, cs, service(ns, fmt.Sprintf("admitted-%d-%d", g, i), clusterIP("10.96.0.60")))
+					_, err = dryRunCreate(ctx, cs, fixtures.Service(ns, fmt.Sprintf("admitted-%d-%d", g, i), fixtures.WithClusterIP("10.96.0.60")))
 					ok = err == nil
 				}
 				if ctx.Err() != nil {
@@ -157,7 +157,7 @@ func requireHandshakeThrough(t *testing.T, ctx context.Context, c *framework.Clu
 	fixtures.EventuallyNil(t, "a request to reach the webhook through a new connection", 30*time.Second, func() error {
 		tries++
 		name := fmt.Sprintf("fresh-handshake-%d", tries)
-		svc := service(ns, name)
+		svc := fixtures.Service(ns, name)
 		svc.Labels = map[string]string{"e2e-fresh-handshake": "true"}
 		_, err := dryRunCreate(ctx, cs, svc)
 		validations := 0

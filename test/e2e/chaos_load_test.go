@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // The load the fault scenarios run under: clients that create, update and
@@ -224,10 +225,10 @@ type loadClient struct {
 
 func defaultForbidden(rng *rand.Rand, name string) (*corev1.Service, string) {
 	if rng.IntN(4) == 0 {
-		return service("", name, clusterIP("10.96.0.10")), "is reserved for Service kube-system/kube-dns"
+		return fixtures.Service("", name, fixtures.WithClusterIP("10.96.0.10")), "is reserved for Service kube-system/kube-dns"
 	}
 	ip := fmt.Sprintf("10.96.%d.%d", 2+rng.IntN(250), 1+rng.IntN(250))
-	return service("", name, clusterIP(ip)), "lies in the dynamic band"
+	return fixtures.Service("", name, fixtures.WithClusterIP(ip)), "lies in the dynamic band"
 }
 
 func (w *loadClient) step(ctx context.Context, seq int) {
@@ -239,18 +240,18 @@ func (w *loadClient) step(ctx context.Context, seq int) {
 	case len(w.live) > 0 && (p < 30 || len(w.live) > 25):
 		w.delete(ctx, w.pick())
 	case p < 40 && w.o.AllowedOnly:
-		w.create(ctx, "create", service("", name))
+		w.create(ctx, "create", fixtures.Service("", name))
 	case p < 40:
 		svc, want := w.o.Forbidden(w.rng, name)
 		w.createForbidden(ctx, svc, want)
 	case p < 50:
 		if ip := w.freeStatic(); ip != "" {
-			w.create(ctx, "create-static", service("", name, clusterIP(ip)))
+			w.create(ctx, "create-static", fixtures.Service("", name, fixtures.WithClusterIP(ip)))
 			return
 		}
 		fallthrough
 	default:
-		w.create(ctx, "create", service("", name))
+		w.create(ctx, "create", fixtures.Service("", name))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // The fault scenarios (`make chaos`): three kube-apiservers on one etcd
@@ -143,7 +144,7 @@ func TestChaos(t *testing.T) {
 		}
 		probeNS := namespace(t, c, "chaos-probe")
 		if err := retryUntil(ctx, 15*time.Second, func() error {
-			_, err := dryRunCreate(ctx, lb, service(probeNS, "probe", clusterIP("10.97.0.5")))
+			_, err := dryRunCreate(ctx, lb, fixtures.Service(probeNS, "probe", fixtures.WithClusterIP("10.97.0.5")))
 			return err
 		}); err != nil {
 			t.Fatalf("the new ServiceCIDR 10.97.0.0/24 is not usable: %v", err)
@@ -186,7 +187,7 @@ func TestChaosDivergentRange(t *testing.T) {
 			if rng.IntN(3) == 0 {
 				// The divergent apiserver's own flag range, which is no
 				// ServiceCIDR.
-				return service("", name, clusterIP(fmt.Sprintf("192.168.0.%d", 1+rng.IntN(250)))), "is outside every active Service CIDR"
+				return fixtures.Service("", name, fixtures.WithClusterIP(fmt.Sprintf("192.168.0.%d", 1+rng.IntN(250)))), "is outside every active Service CIDR"
 			}
 			return defaultForbidden(rng, name)
 		},

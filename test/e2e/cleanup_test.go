@@ -53,7 +53,7 @@ func TestCleanupLeavesNothingOfTheWebhooks(t *testing.T) {
 	}
 	// A Service of the apiserver's own allocation, and a Secret someone
 	// else keeps under a name cleanup is told to delete.
-	svc, err := create(ctx, cs, service(namespace(t, c, "cleanup"), "dynamic"))
+	svc, err := create(ctx, cs, fixtures.Service(namespace(t, c, "cleanup"), "dynamic"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"clusterip-policy/certs"
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // The apiserver authenticates to the webhook: its admission configuration
@@ -58,8 +59,8 @@ func TestWebhookRequiresTheAPIServersClientCertificate(t *testing.T) {
 	})
 
 	t.Run("Service creates through either apiserver are reviewed: kube-dns gets 10.96.0.10, another Service asking for it is denied", func(t *testing.T) {
-		mustCreate(t, ctx, cs, service("kube-system", "kube-dns", clusterIP("10.96.0.10")))
-		_, err := create(ctx, c.Client(1), service(ns, "grabs-dns-ip", clusterIP("10.96.0.10")))
+		mustCreate(t, ctx, cs, fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.10")))
+		_, err := create(ctx, c.Client(1), fixtures.Service(ns, "grabs-dns-ip", fixtures.WithClusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, `spec.clusterIP: Invalid value: "10.96.0.10"`, "is reserved for Service kube-system/kube-dns")
 		stages := map[string]string{}
 		for _, d := range decisionsFor(c, "kube-system", "kube-dns") {
@@ -79,7 +80,7 @@ func TestWebhookRequiresTheAPIServersClientCertificate(t *testing.T) {
 
 	pool := x509.NewCertPool()
 	pool.AddCert(w.CA.Cert)
-	review, err := json.Marshal(serviceReview(t, service(ns, "direct", clusterIP("10.96.0.10"))))
+	review, err := json.Marshal(serviceReview(t, fixtures.Service(ns, "direct", fixtures.WithClusterIP("10.96.0.10"))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestWebhookRequiresTheAPIServersClientCertificate(t *testing.T) {
 			t.Fatalf("got %s %s: %s; want 200 over HTTP/1.1 with the reservation's denial", resp.Proto, resp.Status, body)
 		}
 		// The harness's own helper presents the same certificate.
-		r, err := w.Review(ctx, framework.MutatePath, serviceReview(t, service(ns, "static-ok", clusterIP("10.96.0.30"))))
+		r, err := w.Review(ctx, framework.MutatePath, serviceReview(t, fixtures.Service(ns, "static-ok", fixtures.WithClusterIP("10.96.0.30"))))
 		if err != nil || !r.Allowed {
 			t.Fatalf("Review of a static-band IP: %+v, %v; want allowed", r, err)
 		}

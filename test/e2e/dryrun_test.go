@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"clusterip-policy/test/fixtures"
 )
 
 // kubectl create --dry-run=server runs both webhooks (with dryRun set) and
@@ -110,7 +112,7 @@ spec:
 	})
 
 	t.Run("a dry run asking for the DNS IP is denied like the real request", func(t *testing.T) {
-		_, err := dryRunCreate(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		_, err := dryRunCreate(ctx, cs, fixtures.Service(ns, "not-dns", fixtures.WithClusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
 	})
 }

@@ -33,14 +33,6 @@ var dualStackPolicy = fixtures.Policy(`reservations:
 - {ip: fd00:10:96::f, service: kube-system/dns-v6-first}
 `)
 
-func families(f ...corev1.IPFamily) func(*corev1.Service) {
-	return func(s *corev1.Service) { s.Spec.IPFamilies = f }
-}
-
-func familyPolicy(p corev1.IPFamilyPolicy) func(*corev1.Service) {
-	return func(s *corev1.Service) { s.Spec.IPFamilyPolicy = &p }
-}
-
 // A dual-stack apiserver (--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/108):
 // the default ServiceCIDR holds both CIDRs, IPv4 first.
 func TestDualStack(t *testing.T) {
@@ -54,7 +46,7 @@ func TestDualStack(t *testing.T) {
 	cs := c.Client(0)
 
 	t.Run("kube-dns without a clusterIP and RequireDualStack gets both reserved addresses in order", func(t *testing.T) {
-		got := mustCreate(t, ctx, cs, service("kube-system", "kube-dns", familyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
+		got := mustCreate(t, ctx, cs, fixtures.Service("kube-system", "kube-dns", fixtures.WithIPFamilyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
 		if want := []string{"10.96.0.10", "fd00:10:96::a"}; !slices.Equal(got.Spec.ClusterIPs, want) {
 			t.Fatalf("kube-dns got %v, want %v", got.Spec.ClusterIPs, want)
 		}
@@ -63,13 +55,13 @@ func TestDualStack(t *testing.T) {
 	// The apiserver widens ipFamilies naming one family (initIPFamilyFields),
 	// so the webhook must assign both reservations.
 	t.Run("ipFamilies [IPv4] with RequireDualStack gets both reserved addresses", func(t *testing.T) {
-		got := mustCreate(t, ctx, cs, service("kube-system", "dns-v4-first", families(corev1.IPv4Protocol), familyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
+		got := mustCreate(t, ctx, cs, fixtures.Service("kube-system", "dns-v4-first", fixtures.WithIPFamilies(corev1.IPv4Protocol), fixtures.WithIPFamilyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
 		if want := []string{"10.96.0.14", "fd00:10:96::e"}; !slices.Equal(got.Spec.ClusterIPs, want) {
 			t.Fatalf("clusterIPs %v, want %v", got.Spec.ClusterIPs, want)
 		}
 	})
 	t.Run("ipFamilies [IPv6] with PreferDualStack gets both reserved addresses, IPv6 first", func(t *testing.T) {
-		got := mustCreate(t, ctx, cs, service("kube-system", "dns-v6-first", families(corev1.IPv6Protocol), familyPolicy(corev1.IPFamilyPolicyPreferDualStack)))
+		got := mustCreate(t, ctx, cs, fixtures.Service("kube-system", "dns-v6-first", fixtures.WithIPFamilies(corev1.IPv6Protocol), fixtures.WithIPFamilyPolicy(corev1.IPFamilyPolicyPreferDualStack)))
 		if want := []string{"fd00:10:96::f", "10.96.0.15"}; !slices.Equal(got.Spec.ClusterIPs, want) {
 			t.Fatalf("clusterIPs %v, want %v", got.Spec.ClusterIPs, want)
 		}
@@ -78,7 +70,7 @@ func TestDualStack(t *testing.T) {
 	// An owner upgraded to dual-stack by ipFamilyPolicy alone, as users do
 	// it with kubectl, gets its reserved IPv6 address, not a random one.
 	t.Run("a reservation owner patched to RequireDualStack gets its reserved IPv6 address", func(t *testing.T) {
-		got := mustCreate(t, ctx, cs, service("kube-system", "dns-patched"))
+		got := mustCreate(t, ctx, cs, fixtures.Service("kube-system", "dns-patched"))
 		if want := []string{"10.96.0.12"}; !slices.Equal(got.Spec.ClusterIPs, want) {
 			t.Fatalf("created with %v, want %v", got.Spec.ClusterIPs, want)
 		}
@@ -117,10 +109,10 @@ func TestDualStack(t *testing.T) {
 	// TestManagedMutatingConditionSendsExactlyTheUpdatesMutateActsOn with
 	// the apiserver's own CEL evaluator.
 	t.Run("the mutating webhook is sent every update and acts on exactly those that may add an address", func(t *testing.T) {
-		mustCreate(t, ctx, cs, service(ns, "mc-single"))
-		mustCreate(t, ctx, cs, service(ns, "mc-dual", familyPolicy(corev1.IPFamilyPolicyPreferDualStack)))
-		mustCreate(t, ctx, cs, service(ns, "mc-grow-families"))
-		mustCreate(t, ctx, cs, service(ns, "mc-external", externalName("example.com")))
+		mustCreate(t, ctx, cs, fixtures.Service(ns, "mc-single"))
+		mustCreate(t, ctx, cs, fixtures.Service(ns, "mc-dual", fixtures.WithIPFamilyPolicy(corev1.IPFamilyPolicyPreferDualStack)))
+		mustCreate(t, ctx, cs, fixtures.Service(ns, "mc-grow-families"))
+		mustCreate(t, ctx, cs, fixtures.Service(ns, "mc-external", fixtures.WithExternalName("example.com")))
 		updates := []struct {
 			name, patch string
 			acts        bool
@@ -162,17 +154,17 @@ func TestDualStack(t *testing.T) {
 	})
 
 	t.Run("a static IPv6 address in the dynamic band is denied, naming the IPv6 bands", func(t *testing.T) {
-		_, err := create(ctx, cs, service(ns, "v6-dynamic", clusterIP("fd00:10:96::5000"), families(corev1.IPv6Protocol)))
+		_, err := create(ctx, cs, fixtures.Service(ns, "v6-dynamic", fixtures.WithClusterIP("fd00:10:96::5000"), fixtures.WithIPFamilies(corev1.IPv6Protocol)))
 		requireDenied(t, err, mutating, `"fd00:10:96::5000"`, "lies in the dynamic band fd00:10:96::101-fd00:10:96::f:ffff", "static band fd00:10:96::1-fd00:10:96::100")
 	})
 
 	t.Run("the IPv6 DNS address in a non-canonical spelling is denied to another Service", func(t *testing.T) {
-		_, err := create(ctx, cs, service(ns, "v6-squatter", clusterIP("fd00:10:96:0::a"), families(corev1.IPv6Protocol)))
+		_, err := create(ctx, cs, fixtures.Service(ns, "v6-squatter", fixtures.WithClusterIP("fd00:10:96:0::a"), fixtures.WithIPFamilies(corev1.IPv6Protocol)))
 		requireDenied(t, err, mutating, `"fd00:10:96:0::a"`, "is reserved for Service kube-system/kube-dns (cluster DNS (IPv6))")
 	})
 
 	t.Run("a single-stack Service that grows to dual-stack may add only a static-band IPv6 address", func(t *testing.T) {
-		svc := mustCreate(t, ctx, cs, service(ns, "grows", clusterIP("10.96.0.40")))
+		svc := mustCreate(t, ctx, cs, fixtures.Service(ns, "grows", fixtures.WithClusterIP("10.96.0.40")))
 		grow := func(v6 string) (*corev1.Service, error) {
 			u := svc.DeepCopy()
 			p := corev1.IPFamilyPolicyRequireDualStack
@@ -193,7 +185,7 @@ func TestDualStack(t *testing.T) {
 	})
 
 	t.Run("a dynamic dual-stack Service gets an address in each dynamic band", func(t *testing.T) {
-		got := mustCreate(t, ctx, cs, service(ns, "dynamic", familyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
+		got := mustCreate(t, ctx, cs, fixtures.Service(ns, "dynamic", fixtures.WithIPFamilyPolicy(corev1.IPFamilyPolicyRequireDualStack)))
 		v6Dynamic := band{mustAddr("fd00:10:96::101"), mustAddr("fd00:10:96::f:ffff")}
 		if len(got.Spec.ClusterIPs) != 2 || !dynamicBand16.contains(got.Spec.ClusterIPs[0]) || !v6Dynamic.contains(got.Spec.ClusterIPs[1]) {
 			t.Fatalf("clusterIPs %v, want one in %s and one in %s", got.Spec.ClusterIPs, dynamicBand16, v6Dynamic)
@@ -226,7 +218,7 @@ func TestAnOwnerNamingItsAddressGetsItsReservedSecondFamilyOnCreate(t *testing.T
 		t.Run(string(tc.policy), func(t *testing.T) {
 			waitHold(t, ctx, cs, tc.v4, 30*time.Second)
 			waitHold(t, ctx, cs, tc.v6, 30*time.Second)
-			got := mustCreate(t, ctx, cs, service("kube-system", tc.name, clusterIP(tc.v4), familyPolicy(tc.policy)))
+			got := mustCreate(t, ctx, cs, fixtures.Service("kube-system", tc.name, fixtures.WithClusterIP(tc.v4), fixtures.WithIPFamilyPolicy(tc.policy)))
 			if want := []string{tc.v4, tc.v6}; !slices.Equal(got.Spec.ClusterIPs, want) {
 				t.Fatalf("%s created with clusterIP %s and %s got %v, want %v", tc.name, tc.v4, tc.policy, got.Spec.ClusterIPs, want)
 			}

@@ -108,11 +108,11 @@ func TestExclusionByLabelReachesHoldsAndAudit(t *testing.T) {
 		// reservation-not-held. Then a Service in the selected namespace on
 		// that address (reserved-for-other, admitted by warn): any pass
 		// that lists it lists the owner too.
-		owner := mustCreate(t, ctx, cs, service(out, "owner"))
+		owner := mustCreate(t, ctx, cs, fixtures.Service(out, "owner"))
 		if owner.Spec.ClusterIP == "10.96.0.61" {
 			t.Fatalf("%s/owner got its reserved address although the webhook is not called there", out)
 		}
-		mustCreate(t, ctx, cs, service(in, "squatter", clusterIP("10.96.0.61")))
+		mustCreate(t, ctx, cs, fixtures.Service(in, "squatter", fixtures.WithClusterIP("10.96.0.61")))
 		fixtures.Eventually(t, "an audit Event on exclusions-in/squatter", time.Minute, func() bool { return policyEvents(t, ctx, cs)[in+"/squatter"] > 0 })
 		if ev := policyEvents(t, ctx, cs); ev[out+"/owner"] != 0 {
 			t.Errorf("audit Events %v: the excluded namespace's owner was audited", ev)

@@ -173,18 +173,18 @@ func TestHelmChart(t *testing.T) {
 			t.Fatal(err)
 		}
 		ns := namespace(t, c, "helm")
-		_, err = create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.53")))
+		_, err = create(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.53")))
 		requireDenied(t, err, mutating, "is reserved for Service kube-system/helm-dns")
-		_, err = create(ctx, cs, service(ns, "in-dynamic-band", clusterIP("10.96.200.5")))
+		_, err = create(ctx, cs, fixtures.Service(ns, "in-dynamic-band", fixtures.WithClusterIP("10.96.200.5")))
 		requireDenied(t, err, mutating, "lies in the dynamic band 10.96.1.1-10.96.255.254")
-		if s, err := create(ctx, cs, service(ns, "static-band", clusterIP("10.96.0.60"))); err != nil {
+		if s, err := create(ctx, cs, fixtures.Service(ns, "static-band", fixtures.WithClusterIP("10.96.0.60"))); err != nil {
 			t.Errorf("a static-band address no one reserved was refused: %v", err)
 		} else {
 			t.Logf("e2e: helm: %s/%s got %s", ns, s.Name, s.Spec.ClusterIP)
 		}
 		t.Cleanup(func() { deleteServices(t, cs, ns) })
 		// The release namespace is excluded, so the webhook's own Service never depends on it.
-		if _, err := create(ctx, cs, service("clusterip-policy", "in-dynamic-band", clusterIP("10.96.200.6"))); err != nil {
+		if _, err := create(ctx, cs, fixtures.Service("clusterip-policy", "in-dynamic-band", fixtures.WithClusterIP("10.96.200.6"))); err != nil {
 			t.Errorf("a Service in the release namespace was refused: %v", err)
 		}
 		t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })

@@ -31,34 +31,6 @@ const (
 	validating = framework.ValidatingWebhookName
 )
 
-// service builds a ClusterIP Service with one TCP port and the tweaks.
-func service(namespace, name string, tweaks ...func(*corev1.Service)) *corev1.Service {
-	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: map[string]string{"app": name},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	for _, tw := range tweaks {
-		tw(s)
-	}
-	return s
-}
-
-func clusterIP(ip string) func(*corev1.Service) {
-	return func(s *corev1.Service) { s.Spec.ClusterIP = ip }
-}
-
-func externalName(host string) func(*corev1.Service) {
-	return func(s *corev1.Service) {
-		s.Spec.Type = corev1.ServiceTypeExternalName
-		s.Spec.ExternalName = host
-		s.Spec.Selector = nil
-	}
-}
-
 // kubeDNS is the Service of the Kubernetes docs (CoreDNS's deployment
 // manifest), as kubectl users apply it.
 const kubeDNS = `apiVersion: v1

@@ -113,7 +113,7 @@ func TestAForgedFloodCostsRealOwnersNothing(t *testing.T) {
 	}
 	waitHold(t, ctx, cs, "10.96.0.40", 30*time.Second)
 	for i := 1; i <= 5; i++ {
-		got := mustCreate(t, ctx, cs, service("flood", fmt.Sprintf("exists-%d", i)))
+		got := mustCreate(t, ctx, cs, fixtures.Service("flood", fmt.Sprintf("exists-%d", i)))
 		if want := fmt.Sprintf("10.96.0.3%d", i); got.Spec.ClusterIP != want {
 			t.Fatalf("exists-%d got %s, want %s", i, got.Spec.ClusterIP, want)
 		}
@@ -154,7 +154,7 @@ func TestAForgedFloodCostsRealOwnersNothing(t *testing.T) {
 		failed := 0
 		var failures []string
 		for i := 1; i <= 5; i++ {
-			got, err := create(ctx, cs, service("flood", fmt.Sprintf("real-%d", i)))
+			got, err := create(ctx, cs, fixtures.Service("flood", fmt.Sprintf("real-%d", i)))
 			switch {
 			case err != nil:
 				failed++
@@ -210,7 +210,7 @@ func TestAForgedFloodCostsRealOwnersNothing(t *testing.T) {
 			}
 			return nil
 		})
-		_, err := create(ctx, cs, service("flood", "absent"))
+		_, err := create(ctx, cs, fixtures.Service("flood", "absent"))
 		if err == nil {
 			t.Fatal("the real owner's create went through while forged creates spent the budget; the flood proves nothing")
 		}
@@ -227,7 +227,7 @@ func TestAForgedFloodCostsRealOwnersNothing(t *testing.T) {
 		tries := 0
 		for {
 			tries++
-			got, err := create(ctx, cs, service("flood", "absent"))
+			got, err := create(ctx, cs, fixtures.Service("flood", "absent"))
 			if err == nil {
 				if got.Spec.ClusterIP != "10.96.0.40" {
 					t.Fatalf("absent got %s, want 10.96.0.40", got.Spec.ClusterIP)

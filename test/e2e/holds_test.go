@@ -60,7 +60,7 @@ func TestReservationHolds(t *testing.T) {
 		const free = 28
 		created, denied, full := 0, 0, 0
 		for i := 0; i < free+5 && full == 0; i++ {
-			got, err := create(ctx, cs, service(ns, fmt.Sprintf("dynamic-%03d", i+1)))
+			got, err := create(ctx, cs, fixtures.Service(ns, fmt.Sprintf("dynamic-%03d", i+1)))
 			switch {
 			case err == nil:
 				if got.Spec.ClusterIP == "10.96.0.10" {
@@ -198,7 +198,7 @@ func TestReservationHolds(t *testing.T) {
 		// The apiserver drops the configurations from its admission chain
 		// within a moment; until then the webhook would deny first.
 		fixtures.EventuallyNil(t, "the apiserver's own refusal", 10*time.Second, func() error {
-			_, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.10")))
+			_, err := create(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.10")))
 			if err == nil {
 				t.Fatal("squatter got the held 10.96.0.10")
 			}

@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/test/fixtures"
 )
 
 // A Service whose clusterIPs repeat one dynamic-band address 50,000 times
@@ -32,7 +34,7 @@ func TestFiftyThousandClusterIPsGetOneShortDenial(t *testing.T) {
 	for i := range ips {
 		ips[i] = "10.96.200.5"
 	}
-	svc := service(ns, "flood", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips })
+	svc := fixtures.Service(ns, "flood", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips })
 	before := vmRSS(t, w.Pid())
 	for i := range 20 {
 		_, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})

@@ -144,7 +144,7 @@ func TestManagedCertificatesBootstrapAndRestart(t *testing.T) {
 	}
 
 	ns := namespace(t, c, "managed-certs")
-	mustCreate(t, ctx, cs, service(ns, "before-restart", clusterIP("10.96.0.61")))
+	mustCreate(t, ctx, cs, fixtures.Service(ns, "before-restart", fixtures.WithClusterIP("10.96.0.61")))
 	if n := len(decisionsFor(c, ns, "before-restart")); n < 2 {
 		t.Fatalf("the create reached the webhook %d times, want mutate and validate", n)
 	}
@@ -308,7 +308,7 @@ func startCertLoad(ctx context.Context, t *testing.T, c *framework.Cluster, nsPr
 				if real {
 					opts = metav1.CreateOptions{}
 				}
-				_, err := cs.CoreV1().Services(ns).Create(runCtx, service(ns, name, clusterIP(ip)), opts)
+				_, err := cs.CoreV1().Services(ns).Create(runCtx, fixtures.Service(ns, name, fixtures.WithClusterIP(ip)), opts)
 				if runCtx.Err() != nil {
 					return
 				}
@@ -499,7 +499,7 @@ func measureBundleLoad(t *testing.T, c *framework.Cluster, ns string) {
 			t.Fatal(err)
 		}
 		probe := func(i int) error {
-			svc := service(ns, fmt.Sprintf("bundle-load-%d-%d", round, i))
+			svc := fixtures.Service(ns, fmt.Sprintf("bundle-load-%d-%d", round, i))
 			svc.Labels = map[string]string{"e2e-bundle-load": label}
 			_, err := dryRunCreate(ctx, cs, svc)
 			return err

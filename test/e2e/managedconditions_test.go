@@ -121,11 +121,6 @@ func createNamespace(t *testing.T, c *framework.Cluster, name string) {
 	t.Cleanup(func() { deleteServices(t, c.Client(0), name) })
 }
 
-func plainService(ns, name string) *corev1.Service {
-	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name}, Ports: []corev1.ServicePort{{Port: 80}}}}
-}
-
 // reached reports whether the webhook logged a decision for ns/name at
 // stage ("" for any stage). Decisions are logged before the response, so
 // one that is absent once the create returned was never made.
@@ -175,7 +170,7 @@ func TestManagedConditionsSendOnlyWhatTheWebhookMayChange(t *testing.T) {
 	skipped, deniedOnReservation, attempts := 0, 0, 0
 	for ; attempts < 40 && (skipped < 2 || deniedOnReservation < 1); attempts++ {
 		name := fmt.Sprintf("dynamic-%d", attempts)
-		svc, err := cs.CoreV1().Services(managedNamespace).Create(ctx, plainService(managedNamespace, name), metav1.CreateOptions{})
+		svc, err := cs.CoreV1().Services(managedNamespace).Create(ctx, fixtures.Service(managedNamespace, name), metav1.CreateOptions{})
 		switch {
 		case err != nil:
 			if !strings.Contains(err.Error(), "is reserved for Service "+managedNamespace+"/owner-") {
@@ -204,7 +199,7 @@ func TestManagedConditionsSendOnlyWhatTheWebhookMayChange(t *testing.T) {
 	t.Logf("e2e: managed conditions: %d dynamic creates: %d on a free dynamic address skipped both webhooks, %d landed on a reservation and were denied by the validating webhook; the apiserver called the validating webhook %v times for them",
 		attempts, skipped, deniedOnReservation, webhookCalls()-callsBefore)
 
-	static := plainService(managedNamespace, "static")
+	static := fixtures.Service(managedNamespace, "static")
 	static.Spec.ClusterIP = "10.96.0.5"
 	if _, err := cs.CoreV1().Services(managedNamespace).Create(ctx, static, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("static create: %v", err)
@@ -212,7 +207,7 @@ func TestManagedConditionsSendOnlyWhatTheWebhookMayChange(t *testing.T) {
 	if !reached(c, managedNamespace, "static", "mutate") || !reached(c, managedNamespace, "static", "validate") {
 		t.Fatalf("the static create did not reach both webhooks: %+v", decisionsFor(c, managedNamespace, "static"))
 	}
-	wrong := plainService(managedNamespace, "static-in-dynamic")
+	wrong := fixtures.Service(managedNamespace, "static-in-dynamic")
 	wrong.Spec.ClusterIP = "10.96.0.18"
 	if _, err := cs.CoreV1().Services(managedNamespace).Create(ctx, wrong, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "dynamic band") {
 		t.Fatalf("a static address in the dynamic band: err %v, want the static-ip-in-dynamic-band denial", err)
@@ -263,7 +258,7 @@ func TestManagedConditionsSendOnlyWhatTheWebhookMayChange(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("e2e: managed conditions: a tampered condition was restored %s later", time.Since(tampered).Round(10*time.Millisecond))
-	owner := plainService(managedNamespace, "owner-9")
+	owner := fixtures.Service(managedNamespace, "owner-9")
 	got, err := cs.CoreV1().Services(managedNamespace).Create(ctx, owner, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("owner's create: %v", err)
@@ -294,7 +289,7 @@ func TestUnmanagedConditionsStayStatic(t *testing.T) {
 	if m, v, _, err := managedConditions(ctx, c); err != nil || m != "" || v != "" {
 		t.Fatalf("management off, yet the configurations hold a managed condition (mutating %q, validating %q, %v)", m, v, err)
 	}
-	if _, err := cs.CoreV1().Services(ns).Create(ctx, plainService(ns, "dynamic"), metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "reserved for") {
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, "dynamic"), metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "reserved for") {
 		t.Fatal(err)
 	}
 	if !reached(c, ns, "dynamic", "mutate") {
@@ -501,7 +496,7 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 		// under the new ones the mutating webhook assigns its reservation
 		// (or denies it, when a load Service holds the address).
 		for {
-			got, err := cs.CoreV1().Services(loadOwnersNamespace).Create(ctx, plainService(loadOwnersNamespace, "owner-0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			got, err := cs.CoreV1().Services(loadOwnersNamespace).Create(ctx, fixtures.Service(loadOwnersNamespace, "owner-0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			if (err == nil && got.Spec.ClusterIP == "10.97.0.2") || (err != nil && deniedBy(err, mutating)) {
 				settle = time.Since(synced)
 				break
@@ -701,7 +696,7 @@ func TestLargestManagedConditionsOnARealApiserver(t *testing.T) {
 	for i := range ips {
 		ips[i] = "10.96.200.5"
 	}
-	flood := service(ns, "flood", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips })
+	flood := fixtures.Service(ns, "flood", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips })
 	_, err = cs.CoreV1().Services(ns).Create(ctx, flood, metav1.CreateOptions{})
 	want := `admission webhook "` + mutating + `" denied the request: spec.clusterIPs: Too many: 50000: must have at most 2 items (one per IP family)`
 	if err == nil || !strings.HasPrefix(err.Error(), want) || len(err.Error()) > 1024 {
@@ -717,13 +712,13 @@ func TestLargestManagedConditionsOnARealApiserver(t *testing.T) {
 		},
 	} {
 		name := fmt.Sprintf("dynamic-%d", i)
-		if _, err := cs.CoreV1().Services(ns).Create(ctx, service(ns, name, tweak), metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, name, tweak), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("dynamic create %s: %v", name, err)
 		}
 	}
 	ownerNS := fmt.Sprintf("ns%061d", 0)
 	createNamespace(t, c, ownerNS)
-	got, err := cs.CoreV1().Services(ownerNS).Create(ctx, service(ownerNS, fmt.Sprintf("svc%060d", 0)), metav1.CreateOptions{})
+	got, err := cs.CoreV1().Services(ownerNS).Create(ctx, fixtures.Service(ownerNS, fmt.Sprintf("svc%060d", 0)), metav1.CreateOptions{})
 	if err != nil || got.Spec.ClusterIP != "10.96.2.7" {
 		t.Fatalf("the first owner's create: %v, clusterIP %q, want its reservation 10.96.2.7", err, got.Spec.ClusterIP)
 	}
@@ -782,7 +777,7 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 			go func() {
 				cl := kubernetes.NewForConfigOrDie(cfg)
 				for j := range perClient {
-					if _, err := cl.CoreV1().Services(ns).Create(ctx, plainService(ns, fmt.Sprintf("s%d-%d", i, j)), metav1.CreateOptions{}); err != nil {
+					if _, err := cl.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, fmt.Sprintf("s%d-%d", i, j)), metav1.CreateOptions{}); err != nil {
 						errs <- err
 						return
 					}
@@ -846,7 +841,7 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 		})
 	}
 	untouchedBy("the apiserver to filter creates with the added conditions (a dynamic create reaches neither webhook)", func(name string) error {
-		_, err := cs.CoreV1().Services(probeNS).Create(ctx, plainService(probeNS, name), metav1.CreateOptions{})
+		_, err := cs.CoreV1().Services(probeNS).Create(ctx, fixtures.Service(probeNS, name), metav1.CreateOptions{})
 		return err
 	})
 	deleteServices(t, cs, probeNS)
@@ -860,7 +855,7 @@ func TestManagedConditionsCutTheCostOfACreate(t *testing.T) {
 	// A static-band create: both configurations send it, whatever their
 	// conditions, until the apiserver has dropped them.
 	untouchedBy("the apiserver to drop the deleted configurations (a static create reaches neither webhook)", func(name string) error {
-		s := plainService(probeNS, name)
+		s := fixtures.Service(probeNS, name)
 		s.Spec.ClusterIP = "10.96.0.50"
 		_, err := cs.CoreV1().Services(probeNS).Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err

@@ -211,7 +211,7 @@ func TestDeploymentManifests(t *testing.T) {
 			t.Fatal("/readyz is ok although the webhook may not list ServiceCIDRs and IPAddresses")
 		}
 		for _, path := range []string{framework.MutatePath, framework.ValidatePath} {
-			resp, err := w.Review(ctx, path, serviceReview(t, service("default", "while-unready", clusterIP("10.96.0.20"))))
+			resp, err := w.Review(ctx, path, serviceReview(t, fixtures.Service("default", "while-unready", fixtures.WithClusterIP("10.96.0.20"))))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -332,9 +332,9 @@ func TestDeploymentManifests(t *testing.T) {
 		}
 
 		ns := namespace(t, c, "manifests")
-		_, err = create(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		_, err = create(ctx, cs, fixtures.Service(ns, "not-dns", fixtures.WithClusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
-		_, err = create(ctx, cs, service(ns, "in-dynamic-band", clusterIP("10.96.200.5")))
+		_, err = create(ctx, cs, fixtures.Service(ns, "in-dynamic-band", fixtures.WithClusterIP("10.96.200.5")))
 		requireDenied(t, err, mutating, "lies in the dynamic band 10.96.1.1-10.96.255.254")
 		out, _, err := c.Kubectl(ctx, kubeDNSWithoutIP, "create", "-f", "-", "-o", "jsonpath={.spec.clusterIP}")
 		if err != nil {
@@ -346,7 +346,7 @@ func TestDeploymentManifests(t *testing.T) {
 		}
 		// The webhook's own namespace is excluded, so its Service never
 		// depends on it.
-		if _, err := create(ctx, cs, service("clusterip-policy", "in-dynamic-band", clusterIP("10.96.200.6"))); err != nil {
+		if _, err := create(ctx, cs, fixtures.Service("clusterip-policy", "in-dynamic-band", fixtures.WithClusterIP("10.96.200.6"))); err != nil {
 			t.Errorf("a Service in the webhook's own namespace was refused: %v", err)
 		}
 		t.Cleanup(func() { deleteServices(t, cs, "clusterip-policy") })

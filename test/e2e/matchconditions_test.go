@@ -102,7 +102,7 @@ func TestExternalNameLabelUpdatesAllocateNothing(t *testing.T) {
 	cs := c.Client(0)
 	ctx := testContext(t, 60e9)
 	ns := namespace(t, c, "external-name")
-	mustCreate(t, ctx, cs, service(ns, "ext", externalName("example.com")))
+	mustCreate(t, ctx, cs, fixtures.Service(ns, "ext", fixtures.WithExternalName("example.com")))
 	mark := c.Webhooks[0].LogSize()
 	if _, _, err := c.Kubectl(ctx, "", "-n", ns, "label", "service", "ext", "e2e=labelled"); err != nil {
 		t.Fatal(err)

@@ -39,8 +39,8 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	// allowed create, a denied one (the apiserver counts the rejection),
 	// and the owner's create, which releases the hold.
 	waitHold(t, ctx, cs, "10.96.0.10", 30*time.Second)
-	mustCreate(t, ctx, cs, service(ns, "dynamic"))
-	_, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.10")))
+	mustCreate(t, ctx, cs, fixtures.Service(ns, "dynamic"))
+	_, err := create(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.10")))
 	requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
 	if _, stderr, err := c.Kubectl(ctx, kubeDNSWithoutIP, "create", "-f", "-"); err != nil {
 		t.Fatalf("create kube-dns: %v: %s", err, stderr)
@@ -132,7 +132,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Webhooks[0].Stop(15 * time.Second)
-	if _, err := create(ctx, cs, service(ns, "while-down")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+	if _, err := create(ctx, cs, fixtures.Service(ns, "while-down")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 		t.Fatalf("with the webhook stopped, a create should fail calling it: %v", err)
 	}
 	after, err := c.APIServerMetric(ctx, 0, "apiserver_admission_webhook_rejection_count", mutateName, unreachable)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // Two kube-apiservers on one etcd whose --service-cluster-ip-range flags
@@ -38,13 +39,13 @@ func TestTwoAPIServersWithDifferentRanges(t *testing.T) {
 			denied bool
 			wantIP string // for admitted requests; "" for a dynamic one
 		}{
-			{"static IP in the dynamic band", service(ns, "dyn-band", clusterIP("10.96.200.5")), true, ""},
-			{"DNS IP for another Service", service(ns, "not-dns", clusterIP("10.96.0.10")), true, ""},
-			{"static IP outside every range", service(ns, "outside", clusterIP("10.200.0.1")), true, ""},
-			{"static IP of the second apiserver's flag range", service(ns, "second-flag", clusterIP("192.168.0.5")), true, ""},
-			{"static IP in the static band", service(ns, "static", clusterIP("10.96.0.20")), false, "10.96.0.20"},
-			{"kube-dns without a clusterIP", service("kube-system", "kube-dns"), false, "10.96.0.10"},
-			{"dynamic Service", service(ns, "dynamic"), false, ""},
+			{"static IP in the dynamic band", fixtures.Service(ns, "dyn-band", fixtures.WithClusterIP("10.96.200.5")), true, ""},
+			{"DNS IP for another Service", fixtures.Service(ns, "not-dns", fixtures.WithClusterIP("10.96.0.10")), true, ""},
+			{"static IP outside every range", fixtures.Service(ns, "outside", fixtures.WithClusterIP("10.200.0.1")), true, ""},
+			{"static IP of the second apiserver's flag range", fixtures.Service(ns, "second-flag", fixtures.WithClusterIP("192.168.0.5")), true, ""},
+			{"static IP in the static band", fixtures.Service(ns, "static", fixtures.WithClusterIP("10.96.0.20")), false, "10.96.0.20"},
+			{"kube-dns without a clusterIP", fixtures.Service("kube-system", "kube-dns"), false, "10.96.0.10"},
+			{"dynamic Service", fixtures.Service(ns, "dynamic"), false, ""},
 		}
 		for _, r := range requests {
 			var results [2]string
@@ -72,13 +73,13 @@ func TestTwoAPIServersWithDifferentRanges(t *testing.T) {
 	})
 
 	t.Run("a static IP from the second apiserver's flag range is denied with the webhook's message", func(t *testing.T) {
-		_, err := create(ctx, clients[1], service(ns, "flag-range", clusterIP("192.168.0.5")))
+		_, err := create(ctx, clients[1], fixtures.Service(ns, "flag-range", fixtures.WithClusterIP("192.168.0.5")))
 		requireDenied(t, err, mutating, `spec.clusterIP: Invalid value: "192.168.0.5"`, "is outside every active Service CIDR", "10.96.0.0/16")
 	})
 
 	t.Run("dynamic Services through the second apiserver get addresses of the ServiceCIDR, not of its flag", func(t *testing.T) {
 		for i := range 10 {
-			got := mustCreate(t, ctx, clients[1], service(ns, fmt.Sprintf("dynamic-%02d", i)))
+			got := mustCreate(t, ctx, clients[1], fixtures.Service(ns, fmt.Sprintf("dynamic-%02d", i)))
 			if !dynamicBand16.contains(got.Spec.ClusterIP) {
 				t.Errorf("%s got %s, want the dynamic band %s", got.Name, got.Spec.ClusterIP, dynamicBand16)
 			}
@@ -86,14 +87,14 @@ func TestTwoAPIServersWithDifferentRanges(t *testing.T) {
 	})
 
 	t.Run("real creates through either apiserver are judged alike", func(t *testing.T) {
-		mustCreate(t, ctx, clients[0], service(ns, "static-a", clusterIP("10.96.0.21")))
-		mustCreate(t, ctx, clients[1], service(ns, "static-b", clusterIP("10.96.0.22")))
+		mustCreate(t, ctx, clients[0], fixtures.Service(ns, "static-a", fixtures.WithClusterIP("10.96.0.21")))
+		mustCreate(t, ctx, clients[1], fixtures.Service(ns, "static-b", fixtures.WithClusterIP("10.96.0.22")))
 		for i, cs := range clients {
 			// Each holder is visible to both webhooks whichever apiserver
 			// they watch through.
 			for _, ip := range []string{"10.96.0.21", "10.96.0.22"} {
 				eventuallyDenied(t, mutating, func() error {
-					_, err := create(ctx, cs, service(ns, fmt.Sprintf("steal-%d", i), clusterIP(ip)))
+					_, err := create(ctx, cs, fixtures.Service(ns, fmt.Sprintf("steal-%d", i), fixtures.WithClusterIP(ip)))
 					return err
 				}, fmt.Sprintf("%q", ip), "is held by IPAddress "+ip+" for Service "+ns+"/static-")
 			}

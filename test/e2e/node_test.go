@@ -174,7 +174,7 @@ func TestNodeChartFromRegistry(t *testing.T) {
 	t.Run("the apiserver calls the pods through the webhook Service: a denial is in a pod's log", func(t *testing.T) {
 		n.checkServiceRouting(t, ctx, ns)
 		svc := fmt.Sprintf("node-probe-%d", time.Now().UnixNano()%1e6)
-		_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.96.200.5")), metav1.CreateOptions{})
+		_, err := n.cs.CoreV1().Services("default").Create(ctx, fixtures.Service("default", svc, fixtures.WithClusterIP("10.96.200.5")), metav1.CreateOptions{})
 		requireDenied(t, err, framework.MutatingWebhookName, "10.96.200.5", "lies in the dynamic band", "static band 10.96.0.1-10.96.1.0")
 		pod, line := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second)
 		if pod == "" {
@@ -199,7 +199,7 @@ func TestNodeChartFromRegistry(t *testing.T) {
 		if hold == "" {
 			return
 		}
-		s, err := n.cs.CoreV1().Services("kube-system").Create(ctx, service("kube-system", "kube-dns"), metav1.CreateOptions{})
+		s, err := n.cs.CoreV1().Services("kube-system").Create(ctx, fixtures.Service("kube-system", "kube-dns"), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("create kube-system/kube-dns: %v", err)
 		}
@@ -312,14 +312,14 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 		}
 	}
 	svc := fmt.Sprintf("second-range-%d", time.Now().UnixNano()%1e6)
-	_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.97.0.100")), metav1.CreateOptions{})
+	_, err := n.cs.CoreV1().Services("default").Create(ctx, fixtures.Service("default", svc, fixtures.WithClusterIP("10.97.0.100")), metav1.CreateOptions{})
 	requireDenied(t, err, framework.MutatingWebhookName, "10.97.0.100", "lies in the dynamic band", "10.97.0.1-10.97.0.16")
 	if pod, line := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second); pod == "" {
 		t.Errorf("no pod in %s logged the denial of default/%s", ns, svc)
 	} else {
 		t.Logf("e2e: node: on the second range 10.97.0.0/24, pod %s denied 10.97.0.100: %.160s", pod, line)
 	}
-	ok, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc+"-static", clusterIP("10.97.0.5")), metav1.CreateOptions{})
+	ok, err := n.cs.CoreV1().Services("default").Create(ctx, fixtures.Service("default", svc+"-static", fixtures.WithClusterIP("10.97.0.5")), metav1.CreateOptions{})
 	if err != nil || ok.Spec.ClusterIP != "10.97.0.5" {
 		t.Errorf("a static address in the second range's static band: %v, want it created", err)
 	}
@@ -393,7 +393,7 @@ func TestNodeKustomizeSelfSigned(t *testing.T) {
 	n.checkServiceRouting(t, ctx, ns)
 	svc := fmt.Sprintf("kustomize-probe-%d", time.Now().UnixNano()%1e6)
 	eventuallyDenied(t, framework.MutatingWebhookName, func() error {
-		_, err := n.cs.CoreV1().Services("default").Create(ctx, service("default", svc, clusterIP("10.96.200.7")), metav1.CreateOptions{})
+		_, err := n.cs.CoreV1().Services("default").Create(ctx, fixtures.Service("default", svc, fixtures.WithClusterIP("10.96.200.7")), metav1.CreateOptions{})
 		return err
 	}, "10.96.200.7", "lies in the dynamic band")
 	if pod, _ := n.decisionInPodLogs(t, ctx, ns, svc, 30*time.Second); pod == "" {
@@ -921,7 +921,7 @@ func (n *realNode) uninstall(t *testing.T, ctx context.Context, ns string) {
 // deletes it again.
 func (n *realNode) dnsAddressGivenBack(t *testing.T, ctx context.Context) {
 	t.Helper()
-	if s, err := n.cs.CoreV1().Services("kube-system").Create(ctx, service("kube-system", "kube-dns", clusterIP("10.96.0.10")), metav1.CreateOptions{}); err != nil {
+	if s, err := n.cs.CoreV1().Services("kube-system").Create(ctx, fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.10")), metav1.CreateOptions{}); err != nil {
 		t.Errorf("kube-dns naming 10.96.0.10 after the uninstall: %v", err)
 	} else {
 		t.Logf("e2e: node: after the uninstall, kube-system/kube-dns naming its address got %s", s.Spec.ClusterIP)

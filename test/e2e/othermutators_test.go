@@ -136,12 +136,6 @@ func waitMutatingCondition(t *testing.T, ctx context.Context, c *framework.Clust
 	return time.Since(start)
 }
 
-func labelledService(ns, name, ip string) *corev1.Service {
-	s := plainService(ns, name)
-	s.Labels = map[string]string{setClusterIPLabel: ip}
-	return s
-}
-
 // TestAnotherMutatingWebhookAfterOursCannotRouteAroundTheManagedConditions:
 // a mutating webhook registered after ours sets a dynamic-band address on
 // a plain create. The leader sees it and sends every create to our
@@ -176,7 +170,7 @@ func TestAnotherMutatingWebhookAfterOursCannotRouteAroundTheManagedConditions(t 
 	fixtures.EventuallyNil(t, "a dry run of a create given a dynamic-band address by the later webhook to be denied", 15*time.Second, func() error {
 		probes++
 		name := fmt.Sprintf("probe-dynamic-%d", probes)
-		got, err := cs.CoreV1().Services(ns).Create(ctx, labelledService(ns, name, "10.96.200.71"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		got, err := cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, name, fixtures.WithLabel(setClusterIPLabel, "10.96.200.71")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), "dynamic band") {
 			return nil
 		}
@@ -187,7 +181,7 @@ func TestAnotherMutatingWebhookAfterOursCannotRouteAroundTheManagedConditions(t 
 	})
 
 	setterCalls := calls.Load()
-	admitted, err := cs.CoreV1().Services(ns).Create(ctx, labelledService(ns, "set-dynamic", "10.96.200.71"), metav1.CreateOptions{})
+	admitted, err := cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, "set-dynamic", fixtures.WithLabel(setClusterIPLabel, "10.96.200.71")), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "dynamic band") {
 		t.Fatalf("a dynamic-band address set by a later mutating webhook: err %v (admitted with %v), want the static-ip-in-dynamic-band denial", err, admitted.Spec.ClusterIPs)
 	}
@@ -204,7 +198,7 @@ func TestAnotherMutatingWebhookAfterOursCannotRouteAroundTheManagedConditions(t 
 		t.Fatalf("our mutating webhook decided %d times on set-dynamic; want 2 (round 1, then reinvoked after the other webhook's change): %+v", mutates, decisionsFor(c, ns, "set-dynamic"))
 	}
 	t.Logf("e2e: other mutators: a later webhook set 10.96.200.71 on a plain create: denied on reinvocation: %v", err)
-	got, err := cs.CoreV1().Services(ns).Create(ctx, labelledService(ns, "set-static", "10.96.0.77"), metav1.CreateOptions{})
+	got, err := cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, "set-static", fixtures.WithLabel(setClusterIPLabel, "10.96.0.77")), metav1.CreateOptions{})
 	if err != nil || got.Spec.ClusterIP != "10.96.0.77" {
 		t.Fatalf("a free static-band address set by a later mutating webhook: %v (got %v); want it allowed", err, got)
 	}
@@ -216,7 +210,7 @@ func TestAnotherMutatingWebhookAfterOursCannotRouteAroundTheManagedConditions(t 
 		return n
 	}
 	before := plainCalls()
-	if _, err := cs.CoreV1().Services(ns).Create(ctx, plainService(ns, "plain-while-other"), metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "reserved for") {
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, "plain-while-other"), metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "reserved for") {
 		t.Fatal(err)
 	}
 	if plainCalls() == before {
@@ -279,7 +273,7 @@ func TestAMutatingAdmissionPolicyForServicesMakesEveryCreateReachOurs(t *testing
 	fixtures.EventuallyNil(t, "the MutatingAdmissionPolicy to act", 15*time.Second, func() error {
 		tries++
 		name := fmt.Sprintf("map-dynamic-%d", tries)
-		svc, err := cs.CoreV1().Services(ns).Create(ctx, labelledService(ns, name, "10.96.200.72"), metav1.CreateOptions{})
+		svc, err := cs.CoreV1().Services(ns).Create(ctx, fixtures.Service(ns, name, fixtures.WithLabel(setClusterIPLabel, "10.96.200.72")), metav1.CreateOptions{})
 		if err != nil && strings.Contains(err.Error(), "dynamic band") {
 			t.Logf("e2e: other mutators: a MutatingAdmissionPolicy set 10.96.200.72 on a plain create: denied: %v", err)
 			return nil

@@ -62,10 +62,10 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 	}
 	// No webhook is registered: the apiserver takes all of these.
 	for _, s := range []*corev1.Service{
-		service("default", "dynamic-1"),
-		service("default", "static", clusterIP("10.96.0.53")),
-		service("default", "early-bird", clusterIP("10.96.0.10")),   // reserved-for-other
-		service("kube-system", "kube-dns", clusterIP("10.96.0.11")), // reservation-not-held
+		fixtures.Service("default", "dynamic-1"),
+		fixtures.Service("default", "static", fixtures.WithClusterIP("10.96.0.53")),
+		fixtures.Service("default", "early-bird", fixtures.WithClusterIP("10.96.0.10")),   // reserved-for-other
+		fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.11")), // reservation-not-held
 	} {
 		mustCreate(t, ctx, cs, s)
 	}
@@ -76,9 +76,9 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 		t.Fatalf("create ServiceCIDR: %v", err)
 	}
 	for _, s := range []*corev1.Service{
-		service("default", "spilled-1", clusterIP("10.97.0.31")),    // outside-service-cidrs
-		service("audit-legacy", "old", clusterIP("10.97.0.40")),     // exempt namespace
-		service("clusterip-policy", "own", clusterIP("10.97.0.41")), // the webhook's namespace: never reviewed
+		fixtures.Service("default", "spilled-1", fixtures.WithClusterIP("10.97.0.31")),    // outside-service-cidrs
+		fixtures.Service("audit-legacy", "old", fixtures.WithClusterIP("10.97.0.40")),     // exempt namespace
+		fixtures.Service("clusterip-policy", "own", fixtures.WithClusterIP("10.97.0.41")), // the webhook's namespace: never reviewed
 	} {
 		if err := retryUntil(ctx, 15*time.Second, func() error { _, err := create(ctx, cs, s); return err }); err != nil {
 			t.Fatalf("create %s/%s at %s: %v", s.Namespace, s.Name, s.Spec.ClusterIP, err)

@@ -113,7 +113,7 @@ func TestPolicyObject(t *testing.T) {
 
 	t.Run("the webhook enforces the object and kubectl get shows Ready=True with the generation in use", func(t *testing.T) {
 		waitStatus(t, "True 1 1 generation 1 is in force")
-		_, err := create(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		_, err := create(ctx, cs, fixtures.Service(ns, "not-dns", fixtures.WithClusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
 		out, _ := kubectl(t, "", "get", "clusterippolicy", "default")
 		t.Logf("kubectl get clusterippolicy default:\n%s", out)
@@ -157,7 +157,7 @@ func TestPolicyObject(t *testing.T) {
 		// Probed every 20ms, not with fixtures.Wait (which backs off to
 		// 200ms): the figure is to the 20ms.
 		for {
-			_, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
+			_, err := dryRunCreate(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.77")))
 			if deniedBy(err, mutating) {
 				requireDenied(t, err, mutating, `"10.96.0.77": is reserved for Service `+ns+"/payments (added by an edit)")
 				break
@@ -239,7 +239,7 @@ func TestPolicyObject(t *testing.T) {
 		}
 		waitStatus(t, "True 2 2 generation 2 is in force")
 		// And the dynamic creates the refusal protects still work.
-		if _, err := create(ctx, cs, service(ns, "dynamic-after-refusal")); err != nil {
+		if _, err := create(ctx, cs, fixtures.Service(ns, "dynamic-after-refusal")); err != nil {
 			t.Fatalf("a dynamic create after the refused policy: %v", err)
 		}
 	})
@@ -354,7 +354,7 @@ func TestPolicyObject(t *testing.T) {
 		if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[1] != "False" || f[2] != "3" || f[3] != "2" || f[4] != "Refused" {
 			t.Errorf("kubectl get columns %q, want default False 3 2 Refused", f)
 		}
-		_, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
+		_, err := dryRunCreate(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.77")))
 		requireDenied(t, err, mutating, "is reserved for Service "+ns+"/payments")
 		if exited, err := c.Webhooks[0].Exited(); exited {
 			t.Fatalf("the webhook exited on a refused policy: %v", err)
@@ -370,7 +370,7 @@ func TestPolicyObject(t *testing.T) {
 			t.Errorf("%s went up by %v for one refused generation, its status writes and a good one, want 1: a status write was loaded and refused again", failures, n)
 		}
 		waitBackstopPolicy(t, ctx, c, "")
-		if _, err := dryRunCreate(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77"))); err != nil {
+		if _, err := dryRunCreate(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.77"))); err != nil {
 			t.Fatalf("10.96.0.77 is still reserved after the reservation was removed: %v", err)
 		}
 	})
@@ -386,7 +386,7 @@ func TestPolicyObject(t *testing.T) {
 			}
 			return nil
 		})
-		_, err := dryRunCreate(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		_, err := dryRunCreate(ctx, cs, fixtures.Service(ns, "not-dns", fixtures.WithClusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
 		w, err := c.StartWebhookUnready(ctx)
 		if err != nil {

@@ -98,7 +98,7 @@ func TestPolicyReload(t *testing.T) {
 		writePolicy(t, withReservation(ns+"/payments", "10.96.0.77", "added at run time"))
 		took := waitMetric(t, successes, before)
 		t.Logf("e2e: the webhook loaded the changed policy %s after the file was replaced", took.Round(time.Millisecond))
-		_, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
+		_, err := create(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.77")))
 		requireDenied(t, err, mutating, `"10.96.0.77": is reserved for Service `+ns+"/payments (added at run time)")
 	})
 
@@ -110,9 +110,9 @@ func TestPolicyReload(t *testing.T) {
 		if log, _ := w.Log(); !strings.Contains(lastLines(log, 20), `10.96.0.300`) {
 			t.Errorf("the webhook's log does not say why it refused the policy:\n%s", lastLines(log, 5))
 		}
-		_, err := create(ctx, cs, service(ns, "squatter", clusterIP("10.96.0.77")))
+		_, err := create(ctx, cs, fixtures.Service(ns, "squatter", fixtures.WithClusterIP("10.96.0.77")))
 		requireDenied(t, err, mutating, "is reserved for Service "+ns+"/payments")
-		got := mustCreate(t, ctx, cs, service(ns, "payments"))
+		got := mustCreate(t, ctx, cs, fixtures.Service(ns, "payments"))
 		if got.Spec.ClusterIP != "10.96.0.77" {
 			t.Fatalf("payments got %s, want its reserved 10.96.0.77", got.Spec.ClusterIP)
 		}
@@ -132,7 +132,7 @@ func TestPolicyReload(t *testing.T) {
 		// within a tenth of a second, and the apiserver reloads admission
 		// policies once a second.
 		waitBackstopPolicy(t, ctx, c, policyDigest(t, readText(t, c.PolicyFile)))
-		got := mustCreate(t, ctx, kubernetes.NewForConfigOrDie(cfg), service(ns, "warned", clusterIP("10.96.200.9")))
+		got := mustCreate(t, ctx, kubernetes.NewForConfigOrDie(cfg), fixtures.Service(ns, "warned", fixtures.WithClusterIP("10.96.200.9")))
 		if got.Spec.ClusterIP != "10.96.200.9" {
 			t.Fatalf("clusterIP %s, want 10.96.200.9", got.Spec.ClusterIP)
 		}
@@ -147,7 +147,7 @@ func TestPolicyReload(t *testing.T) {
 			t.Error("no audit line with decision warned")
 		}
 		// Other rules still deny.
-		_, err := create(ctx, cs, service(ns, "not-dns", clusterIP("10.96.0.10")))
+		_, err := create(ctx, cs, fixtures.Service(ns, "not-dns", fixtures.WithClusterIP("10.96.0.10")))
 		requireDenied(t, err, mutating, "is reserved for Service kube-system/kube-dns")
 	})
 

@@ -95,9 +95,9 @@ func TestPeriodicAuditWritesPolicyReports(t *testing.T) {
 	dyn := dynamic.NewForConfigOrDie(c.RESTConfig(0))
 	ctx := testContext(t, 4*time.Minute)
 	// No webhook is registered: the apiserver takes both.
-	early := mustCreate(t, ctx, cs, service("default", "early-bird", clusterIP("10.96.0.10"))) // reserved-for-other (deny)
-	dns := mustCreate(t, ctx, cs, service("kube-system", "kube-dns", clusterIP("10.96.0.11"))) // reservation-not-held (no admission action)
-	mustCreate(t, ctx, cs, service("default", "fine"))
+	early := mustCreate(t, ctx, cs, fixtures.Service("default", "early-bird", fixtures.WithClusterIP("10.96.0.10"))) // reserved-for-other (deny)
+	dns := mustCreate(t, ctx, cs, fixtures.Service("kube-system", "kube-dns", fixtures.WithClusterIP("10.96.0.11"))) // reservation-not-held (no admission action)
+	mustCreate(t, ctx, cs, fixtures.Service("default", "fine"))
 
 	if _, err := c.StartWebhookWithArgs(ctx, "", "--audit-interval=1s"); err != nil {
 		t.Fatalf("start a webhook: %v", err)

@@ -70,7 +70,7 @@ func TestAProbeRefusedByAnotherPolicyIsNamedAndArmsOnceLetThrough(t *testing.T) 
 		t.Fatalf("apply the cluster's label policy: %v\n%s", err, out)
 	}
 	fixtures.EventuallyNil(t, "the label policy in force", 30*time.Second, func() error {
-		_, err := cs.CoreV1().Services("default").Create(ctx, service("default", "unlabelled"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := cs.CoreV1().Services("default").Create(ctx, fixtures.Service("default", "unlabelled"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil || !strings.Contains(err.Error(), "every Service needs the label team") {
 			return fmt.Errorf("a label-less dry run: %v", err)
 		}
@@ -128,7 +128,7 @@ func TestAProbeRefusedByAnotherPolicyIsNamedAndArmsOnceLetThrough(t *testing.T) 
 		return nil
 	})
 	// The cluster's policy still holds for everyone else.
-	if _, err := cs.CoreV1().Services("default").Create(ctx, service("default", "unlabelled"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "every Service needs the label team") {
+	if _, err := cs.CoreV1().Services("default").Create(ctx, fixtures.Service("default", "unlabelled"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "every Service needs the label team") {
 		t.Fatalf("the label policy no longer holds for the admin: %v", err)
 	}
 }

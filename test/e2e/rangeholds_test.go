@@ -81,7 +81,7 @@ func TestReservedRangeHolds(t *testing.T) {
 		dynamicBand := band{mustAddr("10.96.0.17"), mustAddr("10.96.0.30")}
 		created, inRange, denied, full, inDynamic, calls := 0, 0, 0, 0, 0, 0
 		for i := 0; i < free+5 && full == 0; i++ {
-			got, err := create(ctx, cs, service(dyn, fmt.Sprintf("dynamic-%03d", i+1)))
+			got, err := create(ctx, cs, fixtures.Service(dyn, fmt.Sprintf("dynamic-%03d", i+1)))
 			switch {
 			case err == nil:
 				if teamRange.contains(got.Spec.ClusterIP) {
@@ -114,7 +114,7 @@ func TestReservedRangeHolds(t *testing.T) {
 	})
 
 	t.Run("another namespace naming a held address of the range is denied and releases nothing", func(t *testing.T) {
-		_, err := create(ctx, cs, service(dyn, "squatter", clusterIP("10.96.0.26")))
+		_, err := create(ctx, cs, fixtures.Service(dyn, "squatter", fixtures.WithClusterIP("10.96.0.26")))
 		requireDenied(t, err, mutating, "is in reserved range 10.96.0.24/29 (team block), which only namespace rrh-team may use")
 		requireRule(t, ctx, c, dyn, "squatter", "reserved-range-for-other")
 		waitHold(t, ctx, cs, "10.96.0.26", time.Second)
@@ -124,7 +124,7 @@ func TestReservedRangeHolds(t *testing.T) {
 		before := metricSum(t, ctx, c, "clusterip_policy_hold_releases_total", `result="released"`)
 		for ip := teamRange.first; !teamRange.last.Less(ip); ip = ip.Next() {
 			name := "team-" + strings.ReplaceAll(ip.String(), ".", "-")
-			got := mustCreate(t, ctx, cs, service(team, name, clusterIP(ip.String())))
+			got := mustCreate(t, ctx, cs, fixtures.Service(team, name, fixtures.WithClusterIP(ip.String())))
 			if got.Spec.ClusterIP != ip.String() {
 				t.Fatalf("%s got %s, want %s", name, got.Spec.ClusterIP, ip)
 			}
@@ -144,11 +144,11 @@ func TestReservedRangeHolds(t *testing.T) {
 		t.Logf("e2e: range holds: 10.96.0.27 was held again %s after its Service was deleted", time.Since(deleted).Round(10*time.Millisecond))
 		// The allocator is exhausted but for that address: a dynamic
 		// create must not get it.
-		_, err := create(ctx, cs, service(dyn, "after-delete"))
+		_, err := create(ctx, cs, fixtures.Service(dyn, "after-delete"))
 		if err == nil || !strings.Contains(err.Error(), "range is full") {
 			t.Fatalf("a dynamic create with only the held range address free: %v, want range is full", err)
 		}
-		got := mustCreate(t, ctx, cs, service(team, "team-again", clusterIP("10.96.0.27")))
+		got := mustCreate(t, ctx, cs, fixtures.Service(team, "team-again", fixtures.WithClusterIP("10.96.0.27")))
 		if got.Spec.ClusterIP != "10.96.0.27" {
 			t.Fatalf("got %s", got.Spec.ClusterIP)
 		}
@@ -176,7 +176,7 @@ func TestReservedRangeWithoutHoldsDeniesADynamicAllocationInIt(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	dyn := namespace(t, c, "rrh-nohold")
 	for i := 0; i < 14; i++ {
-		got, err := create(ctx, cs, service(dyn, fmt.Sprintf("dynamic-%03d", i+1)))
+		got, err := create(ctx, cs, fixtures.Service(dyn, fmt.Sprintf("dynamic-%03d", i+1)))
 		if err == nil {
 			if teamRange.contains(got.Spec.ClusterIP) {
 				t.Fatalf("%s kept %s, in the range", got.Name, got.Spec.ClusterIP)
@@ -212,7 +212,7 @@ func TestForgedCreatesCannotFreeAWholeRange(t *testing.T) {
 	allowed, refused := 0, 0
 	for i := range 64 {
 		ip := netip.AddrFrom4([4]byte{10, 96, 128, byte(i)}).String()
-		raw, err := json.Marshal(service("rrf-team", fmt.Sprintf("forged-%02d", i), clusterIP(ip)))
+		raw, err := json.Marshal(fixtures.Service("rrf-team", fmt.Sprintf("forged-%02d", i), fixtures.WithClusterIP(ip)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +262,7 @@ func TestARangeNamingAnExcludedNamespaceIsNotHeld(t *testing.T) {
 			t.Errorf("%s of the range naming the excluded namespace is held", ip)
 		}
 	}
-	got, err := create(ctx, cs, service("clusterip-policy", "named", clusterIP("10.96.0.41")))
+	got, err := create(ctx, cs, fixtures.Service("clusterip-policy", "named", fixtures.WithClusterIP("10.96.0.41")))
 	if err != nil || got.Spec.ClusterIP != "10.96.0.41" {
 		t.Fatalf("a Service of the excluded namespace naming 10.96.0.41 of its range: %v", err)
 	}
@@ -309,7 +309,7 @@ func TestResizingARangeKeepsItsHolds(t *testing.T) {
 		waitHold(t, ctx, cs, fmt.Sprintf("10.96.0.%d", i), 30*time.Second)
 	}
 	t.Logf("e2e: resize: the eight new addresses of 10.96.0.64/28 held %s after the policy file changed", time.Since(resized).Round(10*time.Millisecond))
-	got := mustCreate(t, ctx, cs, service(team, "named-after-resize", clusterIP("10.96.0.66")))
+	got := mustCreate(t, ctx, cs, fixtures.Service(team, "named-after-resize", fixtures.WithClusterIP("10.96.0.66")))
 	if got.Spec.ClusterIP != "10.96.0.66" {
 		t.Fatalf("got %s", got.Spec.ClusterIP)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/test/fixtures"
 )
 
 // The policy reserves 10.96.0.10 for kube-system/kube-dns.
@@ -36,7 +38,7 @@ func TestKubeDNSReservation(t *testing.T) {
 
 	t.Run("any other Service asking for 10.96.0.10 is denied with a message naming kube-system/kube-dns", func(t *testing.T) {
 		for _, svc := range []struct{ ns, name string }{{ns, "kube-dns"}, {"kube-system", "coredns"}, {ns, "grabs-dns-ip"}} {
-			_, err := create(ctx, cs, service(svc.ns, svc.name, clusterIP("10.96.0.10")))
+			_, err := create(ctx, cs, fixtures.Service(svc.ns, svc.name, fixtures.WithClusterIP("10.96.0.10")))
 			requireDenied(t, err, mutating, `spec.clusterIP: Invalid value: "10.96.0.10"`, "is reserved for Service kube-system/kube-dns", "cluster DNS")
 		}
 	})

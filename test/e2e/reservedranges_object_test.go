@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // rangesObject is a ClusterIPPolicy with the given reservedRanges lines.
@@ -72,10 +73,10 @@ func TestReservedRangesInThePolicyObject(t *testing.T) {
 	}
 	t.Run("the object in force decides creates", func(t *testing.T) {
 		eventuallyDenied(t, mutating, func() error {
-			_, err := create(ctx, cs, service("rro-web", "squatter", clusterIP("10.96.0.65")))
+			_, err := create(ctx, cs, fixtures.Service("rro-web", "squatter", fixtures.WithClusterIP("10.96.0.65")))
 			return err
 		}, "is in reserved range 10.96.0.64/27 (cluster DNS), which only namespace rro-dns may use")
-		mustCreate(t, ctx, cs, service("rro-dns", "coredns", clusterIP("10.96.0.65")))
+		mustCreate(t, ctx, cs, fixtures.Service("rro-dns", "coredns", fixtures.WithClusterIP("10.96.0.65")))
 	})
 	t.Run("validate-clusterippolicies refuses an overlap and a range outside the cluster's ranges", func(t *testing.T) {
 		for name, tc := range map[string]struct {

@@ -53,20 +53,20 @@ func TestReservedRangesDecisions(t *testing.T) {
 	setNamespaceLabel(t, ctx, c, payments, "team=rr-payments")
 
 	t.Run("the named namespace gets a static-band address of its range", func(t *testing.T) {
-		got := mustCreate(t, ctx, cs, service(dns, "coredns", clusterIP("10.96.0.66")))
+		got := mustCreate(t, ctx, cs, fixtures.Service(dns, "coredns", fixtures.WithClusterIP("10.96.0.66")))
 		if got.Spec.ClusterIP != "10.96.0.66" {
 			t.Fatalf("clusterIP %s, want 10.96.0.66", got.Spec.ClusterIP)
 		}
 	})
 	t.Run("another namespace is denied that range, naming it, its note and what to pick", func(t *testing.T) {
-		_, err := create(ctx, cs, service(web, "squatter", clusterIP("10.96.0.67")))
+		_, err := create(ctx, cs, fixtures.Service(web, "squatter", fixtures.WithClusterIP("10.96.0.67")))
 		requireDenied(t, err, mutating, `spec.clusterIP: Invalid value: "10.96.0.67"`, "is in reserved range 10.96.0.64/27 (cluster DNS and add-ons), which only namespace rr-dns may use", "outside the reserved ranges")
 		requireRule(t, ctx, c, web, "squatter", "reserved-range-for-other")
 	})
 	t.Run("the single reservation inside the range wins over the range", func(t *testing.T) {
-		_, err := create(ctx, cs, service(dns, "other", clusterIP("10.96.0.70")))
+		_, err := create(ctx, cs, fixtures.Service(dns, "other", fixtures.WithClusterIP("10.96.0.70")))
 		requireDenied(t, err, mutating, "is reserved for Service rr-dns/owner")
-		got := mustCreate(t, ctx, cs, service(dns, "owner"))
+		got := mustCreate(t, ctx, cs, fixtures.Service(dns, "owner"))
 		if got.Spec.ClusterIP != "10.96.0.70" {
 			t.Fatalf("the owner got %s, want its reservation 10.96.0.70", got.Spec.ClusterIP)
 		}
@@ -76,7 +76,7 @@ func TestReservedRangesDecisions(t *testing.T) {
 		// moment: retry while the denial is the range's.
 		var got *corev1.Service
 		fixtures.Eventually(t, "the labelled namespace getting 10.96.128.5", time.Minute, func() bool {
-			s, err := create(ctx, cs, service(payments, "api", clusterIP("10.96.128.5")))
+			s, err := create(ctx, cs, fixtures.Service(payments, "api", fixtures.WithClusterIP("10.96.128.5")))
 			if err != nil && !strings.Contains(err.Error(), "reserved-range") && !strings.Contains(err.Error(), "is in reserved range") {
 				t.Fatalf("create: %v", err)
 			}
@@ -93,14 +93,14 @@ func TestReservedRangesDecisions(t *testing.T) {
 		}
 	})
 	t.Run("an unlabelled namespace is denied the selector's range", func(t *testing.T) {
-		_, err := create(ctx, cs, service(web, "api", clusterIP("10.96.128.6")))
+		_, err := create(ctx, cs, fixtures.Service(web, "api", fixtures.WithClusterIP("10.96.128.6")))
 		requireDenied(t, err, mutating, "is in reserved range 10.96.128.0-10.96.128.63 (team payments), which only namespaces matching team=rr-payments may use")
 	})
 	t.Run("the label added, the same create is admitted", func(t *testing.T) {
 		setNamespaceLabel(t, ctx, c, web, "team=rr-payments")
 		start := time.Now()
 		fixtures.Eventually(t, "rr-web getting 10.96.128.6 after its label", time.Minute, func() bool {
-			_, err := create(ctx, cs, service(web, "api", clusterIP("10.96.128.6")))
+			_, err := create(ctx, cs, fixtures.Service(web, "api", fixtures.WithClusterIP("10.96.128.6")))
 			if err != nil && !strings.Contains(err.Error(), "is in reserved range") {
 				t.Fatalf("create: %v", err)
 			}
@@ -109,7 +109,7 @@ func TestReservedRangesDecisions(t *testing.T) {
 		t.Logf("e2e: reserved ranges: the label reached the decision within %s", time.Since(start).Round(time.Millisecond))
 	})
 	t.Run("outside every range the dynamic band stays closed to hand-picked addresses", func(t *testing.T) {
-		_, err := create(ctx, cs, service(payments, "legacy", clusterIP("10.96.129.5")))
+		_, err := create(ctx, cs, fixtures.Service(payments, "legacy", fixtures.WithClusterIP("10.96.129.5")))
 		requireDenied(t, err, mutating, "lies in the dynamic band")
 	})
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 const serviceCIDRWebhook = "validate-servicecidrs.clusterip-policy.io"
@@ -78,7 +79,7 @@ func TestServiceCIDRCheckedAtTheDoor(t *testing.T) {
 		// measures, so the count below is about ranges, not a race.
 		created := time.Now()
 		for {
-			_, err := create(ctx, cs, service(ns, "probe", clusterIP("10.98.0.5")))
+			_, err := create(ctx, cs, fixtures.Service(ns, "probe", fixtures.WithClusterIP("10.98.0.5")))
 			if err == nil {
 				break
 			}
@@ -89,7 +90,7 @@ func TestServiceCIDRCheckedAtTheDoor(t *testing.T) {
 		}
 		var denied, inApproved int
 		for i := range 50 {
-			got, err := create(ctx, cs, service(ns, fmt.Sprintf("dynamic-%03d", i)))
+			got, err := create(ctx, cs, fixtures.Service(ns, fmt.Sprintf("dynamic-%03d", i)))
 			if err != nil {
 				denied++
 				t.Errorf("dynamic create %d denied: %v", i, err)

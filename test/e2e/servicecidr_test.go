@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // createServiceCIDR creates a ServiceCIDR and, when the test ends, deletes
@@ -50,7 +51,7 @@ func TestServiceCIDRCreatedAtRunTime(t *testing.T) {
 	// 2-core machine stretches it; 30 s catches a range never honoured.
 	t.Run("a ServiceCIDR created at run time is honoured, the time it took logged", func(t *testing.T) {
 		for attempt := 1; ; attempt++ {
-			got, err := create(ctx, cs, service(ns, "in-new-cidr", clusterIP("10.97.0.5")))
+			got, err := create(ctx, cs, fixtures.Service(ns, "in-new-cidr", fixtures.WithClusterIP("10.97.0.5")))
 			if err == nil {
 				took := time.Since(created)
 				t.Logf("e2e: a static IP of the new ServiceCIDR 10.97.0.0/24 was admitted %s after the ServiceCIDR was created (attempt %d)", took.Round(time.Millisecond), attempt)
@@ -67,7 +68,7 @@ func TestServiceCIDRCreatedAtRunTime(t *testing.T) {
 	})
 
 	t.Run("its dynamic band is enforced like the default one's", func(t *testing.T) {
-		_, err := create(ctx, cs, service(ns, "in-new-dynamic-band", clusterIP("10.97.0.100")))
+		_, err := create(ctx, cs, fixtures.Service(ns, "in-new-dynamic-band", fixtures.WithClusterIP("10.97.0.100")))
 		requireDenied(t, err, mutating, `"10.97.0.100": lies in the dynamic band 10.97.0.17-10.97.0.254 of ServiceCIDR "e2e-runtime"`, "10.97.0.1-10.97.0.16")
 	})
 
@@ -84,7 +85,7 @@ func TestServiceCIDRCreatedAtRunTime(t *testing.T) {
 		deleted := time.Now()
 		var err error
 		for time.Since(deleted) < 10*time.Second {
-			_, err = create(ctx, cs, service(ns, "after-delete", clusterIP("10.97.0.6")))
+			_, err = create(ctx, cs, fixtures.Service(ns, "after-delete", fixtures.WithClusterIP("10.97.0.6")))
 			if err == nil {
 				t.Fatalf("10.97.0.6 admitted %s after its ServiceCIDR was deleted", time.Since(deleted))
 			}
@@ -136,7 +137,7 @@ func TestServiceCIDROutsideAllowedCIDRs(t *testing.T) {
 		// does not count.
 		var err error
 		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(50 * time.Millisecond) {
-			_, err = create(ctx, cs, service(ns, "static-unapproved", clusterIP("10.200.0.5")))
+			_, err = create(ctx, cs, fixtures.Service(ns, "static-unapproved", fixtures.WithClusterIP("10.200.0.5")))
 			if err == nil || strings.Contains(err.Error(), unapproved.String()) {
 				break
 			}
@@ -149,7 +150,7 @@ func TestServiceCIDROutsideAllowedCIDRs(t *testing.T) {
 		// dynamic allocations land in the unapproved one.
 		var denied, admitted int
 		attempt := func(i int) {
-			got, err := create(ctx, cs, service(ns, fmt.Sprintf("dynamic-%03d", i)))
+			got, err := create(ctx, cs, fixtures.Service(ns, fmt.Sprintf("dynamic-%03d", i)))
 			if err != nil {
 				// The user left clusterIP empty: the denial says the
 				// apiserver picked the address, and never tells them to

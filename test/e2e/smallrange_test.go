@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"clusterip-policy/test/e2e/framework"
+	"clusterip-policy/test/fixtures"
 )
 
 // With --service-cluster-ip-range=10.96.0.0/27 the static band is
@@ -34,7 +35,7 @@ func TestSmallRangeNeverSpillsOntoTheReservedIP(t *testing.T) {
 
 	t.Run("the first 14 dynamic Services fill the dynamic band", func(t *testing.T) {
 		for range 14 {
-			got := mustCreate(t, ctx, cs, service(ns, next()))
+			got := mustCreate(t, ctx, cs, fixtures.Service(ns, next()))
 			if !dynamic.contains(got.Spec.ClusterIP) {
 				t.Errorf("%s got %s, outside the dynamic band %s", got.Name, got.Spec.ClusterIP, dynamic)
 			}
@@ -66,7 +67,7 @@ func TestSmallRangeNeverSpillsOntoTheReservedIP(t *testing.T) {
 	}
 	t.Run("further dynamic Services take static addresses but never 10.96.0.10", func(t *testing.T) {
 		for attempt := 0; spilled < freeStatic && attempt < 300; attempt++ {
-			got, err := create(ctx, cs, service(ns, next()))
+			got, err := create(ctx, cs, fixtures.Service(ns, next()))
 			if err != nil {
 				refused(t, err)
 				continue
@@ -83,7 +84,7 @@ func TestSmallRangeNeverSpillsOntoTheReservedIP(t *testing.T) {
 		// Now 10.96.0.10 is the only free address: every dynamic
 		// allocation lands on it and is refused.
 		for range 5 {
-			_, err := create(ctx, cs, service(ns, next()))
+			_, err := create(ctx, cs, fixtures.Service(ns, next()))
 			if err == nil {
 				t.Fatal("a dynamic Service was admitted although only the reserved 10.96.0.10 was free")
 			}
@@ -109,7 +110,7 @@ func TestSmallRangeNeverSpillsOntoTheReservedIP(t *testing.T) {
 	})
 
 	t.Run("then the range is full, and the apiserver says so", func(t *testing.T) {
-		_, err := create(ctx, cs, service(ns, next()))
+		_, err := create(ctx, cs, fixtures.Service(ns, next()))
 		if err == nil || !strings.Contains(err.Error(), "range is full") {
 			t.Fatalf("want the apiserver's range is full, got %v", err)
 		}

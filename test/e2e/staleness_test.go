@@ -36,7 +36,7 @@ func TestAKilledAPIServerMakesTheViewStaleAndARestartedOneIsFollowedAtOnce(t *te
 	review := func(name, ip string) (*admissionv1.AdmissionResponse, map[string]any) {
 		t.Helper()
 		from := w.LogSize()
-		resp, err := w.Review(ctx, framework.MutatePath, serviceReview(t, service("default", name, clusterIP(ip))))
+		resp, err := w.Review(ctx, framework.MutatePath, serviceReview(t, fixtures.Service("default", name, fixtures.WithClusterIP(ip))))
 		if err != nil {
 			t.Fatalf("review %s: %v", name, err)
 		}
@@ -99,7 +99,7 @@ func TestAKilledAPIServerMakesTheViewStaleAndARestartedOneIsFollowedAtOnce(t *te
 	}
 
 	// An address allocated after the recovery reaches the view.
-	svc := mustCreate(t, ctx, c.Client(0), service("default", "after-recovery", clusterIP("10.96.0.77")))
+	svc := mustCreate(t, ctx, c.Client(0), fixtures.Service("default", "after-recovery", fixtures.WithClusterIP("10.96.0.77")))
 	created := time.Now()
 	var denial string
 	fixtures.Eventually(t, "the new IPAddress to reach the view", 10*time.Second, func() bool {
@@ -220,10 +220,10 @@ func TestTheViewFollowsAnotherAPIServerBehindTheLoadBalancerAtOnce(t *testing.T)
 	}
 
 	// A change made through the surviving apiserver reaches the view.
-	mustCreate(t, ctx, c.Client(survivor), service("default", "through-the-other", clusterIP("10.96.0.78")))
+	mustCreate(t, ctx, c.Client(survivor), fixtures.Service("default", "through-the-other", fixtures.WithClusterIP("10.96.0.78")))
 	created := time.Now()
 	fixtures.Eventually(t, "the new IPAddress to reach the view", 5*time.Second, func() bool {
-		resp, err := w.Review(ctx, framework.MutatePath, serviceReview(t, service("default", fmt.Sprintf("steal-%d", time.Now().UnixNano()), clusterIP("10.96.0.78"))))
+		resp, err := w.Review(ctx, framework.MutatePath, serviceReview(t, fixtures.Service("default", fmt.Sprintf("steal-%d", time.Now().UnixNano()), fixtures.WithClusterIP("10.96.0.78"))))
 		return err == nil && !resp.Allowed
 	})
 	t.Logf("e2e: %s killed behind the load balancer: view current again through %s within %s of the kill; a Service created through it seen within %s\n%s",

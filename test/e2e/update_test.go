@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"clusterip-policy/test/fixtures"
 )
 
 // Changing a Service from ExternalName to ClusterIP allocates an address on
@@ -17,7 +19,7 @@ func TestUpdates(t *testing.T) {
 	cs := c.Client(0)
 	ctx := testContext(t, 2*60e9)
 	ns := namespace(t, c, "updates")
-	mustCreate(t, ctx, cs, service(ns, "legacy-db", externalName("db.example.com")))
+	mustCreate(t, ctx, cs, fixtures.Service(ns, "legacy-db", fixtures.WithExternalName("db.example.com")))
 
 	// toClusterIP turns the ExternalName Service into a ClusterIP one asking
 	// for ip, as `kubectl edit` would.
@@ -82,7 +84,7 @@ func TestUpdates(t *testing.T) {
 	})
 
 	t.Run("kube-dns changed from ExternalName to ClusterIP without a clusterIP gets 10.96.0.10", func(t *testing.T) {
-		dns := mustCreate(t, ctx, cs, service("kube-system", "kube-dns", externalName("dns.example.com")))
+		dns := mustCreate(t, ctx, cs, fixtures.Service("kube-system", "kube-dns", fixtures.WithExternalName("dns.example.com")))
 		t.Cleanup(func() {
 			_ = cs.CoreV1().Services("kube-system").Delete(context.Background(), "kube-dns", metav1.DeleteOptions{})
 		})
@@ -104,7 +106,7 @@ func TestUpdates(t *testing.T) {
 		if got.Spec.ClusterIP != "10.96.0.54" {
 			t.Fatalf("clusterIP %s after a label update, want 10.96.0.54", got.Spec.ClusterIP)
 		}
-		dyn := mustCreate(t, ctx, cs, service(ns, "dynamic"))
+		dyn := mustCreate(t, ctx, cs, fixtures.Service(ns, "dynamic"))
 		if got := relabel(t, "dynamic"); got.Spec.ClusterIP != dyn.Spec.ClusterIP {
 			t.Fatalf("clusterIP %s after a label update, want %s", got.Spec.ClusterIP, dyn.Spec.ClusterIP)
 		}

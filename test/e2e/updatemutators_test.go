@@ -72,8 +72,8 @@ func TestAnotherMutatingWebhookCannotGiveALabelOnlyUpdateASecondAddress(t *testi
 			ctx := testContext(t, 2*time.Minute)
 			cs := c.Client(0)
 			ns := namespace(t, c, "update-mutators")
-			mustCreate(t, ctx, cs, service(ns, "grows-dynamic", clusterIP("10.96.0.40")))
-			mustCreate(t, ctx, cs, service(ns, "grows-static", clusterIP("10.96.0.41")))
+			mustCreate(t, ctx, cs, fixtures.Service(ns, "grows-dynamic", fixtures.WithClusterIP("10.96.0.40")))
+			mustCreate(t, ctx, cs, fixtures.Service(ns, "grows-static", fixtures.WithClusterIP("10.96.0.41")))
 
 			url, changed := startSecondAddressAdder(t, c.WebhookCA)
 			never := admissionregistrationv1.NeverReinvocationPolicy
@@ -129,7 +129,7 @@ func TestAnotherMutatingWebhookCannotGiveALabelOnlyUpdateASecondAddress(t *testi
 				if err := cs.CoreV1().Services(ns).Delete(ctx, "grows-dynamic", metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				mustCreate(t, ctx, cs, service(ns, "grows-dynamic", clusterIP("10.96.0.40")))
+				mustCreate(t, ctx, cs, fixtures.Service(ns, "grows-dynamic", fixtures.WithClusterIP("10.96.0.40")))
 				return false
 			})
 			if err == nil || !strings.Contains(err.Error(), "dynamic band") {

@@ -59,12 +59,12 @@ func listEvents(t *testing.T, client *fake.Clientset) map[string]int {
 
 func TestPeriodicAuditSetsAGaugePerRuleAndEmitsEachEventOnce(t *testing.T) {
 	client := fake.NewClientset(
-		fixtures.Service("team-a", "squatter", "10.96.0.10"),          // reserved for kube-system/kube-dns
-		fixtures.Service("team-a", "outside", "10.200.0.5"),           // in no active range
-		fixtures.Service("team-a", "db", "10.96.0.40"),                // fine: its IPAddress names it
-		fixtures.Service("team-b", "twin", "10.96.0.40"),              // the IPAddress names team-a/db
-		fixtures.Service("kube-system", "kube-dns", "10.96.0.11"),     // the owner, not on its reservation
-		fixtures.Service("clusterip-policy", "webhook", "10.200.0.9"), // the webhook's own namespace: never reviewed
+		fixtures.StoredService("team-a", "squatter", "10.96.0.10"),          // reserved for kube-system/kube-dns
+		fixtures.StoredService("team-a", "outside", "10.200.0.5"),           // in no active range
+		fixtures.StoredService("team-a", "db", "10.96.0.40"),                // fine: its IPAddress names it
+		fixtures.StoredService("team-b", "twin", "10.96.0.40"),              // the IPAddress names team-a/db
+		fixtures.StoredService("kube-system", "kube-dns", "10.96.0.11"),     // the owner, not on its reservation
+		fixtures.StoredService("clusterip-policy", "webhook", "10.200.0.9"), // the webhook's own namespace: never reviewed
 	)
 	a, now, _ := newTestAudit(t, client, true)
 	if err := a.pass(context.Background()); err != nil {
@@ -116,7 +116,7 @@ func TestPeriodicAuditSetsAGaugePerRuleAndEmitsEachEventOnce(t *testing.T) {
 	if err := client.CoreV1().Services("team-a").Delete(ctx, "outside", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	again := fixtures.Service("team-a", "outside", "10.200.0.5")
+	again := fixtures.StoredService("team-a", "outside", "10.200.0.5")
 	again.UID = "uid-recreated"
 	if _, err := client.CoreV1().Services("team-a").Create(ctx, again, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestPeriodicAuditSetsAGaugePerRuleAndEmitsEachEventOnce(t *testing.T) {
 func TestPeriodicAuditCapsTheEventsOfAPassAndDefersTheRest(t *testing.T) {
 	var objs []runtime.Object
 	for i := range maxAuditEventsPerPass + 12 {
-		objs = append(objs, fixtures.Service("team-a", fmt.Sprintf("outside-%03d", i), fmt.Sprintf("10.200.0.%d", i+1)))
+		objs = append(objs, fixtures.StoredService("team-a", fmt.Sprintf("outside-%03d", i), fmt.Sprintf("10.200.0.%d", i+1)))
 	}
 	client := fake.NewClientset(objs...)
 	a, now, _ := newTestAudit(t, client, true)
@@ -174,7 +174,7 @@ func TestPeriodicAuditCapsTheEventsOfAPassAndDefersTheRest(t *testing.T) {
 func TestPeriodicAuditFailuresAreBoundedAndRetried(t *testing.T) {
 	var objs []runtime.Object
 	for i := range 10 {
-		objs = append(objs, fixtures.Service("team-a", fmt.Sprintf("outside-%d", i), fmt.Sprintf("10.200.0.%d", i+1)))
+		objs = append(objs, fixtures.StoredService("team-a", fmt.Sprintf("outside-%d", i), fmt.Sprintf("10.200.0.%d", i+1)))
 	}
 	client := fake.NewClientset(objs...)
 	forbid := true
@@ -223,7 +223,7 @@ func TestPeriodicAuditFailuresAreBoundedAndRetried(t *testing.T) {
 }
 
 func TestPeriodicAuditWaitsForTheViewAndForgetsItsGaugesWhenLeadingEnds(t *testing.T) {
-	client := fake.NewClientset(fixtures.Service("team-a", "outside", "10.200.0.5"))
+	client := fake.NewClientset(fixtures.StoredService("team-a", "outside", "10.200.0.5"))
 	a, _, _ := newTestAudit(t, client, false)
 	if err := a.pass(context.Background()); !errors.Is(err, errAuditNotReady) {
 		t.Fatalf("pass on an unsynced view: %v, want errAuditNotReady (retried within a second)", err)
@@ -271,7 +271,7 @@ func TestAuditEventStaysWithinTheEventsAPILimits(t *testing.T) {
 }
 
 func TestANewLeaderDoesNotRepeatTheEventsOfTheHour(t *testing.T) {
-	client := fake.NewClientset(fixtures.Service("team-a", "outside", "10.200.0.5"), fixtures.Service("team-a", "squatter", "10.96.0.10"))
+	client := fake.NewClientset(fixtures.StoredService("team-a", "outside", "10.200.0.5"), fixtures.StoredService("team-a", "squatter", "10.96.0.10"))
 	first, now, _ := newTestAudit(t, client, true)
 	*now = now.Truncate(time.Hour).Add(20 * time.Minute)
 	if err := first.pass(context.Background()); err != nil {
@@ -310,7 +310,7 @@ func TestANewLeaderDoesNotRepeatTheEventsOfTheHour(t *testing.T) {
 }
 
 func TestALeaderWhoseViewIsNotSyncedAuditsAsSoonAsItIs(t *testing.T) {
-	client := fake.NewClientset(fixtures.Service("team-a", "outside", "10.200.0.5"))
+	client := fake.NewClientset(fixtures.StoredService("team-a", "outside", "10.200.0.5"))
 	a, _, _ := newTestAudit(t, client, false)
 	a.interval = time.Hour // the next regular pass would be an hour away
 	ctx, cancel := context.WithCancel(context.Background())
@@ -339,7 +339,7 @@ func TestALeaderWhoseViewIsNotSyncedAuditsAsSoonAsItIs(t *testing.T) {
 // running audit pass at once instead of at the end of its interval (a
 // minute here); asks made before a pass starts are answered by it.
 func TestSoonRunsAPassWithoutWaitingForTheInterval(t *testing.T) {
-	client := fake.NewClientset(fixtures.Service("team-a", "squatter", "10.96.0.10"))
+	client := fake.NewClientset(fixtures.StoredService("team-a", "squatter", "10.96.0.10"))
 	a, _, _ := newTestAudit(t, client, true)
 	passes := func() float64 { return testutil.ToFloat64(a.metrics.passes.WithLabelValues("success")) }
 	waitPasses := func(n float64) {
@@ -364,8 +364,8 @@ func TestSoonRunsAPassWithoutWaitingForTheInterval(t *testing.T) {
 // skipped.
 func TestPeriodicAuditSkipsNamespacesTheWebhookIsNotCalledFor(t *testing.T) {
 	client := fake.NewClientset(
-		fixtures.Service("team-a", "squatter", "10.96.0.10"),   // reserved for kube-system/kube-dns
-		fixtures.Service("excluded", "squatter", "10.96.0.10"), // the same, where the webhook is not called
+		fixtures.StoredService("team-a", "squatter", "10.96.0.10"),   // reserved for kube-system/kube-dns
+		fixtures.StoredService("excluded", "squatter", "10.96.0.10"), // the same, where the webhook is not called
 	)
 	a, _, _ := newTestAudit(t, client, true)
 	a.skip = judged.Names("clusterip-policy", "excluded")
