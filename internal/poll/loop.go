@@ -86,7 +86,7 @@ func (l *Loop) Run(ctx context.Context) {
 	}
 	kick := l.kickChan()
 	backoff := l.Backoff
-	var logged string // the error last logged, "" while passes succeed
+	errs := ErrorLog{Log: l.Log, Failing: l.Failing, Recovered: l.Recovered}
 	var started time.Time
 	for {
 		if gap := l.MinGap - now().Sub(started); !started.IsZero() && gap > 0 {
@@ -118,15 +118,10 @@ func (l *Loop) Run(ctx context.Context) {
 			wait, backoff = backoff, min(2*backoff, max(l.MaxBackoff, l.Backoff))
 			fallthrough
 		case err != nil:
-			if err.Error() != logged {
-				logged = err.Error()
-				l.Log.Error(err, l.Failing, append([]any{"retryIn", wait.String()}, valuesOf(err)...)...)
-			}
+			errs.Report(err, "retryIn", wait.String())
 		default:
-			if logged != "" && l.Recovered != "" {
-				l.Log.Info(l.Recovered)
-			}
-			logged, backoff = "", l.Backoff
+			errs.Report(nil)
+			backoff = l.Backoff
 		}
 		if next < 0 && err == nil {
 			continue
@@ -143,6 +138,33 @@ func (l *Loop) Run(ctx context.Context) {
 			l.Kick()
 		case <-timer:
 		}
+	}
+}
+
+// ErrorLog is Loop's error-log policy, for a repeated step that is not a
+// pass of its own (a lookup a pass makes on the side): a failure is logged
+// when its text differs from the last one logged, with the values
+// WithValues put on it, and a success after a logged failure logs
+// Recovered once. Not safe for concurrent use: one per loop.
+type ErrorLog struct {
+	Log                logr.Logger
+	Failing, Recovered string
+	logged             string // the error last logged, "" while it succeeds
+}
+
+// Report takes the step's outcome: err, or nil for a success; the keys and
+// values go on a failure's line.
+func (e *ErrorLog) Report(err error, keysAndValues ...any) {
+	if err == nil {
+		if e.logged != "" && e.Recovered != "" {
+			e.Log.Info(e.Recovered)
+		}
+		e.logged = ""
+		return
+	}
+	if err.Error() != e.logged {
+		e.logged = err.Error()
+		e.Log.Error(err, e.Failing, append(keysAndValues, valuesOf(err)...)...)
 	}
 }
 

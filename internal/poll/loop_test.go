@@ -276,3 +276,24 @@ func TestLoopEndsWithItsContext(t *testing.T) {
 		t.Fatalf("a pass cut by the context's end was counted (%d) or logged (%q)", n, r.logs)
 	}
 }
+
+// An ErrorLog used beside a Loop (a lookup a pass makes on the side, which
+// fails on every pass while it fails) logs as the Loop does: once per
+// distinct error, Recovered once after, nothing for successes.
+func TestErrorLogLogsAFailureOncePerChange(t *testing.T) {
+	var logs []string
+	e := ErrorLog{Log: funcr.New(func(_, args string) { logs = append(logs, args) }, funcr.Options{}),
+		Failing: "the lookup failed", Recovered: "the lookup works again"}
+	a := errors.New("a")
+	for _, err := range []error{nil, a, a, a, nil, nil, WithValues(a, "reason", "Forbidden")} {
+		e.Report(err, "key", "v")
+	}
+	want := []string{
+		`"msg"="the lookup failed" "error"="a" "key"="v"`,
+		`"level"=0 "msg"="the lookup works again"`,
+		`"msg"="the lookup failed" "error"="a" "key"="v" "reason"="Forbidden"`,
+	}
+	if !slices.Equal(logs, want) {
+		t.Fatalf("logged\n%q\nwant\n%q", logs, want)
+	}
+}

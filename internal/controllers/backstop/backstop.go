@@ -209,6 +209,9 @@ func (k *Keeper) lead(ctx context.Context) {
 		lastDiscovery time.Time
 		selector      = k.defaultSelector()
 		every         = verifyInterval // between reads of the configurations
+		discovery     = poll.ErrorLog{Log: k.log,
+			Failing:   "cannot tell whether the apiserver serves MutatingAdmissionPolicy; the backstop carries static-ip-in-dynamic-band only where it does",
+			Recovered: "the apiserver's discovery answers again"}
 	)
 	pass := func(ctx context.Context) (time.Duration, error) {
 		now := k.now()
@@ -217,10 +220,12 @@ func (k *Keeper) lead(ctx context.Context) {
 			return 0, nil // no policy loaded or no synced view yet
 		}
 		if now.Sub(lastDiscovery) >= discoveryInterval {
-			if served, err := k.servesMutatingPolicies(ctx); err == nil {
+			served, err := k.servesMutatingPolicies(ctx)
+			if err == nil {
 				mutating, lastDiscovery = served, now
-			} else if ctx.Err() == nil {
-				k.log.Error(err, "cannot tell whether the apiserver serves MutatingAdmissionPolicy; the backstop carries static-ip-in-dynamic-band only where it does")
+			}
+			if ctx.Err() == nil {
+				discovery.Report(err) // retried every pass, logged once while it fails
 			}
 		}
 		inputs := inputsKey(st.Env.Policy.Digest, st.Env.Ranges(), mutating)
@@ -465,19 +470,9 @@ func (k *Keeper) write(ctx context.Context, set backstop.Set, s state) (lifted b
 // term's watch of them last saw, and returns the validating one when it
 // does (the watch's object: read, never changed).
 func (k *Keeper) watched() (bool, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
-	_, err := k.webhooks.Mutating()
-	mutatingThere := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
-		return false, nil, err
-	}
-	vwc, err := k.webhooks.Validating()
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil, nil
-	case err != nil:
-		return false, nil, err
-	}
-	return mutatingThere, vwc, nil
+	return registration(
+		func() error { _, err := k.webhooks.Mutating(); return err },
+		k.webhooks.Validating)
 }
 
 // configurations says whether both Service webhook configurations exist,
@@ -485,12 +480,27 @@ func (k *Keeper) watched() (bool, *admissionregistrationv1.ValidatingWebhookConf
 // this pass created a binding, so that a break-glass between the watch's
 // news and the create withdraws it.
 func (k *Keeper) configurations(ctx context.Context) (bool, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
-	_, err := k.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, k.o.Configurations.Mutating, metav1.GetOptions{})
+	ar := k.client.AdmissionregistrationV1()
+	return registration(
+		func() error {
+			_, err := ar.MutatingWebhookConfigurations().Get(ctx, k.o.Configurations.Mutating, metav1.GetOptions{})
+			return err
+		},
+		func() (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+			return ar.ValidatingWebhookConfigurations().Get(ctx, k.o.Configurations.Validating, metav1.GetOptions{})
+		})
+}
+
+// registration says whether both configurations exist from one read of
+// each (the watch's, or fresh GETs), and returns the validating one when
+// it exists. NotFound is an answer; any other error is the caller's.
+func registration(mutating func() error, validating func() (*admissionregistrationv1.ValidatingWebhookConfiguration, error)) (bool, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	err := mutating()
 	mutatingThere := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, nil, err
 	}
-	vwc, err := k.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, k.o.Configurations.Validating, metav1.GetOptions{})
+	vwc, err := validating()
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil, nil
