@@ -32,9 +32,57 @@ const (
 		`variables.fresh.filter(i, i in object.metadata.annotations['` + RecordAnnotation + `'].split(',') && isIP(i)).map(i, string(ip(i))) : []`
 )
 
-// services builds the Service policies' rules.
+// services builds the Service policies' rules: the webhooks' conditions
+// and the shared variables, then one rule after another, each left to the
+// webhook (and said so in the Set) when its expression does not fit.
 func (c compiler) services() group {
-	g := group{
+	g := c.serviceGroup()
+	t := c.serviceTerms()
+	c.serviceVariables(&g, t)
+	c.outsideServiceCIDRs(&g, t)
+	c.reservedForOther(&g, t)
+	c.reservedRangeForOther(&g, t)
+	c.staticIPInDynamicBand(&g, t)
+	if fast, ok := c.plainlyDynamic(t.reserved, t.dynamic, t.dynamicOK && t.rangesOK, t.ranges, t.rangesExprOK); ok {
+		g.matchConditions = append([]admissionregistrationv1.MatchCondition{{Name: "not-plainly-dynamic", Expression: fast}}, g.matchConditions...)
+	}
+	g.matchConditions = oneCondition(NeedsJudging, g.matchConditions)
+	return g
+}
+
+// serviceTerms are the expressions the Service rules share, each with
+// whether it fits the apiserver's limits.
+type serviceTerms struct {
+	// netsOK: the ranges' network addresses, which a dry run shows, fit
+	// the checked variable (MaxNetworks); rangesOK: the active ranges fit
+	// (MaxRanges).
+	netsOK, rangesOK bool
+	// reserved maps every reserved address to its owner.
+	reserved map[string]string
+	// usable, dynamic and ranges test the address "i": usable in an
+	// active range, in a dynamic band, in the reserved ranges.
+	usable, dynamic      string
+	usableOK, dynamicOK  bool
+	ranges               rangeExprs
+	rangesExprOK         bool
+	hasReservedOrInRange bool
+}
+
+func (c compiler) serviceTerms() serviceTerms {
+	t := serviceTerms{rangesOK: len(c.rs.Active) <= MaxRanges, reserved: c.reservations()}
+	_, t.netsOK = c.networks()
+	t.usable, t.usableOK = c.usable("i")
+	t.dynamic, t.dynamicOK = c.dynamic("i")
+	t.ranges, t.rangesExprOK = c.reservedRanges("i")
+	t.hasReservedOrInRange = len(t.reserved) > 0 || len(c.p.ReservedRanges) > 0
+	return t
+}
+
+// serviceGroup is the Service group with the webhooks' own conditions
+// (manifests/base/webhook-configurations.yaml), the exemptions, and the
+// variables every rule reads (pkg/policy's requestedIPs and the rest).
+func (c compiler) serviceGroup() group {
+	return group{
 		resource:   Services,
 		namespaced: true,
 		rules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
@@ -59,46 +107,26 @@ func (c compiler) services() group {
 			{Name: "self", Expression: varSelf},
 		},
 	}
+}
+
+// serviceVariables adds the variables that depend on the policy and the
+// ranges, in the order the rules read them: the record's addresses, the
+// addresses the backstop can judge, and the reservations' maps.
+func (c compiler) serviceVariables(g *group, t serviceTerms) {
 	if c.in.Mutating {
 		// The record tells a named address from one the apiserver picked;
 		// the rules' messages word each (allocatedAdvice).
 		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "recorded", Expression: varRecorded})
 	}
-	rangesOK := len(c.rs.Active) <= MaxRanges
-	nets, netsOK := c.networks()
-	if netsOK {
+	if nets, ok := c.networks(); ok {
 		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "checked",
 			Expression: fmt.Sprintf(`variables.fresh.filter(i, isIP(i)).map(i, string(ip(i))).filter(i, !(has(request.dryRun) && request.dryRun && i in %s))`, quoteList(nets))})
 	}
-	leftNets := func(rule policy.RuleID) string {
-		return fmt.Sprintf("%s on services: the cluster has more than %d ServiceCIDR ranges whose network address a dry run may show", rule, MaxNetworks)
-	}
-	leftRanges := func(rule policy.RuleID) string {
-		return fmt.Sprintf("%s on services: more than %d active ranges to encode", rule, MaxRanges)
-	}
-
-	// outside-service-cidrs: outside allowedCIDRs. Every address outside
-	// them is outside every active range too (the ranges are narrowed to
-	// them), which is what the webhook refuses; an address inside them but
-	// outside the active ranges is left to the webhook and to the
-	// apiserver, which refuses an address no ServiceCIDR holds.
-	base := []string{"ips", "old", "fresh", "checked"}
-	switch {
-	case len(c.p.AllowedCIDRs) == 0:
-		g.left = append(g.left, "outside-service-cidrs on services: the policy lists no allowedCIDRs")
-	case !netsOK:
-		g.left = append(g.left, leftNets(policy.RuleOutsideServiceCIDRs))
-	default:
-		g.add(c.p, c.listRule(policy.RuleOutsideServiceCIDRs, "outside", "checked", base, "true", []string{"!(" + inPrefixes("i", c.p.AllowedCIDRs) + ")"},
-			fmt.Sprintf(`'" is outside the policy\'s allowedCIDRs %s; '`, policy.JoinListed(prefixStrings(c.p.AllowedCIDRs), ", ")), "''"))
-	}
-
-	reserved := c.reservations()
-	if len(reserved) > 0 || len(c.p.ReservedRanges) > 0 {
+	if t.hasReservedOrInRange {
 		// One variable per map, each under the parser's size limit;
 		// reserved is the list of them.
 		var names []string
-		for k, chunk := range chunkReservations(reserved) {
+		for k, chunk := range chunkReservations(t.reserved) {
 			n := fmt.Sprintf("reserved%d", k)
 			g.variables = append(g.variables, admissionregistrationv1.Variable{Name: n, Expression: chunk})
 			names = append(names, "variables."+n)
@@ -109,77 +137,106 @@ func (c compiler) services() group {
 		}
 		g.variables = append(g.variables, admissionregistrationv1.Variable{Name: "reserved", Expression: "[" + strings.Join(names, ", ") + "]"})
 	}
-	usable, usableOK := c.usable("i")
+}
 
-	// reserved-for-other: the address is usable in an active range (an
-	// address outside them is outside-service-cidrs first, in the
-	// webhook's order) and reserved for another Service.
+// checkedNeeds are the variables a rule over the checked addresses reads,
+// and more.
+func checkedNeeds(more ...string) []string {
+	return append([]string{"ips", "old", "fresh", "checked"}, more...)
+}
+
+func leftNets(rule policy.RuleID) string {
+	return fmt.Sprintf("%s on services: the cluster has more than %d ServiceCIDR ranges whose network address a dry run may show", rule, MaxNetworks)
+}
+
+func leftRanges(rule policy.RuleID) string {
+	return fmt.Sprintf("%s on services: more than %d active ranges to encode", rule, MaxRanges)
+}
+
+// outsideServiceCIDRs: outside allowedCIDRs. Every address outside them is
+// outside every active range too (the ranges are narrowed to them), which
+// is what the webhook refuses; an address inside them but outside the
+// active ranges is left to the webhook and to the apiserver, which refuses
+// an address no ServiceCIDR holds.
+func (c compiler) outsideServiceCIDRs(g *group, t serviceTerms) {
 	switch {
-	case len(reserved) == 0:
+	case len(c.p.AllowedCIDRs) == 0:
+		g.left = append(g.left, "outside-service-cidrs on services: the policy lists no allowedCIDRs")
+	case !t.netsOK:
+		g.left = append(g.left, leftNets(policy.RuleOutsideServiceCIDRs))
+	default:
+		g.add(c.p, c.listRule(policy.RuleOutsideServiceCIDRs, "outside", "checked", checkedNeeds(), "true", []string{"!(" + inPrefixes("i", c.p.AllowedCIDRs) + ")"},
+			fmt.Sprintf(`'" is outside the policy\'s allowedCIDRs %s; '`, policy.JoinListed(prefixStrings(c.p.AllowedCIDRs), ", ")), "''"))
+	}
+}
+
+// reservedForOther: the address is usable in an active range (an address
+// outside them is outside-service-cidrs first, in the webhook's order) and
+// reserved for another Service.
+func (c compiler) reservedForOther(g *group, t serviceTerms) {
+	switch {
+	case len(t.reserved) == 0:
 		g.left = append(g.left, "reserved-for-other on services: the policy reserves no address")
-	case !netsOK:
+	case !t.netsOK:
 		g.left = append(g.left, leftNets(policy.RuleReservedForOther))
-	case !rangesOK || !usableOK:
+	case !t.rangesOK || !t.usableOK:
 		g.left = append(g.left, leftRanges(policy.RuleReservedForOther))
 	default:
-		g.add(c.p, c.listRule(policy.RuleReservedForOther, "taken", "checked", append(base, "self", "reserved"), usable,
+		g.add(c.p, c.listRule(policy.RuleReservedForOther, "taken", "checked", checkedNeeds("self", "reserved"), t.usable,
 			[]string{"variables.reserved.exists(m, i in m && m[i] != variables.self)"},
 			`'" is reserved for Service ' + variables.reserved.filter(m, variables.taken[0] in m)[0][variables.taken[0]] + '; '`, "''"))
 	}
+}
 
-	// reserved-range-for-other: usable, not reserved itself (a
-	// reservation wins over its range), in a range the Service may not use.
-	ranges, rangesExprOK := c.reservedRanges("i")
+// reservedRangeForOther: usable, not reserved itself (a reservation wins
+// over its range), in a range the Service may not use.
+func (c compiler) reservedRangeForOther(g *group, t serviceTerms) {
 	switch {
 	case len(c.p.ReservedRanges) == 0:
 		g.left = append(g.left, "reserved-range-for-other on services: the policy has no reservedRanges")
-	case !netsOK:
+	case !t.netsOK:
 		g.left = append(g.left, leftNets(policy.RuleReservedRangeForOther))
-	case !rangesOK || !usableOK || !rangesExprOK:
+	case !t.rangesOK || !t.usableOK || !t.rangesExprOK:
 		g.left = append(g.left, leftRanges(policy.RuleReservedRangeForOther))
 	default:
-		v := c.listRule(policy.RuleReservedRangeForOther, "inRange", "checked", append(base, "reserved"),
-			fmt.Sprintf("(%s) && !variables.reserved.exists(m, i in m)", usable), ranges.refused,
-			`'" is in reserved range ' + variables.inRange.map(i, `+ranges.name+`)[0] + ', which namespace ' + request.namespace + ' (or this Service, by its labels) may not use; '`,
+		v := c.listRule(policy.RuleReservedRangeForOther, "inRange", "checked", checkedNeeds("reserved"),
+			fmt.Sprintf("(%s) && !variables.reserved.exists(m, i in m)", t.usable), t.ranges.refused,
+			`'" is in reserved range ' + variables.inRange.map(i, `+t.ranges.name+`)[0] + ', which namespace ' + request.namespace + ' (or this Service, by its labels) may not use; '`,
 			"' outside the reserved ranges'")
 		if v.expression == "" {
 			g.left = append(g.left, leftRanges(policy.RuleReservedRangeForOther))
-			break
+			return
 		}
 		g.add(c.p, v)
 	}
+}
 
-	// static-ip-in-dynamic-band: an address the request named (the
-	// record) in a dynamic band, not reserved, not in a reserved range.
-	dynamic, dynamicOK := c.dynamic("i")
+// staticIPInDynamicBand: an address the request named (the record) in a
+// dynamic band, not reserved, not in a reserved range.
+func (c compiler) staticIPInDynamicBand(g *group, t serviceTerms) {
 	switch {
 	case !c.in.Mutating:
 		g.left = append(g.left, "static-ip-in-dynamic-band on services: the apiserver does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, which records the addresses a request names")
-	case !rangesOK || !dynamicOK:
+	case !t.rangesOK || !t.dynamicOK:
 		g.left = append(g.left, leftRanges(policy.RuleStaticIPInDynamicBand))
-	case dynamic == "false":
+	case t.dynamic == "false":
 		g.left = append(g.left, "static-ip-in-dynamic-band on services: no active range has a dynamic band")
 	default:
 		needs := []string{"ips", "old", "fresh", "recorded"}
 		notReserved := "true"
-		if len(reserved) > 0 || len(c.p.ReservedRanges) > 0 {
+		if t.hasReservedOrInRange {
 			notReserved = "!variables.reserved.exists(m, i in m)"
 			needs = append(needs, "reserved")
 		}
 		v := c.listRule(policy.RuleStaticIPInDynamicBand, "dynamic", "recorded", needs,
-			fmt.Sprintf("(%s) && %s && !(%s)", dynamic, notReserved, ranges.any), []string{"true"},
+			fmt.Sprintf("(%s) && %s && !(%s)", t.dynamic, notReserved, t.ranges.any), []string{"true"},
 			`'" lies in a dynamic band, where the apiserver hands out addresses at random; '`, "' or ask for a reservation'")
 		if v.expression == "" {
 			g.left = append(g.left, leftRanges(policy.RuleStaticIPInDynamicBand))
-			break
+			return
 		}
 		g.add(c.p, v)
 	}
-	if fast, ok := c.plainlyDynamic(reserved, dynamic, dynamicOK && rangesOK, ranges, rangesExprOK); ok {
-		g.matchConditions = append([]admissionregistrationv1.MatchCondition{{Name: "not-plainly-dynamic", Expression: fast}}, g.matchConditions...)
-	}
-	g.matchConditions = oneCondition(NeedsJudging, g.matchConditions)
-	return g
 }
 
 // plainlyDynamic is a matchCondition that skips the commonest request
