@@ -7,13 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"clusterip-policy/test/e2e/framework"
 	"clusterip-policy/test/fixtures"
 )
 
@@ -55,9 +53,7 @@ func TestMemoryWithEveryRoleAtScale(t *testing.T) {
 		count = n
 	}
 
-	c := own(t, framework.Options{Webhooks: 0, ManagedCerts: true, ArmByLeader: true, WebhookArgs: everyRoleArgs})
-	ctx := testContext(t, 60*time.Minute)
-	installPolicyObject(t, ctx, c, backstopPolicy)
+	c, ctx := ownEveryRole(t, 60*time.Minute)
 
 	// The addresses, through the command BENCHMARKS.md's memory figures
 	// were made with (loopback only, its own bounded concurrency).
@@ -103,14 +99,7 @@ func TestMemoryWithEveryRoleAtScale(t *testing.T) {
 		// Leading with every role: the backstop in force and an audit pass
 		// over the view (the namespaces listed, the scope read).
 		fixtures.EventuallyNil(t, b.name+" to lead with every role", 3*time.Minute, func() error {
-			passes, err := c.WebhookMetric(ctx, idx, "clusterip_policy_audit_passes_total", `result="success"`)
-			if err != nil || passes < 1 {
-				return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v (%v)", passes, err)
-			}
-			if got := backstopCondition(ctx, c); !strings.HasPrefix(got, "True InForce: ") {
-				return fmt.Errorf("BackstopInForce %q", got)
-			}
-			return nil
+			return leadingWithEveryRole(ctx, c, idx)
 		})
 		leading := time.Since(start)
 		// 60s after ready, as BENCHMARKS.md's earlier figures.
@@ -126,15 +115,9 @@ func TestMemoryWithEveryRoleAtScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rows []string
-		for r, n := range watches {
-			if d := n - baseline[r]; d != 0 {
-				rows = append(rows, fmt.Sprintf("%s %v", r, d))
-			}
-		}
-		sort.Strings(rows)
+		_, rows := countsAdded(baseline, watches)
 		t.Logf("e2e: %s: ready in %s, leading with every role in %s; webhook VmRSS %s once ready, %s 60s later, VmHWM %s; kube-apiserver VmRSS %s; watches by resource: %s",
-			b.name, ready.Round(100*time.Millisecond), leading.Round(100*time.Millisecond), mib(rssReady), mib(rssLater), mib(hwm), mib(apiRSS), strings.Join(rows, ", "))
+			b.name, ready.Round(100*time.Millisecond), leading.Round(100*time.Millisecond), mib(rssReady), mib(rssLater), mib(hwm), mib(apiRSS), rows)
 		// The next binary starts on a cluster without this one: stopped
 		// (SIGTERM, the Lease released), its watches closed.
 		w.Process.Stop(30 * time.Second)

@@ -27,46 +27,25 @@ import (
 // resource, logged whole; namespaces must be one.
 func TestOneWatchOfNamespacesPerReplica(t *testing.T) {
 	c := own(t, framework.Options{Policy: fixtures.Policy(""), Webhooks: 0, WebhookArgs: []string{"--hold-reservations", "--audit-interval=5m"}})
-	ctx := testContext(t, 2*time.Minute)
-	before, err := watchesByResource(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.StartWebhooks(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	replica := startCountingWatches(t, testContext(t, 2*time.Minute), c)
 	// Leading, and the scope known with the namespaces listed: an audit
 	// pass succeeded, which needs both.
 	fixtures.EventuallyNil(t, "the replica to lead and pass an audit", time.Minute, func() error {
-		passes, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`)
-		if err != nil || passes < 1 {
-			return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v (%v)", passes, err)
-		}
-		return nil
+		return auditPassed(replica.ctx, c, 0)
 	})
 	var added map[string]float64
+	var rows string
 	fixtures.EventuallyNil(t, "the replica's watches to be counted", 30*time.Second, func() error {
-		after, err := watchesByResource(ctx, c)
-		if err != nil {
+		var err error
+		if added, rows, err = replica.added(); err != nil {
 			return err
-		}
-		added = map[string]float64{}
-		for r, n := range after {
-			if d := n - before[r]; d != 0 {
-				added[r] = d
-			}
 		}
 		if added["namespaces"] < 1 {
 			return fmt.Errorf("no watch of namespaces yet: %v", added)
 		}
 		return nil
 	})
-	var rows []string
-	for r, n := range added {
-		rows = append(rows, fmt.Sprintf("%s %v", r, n))
-	}
-	sort.Strings(rows)
-	t.Logf("watches a leading replica (holds, audit) opens, by resource: %s", strings.Join(rows, ", "))
+	t.Logf("watches a leading replica (holds, audit) opens, by resource: %s", rows)
 	if added["namespaces"] != 1 {
 		t.Errorf("the replica watches namespaces %v times, want once (the replica's watch, read by the leader's scope too)", added["namespaces"])
 	}
@@ -87,31 +66,17 @@ var everyRoleArgs = []string{"--policy-source=crd", "--hold-reservations", "--au
 // view's own watches of ServiceCIDRs and IPAddresses (pkg/allocview/kubesource,
 // kept out of any informer store for memory) are not the factories'.
 func TestOneWatchPerResourceWithEveryRole(t *testing.T) {
-	c := own(t, framework.Options{Webhooks: 0, ManagedCerts: true, ArmByLeader: true, WebhookArgs: everyRoleArgs})
-	ctx := testContext(t, 3*time.Minute)
-	installPolicyObject(t, ctx, c, backstopPolicy)
-	before, err := watchesByResource(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.StartWebhooks(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RegisterWebhooks(ctx); err != nil {
-		t.Fatal(err)
-	}
+	replica := startEveryRole(t, 3*time.Minute)
+	ctx, c := replica.ctx, replica.c
 	// Every feature's term has started: the audit passed (the namespaces
 	// listed, the scope read from the configurations), the backstop is in
 	// force, the certificates' leader wrote its CA Secret; and the
 	// watches have stopped changing (two readings a second apart).
 	var added map[string]float64
+	var rows string
 	fixtures.EventuallyNil(t, "every leader feature to run and its watches to settle", 2*time.Minute, func() error {
-		passes, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`)
-		if err != nil || passes < 1 {
-			return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v (%v)", passes, err)
-		}
-		if got := backstopCondition(ctx, c); !strings.HasPrefix(got, "True InForce: ") {
-			return fmt.Errorf("BackstopInForce %q", got)
+		if err := leadingWithEveryRole(ctx, c, 0); err != nil {
+			return err
 		}
 		issued, err := c.WebhookMetric(ctx, 0, "clusterip_policy_certificate_passes_total", `result="ok"`)
 		if err != nil || issued < 1 {
@@ -126,23 +91,15 @@ func TestOneWatchPerResourceWithEveryRole(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		added = map[string]float64{}
 		for r, n := range second {
-			if d := n - before[r]; d != 0 {
-				added[r] = d
-			}
 			if n != first[r] {
 				return fmt.Errorf("the watches of %s still change: %v, then %v", r, first[r], n)
 			}
 		}
+		added, rows = countsAdded(replica.before, second)
 		return nil
 	})
-	var rows []string
-	for r, n := range added {
-		rows = append(rows, fmt.Sprintf("%s %v", r, n))
-	}
-	sort.Strings(rows)
-	t.Logf("watches a replica leading with every role opens, by resource: %s", strings.Join(rows, ", "))
+	t.Logf("watches a replica leading with every role opens, by resource: %s", rows)
 	for _, r := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "namespaces"} {
 		if added[r] != 1 {
 			t.Errorf("the replica watches %s %v times, want once (one informer factory per replica, one per term, each type watched by one informer)", r, added[r])
@@ -163,16 +120,10 @@ func TestOneWatchPerResourceWithEveryRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows = rows[:0]
-	for k, n := range second {
-		if d := n - first[k]; d != 0 {
-			rows = append(rows, fmt.Sprintf("%s %v", k, d))
-		}
-	}
-	sort.Strings(rows)
-	t.Logf("requests to the webhook configurations in %s of a settled leader with every role: %s", idle, strings.Join(rows, ", "))
-	for k, n := range second {
-		if d := n - first[k]; d > 2 {
+	requests, rows := countsAdded(first, second)
+	t.Logf("requests to the webhook configurations in %s of a settled leader with every role: %s", idle, rows)
+	for k, d := range requests {
+		if d > 2 {
 			t.Errorf("%v requests %s in %s of a settled leader, want at most 2: a loop reads the configurations through the API instead of the term's watch", d, k, idle)
 		}
 	}
@@ -215,40 +166,12 @@ func configurationRequests(ctx context.Context, c *framework.Cluster) (map[strin
 // serving Secret, the view's, the policy object). The Lease is taken from
 // it as a partitioned leader loses it: another holder written into it.
 func TestATermsWatchesCloseWhenTheLeaseIsLost(t *testing.T) {
-	c := own(t, framework.Options{Webhooks: 0, ManagedCerts: true, ArmByLeader: true,
-		WebhookArgs: append([]string{"--leader-election-previous-lease="}, everyRoleArgs...)})
-	ctx := testContext(t, 3*time.Minute)
-	installPolicyObject(t, ctx, c, backstopPolicy)
-	before, err := watchesByResource(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.StartWebhooks(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RegisterWebhooks(ctx); err != nil {
-		t.Fatal(err)
-	}
-	added := func() (map[string]float64, string, error) {
-		now, err := watchesByResource(ctx, c)
-		if err != nil {
-			return nil, "", err
-		}
-		out := map[string]float64{}
-		var rows []string
-		for r, n := range now {
-			if d := n - before[r]; d != 0 {
-				out[r] = d
-				rows = append(rows, fmt.Sprintf("%s %v", r, d))
-			}
-		}
-		sort.Strings(rows)
-		return out, strings.Join(rows, ", "), nil
-	}
+	replica := startEveryRole(t, 3*time.Minute, "--leader-election-previous-lease=")
+	ctx, c := replica.ctx, replica.c
 	leaderOnly := []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations", "mutatingadmissionpolicies"}
 	var table string
 	fixtures.EventuallyNil(t, "the term's watches to open", time.Minute, func() error {
-		w, rows, err := added()
+		w, rows, err := replica.added()
 		if err != nil {
 			return err
 		}
@@ -280,7 +203,7 @@ func TestATermsWatchesCloseWhenTheLeaseIsLost(t *testing.T) {
 		if leading(ctx, c, 0) {
 			return errors.New("still leading")
 		}
-		w, rows, err := added()
+		w, rows, err := replica.added()
 		if err != nil {
 			return err
 		}
@@ -296,6 +219,102 @@ func TestATermsWatchesCloseWhenTheLeaseIsLost(t *testing.T) {
 		return nil
 	})
 	t.Logf("watches once the Lease was lost: %s", table)
+}
+
+// ownEveryRole is a cluster without a replica yet, for replicas with every
+// leader feature on: everyRoleArgs (after extraArgs), the managed
+// certificates, the arming by the leader, and the backstop's policy
+// object installed (the backstop needs one). ctx ends after timeout.
+func ownEveryRole(t *testing.T, timeout time.Duration, extraArgs ...string) (*framework.Cluster, context.Context) {
+	t.Helper()
+	c := own(t, framework.Options{Webhooks: 0, ManagedCerts: true, ArmByLeader: true, WebhookArgs: append(extraArgs, everyRoleArgs...)})
+	ctx := testContext(t, timeout)
+	installPolicyObject(t, ctx, c, backstopPolicy)
+	return c, ctx
+}
+
+// startEveryRole starts one replica on an ownEveryRole cluster and
+// registers the webhooks (the leader arms them and writes their
+// caBundle), counting the watches it opens.
+func startEveryRole(t *testing.T, timeout time.Duration, extraArgs ...string) *countedReplica {
+	t.Helper()
+	c, ctx := ownEveryRole(t, timeout, extraArgs...)
+	r := startCountingWatches(t, ctx, c)
+	if err := c.RegisterWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// countedReplica is one replica started on c after apiserver 0's open
+// watches were read (before), so that what it opens can be told apart.
+type countedReplica struct {
+	ctx    context.Context
+	c      *framework.Cluster
+	before map[string]float64
+}
+
+// startCountingWatches reads apiserver 0's open watches, then starts one
+// replica on c.
+func startCountingWatches(t *testing.T, ctx context.Context, c *framework.Cluster) *countedReplica {
+	t.Helper()
+	before, err := watchesByResource(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartWebhooks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	return &countedReplica{ctx: ctx, c: c, before: before}
+}
+
+// added are the watches the replica opened (or closed), by resource, and
+// the same as rows for a log.
+func (r *countedReplica) added() (map[string]float64, string, error) {
+	now, err := watchesByResource(r.ctx, r.c)
+	if err != nil {
+		return nil, "", err
+	}
+	added, rows := countsAdded(r.before, now)
+	return added, rows, nil
+}
+
+// countsAdded is now less before, key by key, leaving out the keys whose
+// count did not change, and the same as "key n" rows sorted and joined
+// for a log.
+func countsAdded(before, now map[string]float64) (map[string]float64, string) {
+	added := map[string]float64{}
+	var rows []string
+	for k, n := range now {
+		if d := n - before[k]; d != 0 {
+			added[k] = d
+			rows = append(rows, fmt.Sprintf("%s %v", k, d))
+		}
+	}
+	sort.Strings(rows)
+	return added, strings.Join(rows, ", ")
+}
+
+// auditPassed says whether replica i has passed an audit: it leads, and
+// its scope is known with the namespaces listed.
+func auditPassed(ctx context.Context, c *framework.Cluster, i int) error {
+	passes, err := c.WebhookMetric(ctx, i, "clusterip_policy_audit_passes_total", `result="success"`)
+	if err != nil || passes < 1 {
+		return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v (%v)", passes, err)
+	}
+	return nil
+}
+
+// leadingWithEveryRole says whether replica i leads with every role of
+// ownEveryRole running: an audit passed and the backstop is in force.
+func leadingWithEveryRole(ctx context.Context, c *framework.Cluster, i int) error {
+	if err := auditPassed(ctx, c, i); err != nil {
+		return err
+	}
+	if got := backstopCondition(ctx, c); !strings.HasPrefix(got, "True InForce: ") {
+		return fmt.Errorf("BackstopInForce %q", got)
+	}
+	return nil
 }
 
 // watchesByResource reads apiserver 0's open WATCH requests, by resource.

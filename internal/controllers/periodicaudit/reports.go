@@ -138,48 +138,17 @@ func (r *Reports) stop() {
 // namespace with findings, none for the others. uids are the audited
 // Services' UIDs. Without the API it does nothing.
 func (r *Reports) Sync(ctx context.Context, findings []policy.Finding, uids map[policy.Owner]types.UID, now time.Time) error {
-	served, err := r.serves()
-	if err != nil {
-		r.metrics.available.Set(0)
-		return fmt.Errorf("discovery of %s: %w; the PolicyReports are written when it answers", ReportGVR.GroupVersion(), err)
-	}
-	if served != r.served {
-		if served {
-			r.log.Info("the apiserver serves PolicyReports: the periodic audit writes one per namespace with findings", "api", ReportGVR.GroupVersion().String())
-		} else {
-			r.log.Info("the apiserver no longer serves PolicyReports: the periodic audit writes none until it does", "api", ReportGVR.GroupVersion().String())
-		}
-		r.served = served
-	}
-	if !served {
-		r.metrics.available.Set(0)
-		return nil
-	}
-	existing, err := r.list(ctx)
-	if err != nil {
-		r.metrics.available.Set(0)
+	existing, served, err := r.servedReports(ctx)
+	if err != nil || !served {
 		return err
 	}
-	r.metrics.available.Set(1)
 
 	byNamespace := map[string][]policy.Finding{}
 	for _, f := range findings {
 		byNamespace[f.Namespace] = append(byNamespace[f.Namespace], f)
 	}
-	var writes, unchanged, deferred int
-	var failures poll.Failures
-	write := func(what string, do func() error) {
-		if writes+failures.N == maxReportWritesPerPass || failures.N == maxReportFailures {
-			deferred++
-			return
-		}
-		if err := do(); err != nil {
-			failures.Add(fmt.Errorf("%s: %w", what, err))
-			r.metrics.writes.WithLabelValues("failed").Inc()
-			return
-		}
-		writes++
-	}
+	w := reportWrites{failed: r.metrics.writes.WithLabelValues("failed")}
+	var unchanged int
 	for ns, at := range r.foreign {
 		if _, ok := byNamespace[ns]; !ok || now.Sub(at) >= foreignRetry {
 			delete(r.foreign, ns)
@@ -193,36 +162,13 @@ func (r *Reports) Sync(ctx context.Context, findings []policy.Finding, uids map[
 			if _, taken := r.foreign[ns]; taken {
 				continue
 			}
-			write("create PolicyReport "+ns+"/"+ReportName, func() error {
-				cctx, cancel := context.WithTimeout(ctx, auditCallTimeout)
-				defer cancel()
-				_, err := r.client.Resource(ReportGVR).Namespace(ns).Create(cctx, want, metav1.CreateOptions{})
-				if apierrors.IsAlreadyExists(err) {
-					// Not ours (the list found none with our label): left
-					// alone, not a failure that would stop the pass.
-					r.foreign[ns] = now
-					r.log.Info("a PolicyReport of our name without our label is in the way; it is left alone, and this namespace gets no report (tried again in an hour)", "namespace", ns, "name", ReportName, "label", ReportManagedByLabel+"="+ReportManagedBy)
-					return nil
-				}
-				if err == nil {
-					r.metrics.writes.WithLabelValues("created").Inc()
-				}
-				return err
-			})
+			w.do("create PolicyReport "+ns+"/"+ReportName, func() error { return r.createReport(ctx, ns, want, now) })
 		case sameReport(old, want):
 			unchanged++
 			r.metrics.writes.WithLabelValues("unchanged").Inc()
 		default:
 			want.SetResourceVersion(old.GetResourceVersion())
-			write("update PolicyReport "+ns+"/"+ReportName, func() error {
-				cctx, cancel := context.WithTimeout(ctx, auditCallTimeout)
-				defer cancel()
-				_, err := r.client.Resource(ReportGVR).Namespace(ns).Update(cctx, want, metav1.UpdateOptions{})
-				if err == nil {
-					r.metrics.writes.WithLabelValues("updated").Inc()
-				}
-				return err
-			})
+			w.do("update PolicyReport "+ns+"/"+ReportName, func() error { return r.updateReport(ctx, ns, want) })
 		}
 	}
 	for _, ns := range slices.Sorted(maps.Keys(existing)) {
@@ -230,29 +176,120 @@ func (r *Reports) Sync(ctx context.Context, findings []policy.Finding, uids map[
 			continue
 		}
 		uid := existing[ns].GetUID()
-		write("delete PolicyReport "+ns+"/"+ReportName, func() error {
-			cctx, cancel := context.WithTimeout(ctx, auditCallTimeout)
-			defer cancel()
-			// By UID: a report someone re-created meanwhile is the next
-			// pass's to judge.
-			err := r.client.Resource(ReportGVR).Namespace(ns).Delete(cctx, ReportName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if apierrors.IsNotFound(err) {
-				err = nil
-			}
-			if err == nil {
-				r.metrics.writes.WithLabelValues("deleted").Inc()
-			}
-			return err
-		})
+		w.do("delete PolicyReport "+ns+"/"+ReportName, func() error { return r.deleteReport(ctx, ns, uid) })
 	}
-	r.metrics.writes.WithLabelValues("deferred").Add(float64(deferred))
-	if writes > 0 || deferred > 0 || failures.N > 0 {
-		r.log.Info("policy reports", "namespaces", len(byNamespace), "written", writes, "unchanged", unchanged, "deferred", deferred, "failed", failures.N)
+	r.metrics.writes.WithLabelValues("deferred").Add(float64(w.deferred))
+	if w.writes > 0 || w.deferred > 0 || w.failures.N > 0 {
+		r.log.Info("policy reports", "namespaces", len(byNamespace), "written", w.writes, "unchanged", unchanged, "deferred", w.deferred, "failed", w.failures.N)
 	}
-	if err := failures.Err(); err != nil {
+	if err := w.failures.Err(); err != nil {
 		return fmt.Errorf("%w; the PolicyReports not written are retried next pass (the audit needs list, create, update and delete on wgpolicyk8s.io policyreports)", err)
 	}
 	return nil
+}
+
+// servedReports asks discovery whether the apiserver serves the API
+// (served false: it does not, and the pass writes nothing) and, if it
+// does, lists our reports by namespace. It keeps the available gauge, and
+// logs when the answer changes.
+func (r *Reports) servedReports(ctx context.Context) (existing map[string]*unstructured.Unstructured, served bool, err error) {
+	served, err = r.serves()
+	if err != nil {
+		r.metrics.available.Set(0)
+		return nil, false, fmt.Errorf("discovery of %s: %w; the PolicyReports are written when it answers", ReportGVR.GroupVersion(), err)
+	}
+	if served != r.served {
+		if served {
+			r.log.Info("the apiserver serves PolicyReports: the periodic audit writes one per namespace with findings", "api", ReportGVR.GroupVersion().String())
+		} else {
+			r.log.Info("the apiserver no longer serves PolicyReports: the periodic audit writes none until it does", "api", ReportGVR.GroupVersion().String())
+		}
+		r.served = served
+	}
+	if !served {
+		r.metrics.available.Set(0)
+		return nil, false, nil
+	}
+	existing, err = r.list(ctx)
+	if err != nil {
+		r.metrics.available.Set(0)
+		return nil, false, err
+	}
+	r.metrics.available.Set(1)
+	return existing, true, nil
+}
+
+// reportWrites bounds and counts the writes of one pass: at most
+// maxReportWritesPerPass, and none after maxReportFailures failures (the
+// API refusing them all must not cost a call per namespace); the rest are
+// deferred to the next pass.
+type reportWrites struct {
+	writes, deferred int
+	failures         poll.Failures
+	failed           prometheus.Counter
+}
+
+// do makes one write, what naming it in the error, unless the pass's
+// bound is reached.
+func (w *reportWrites) do(what string, write func() error) {
+	if w.writes+w.failures.N == maxReportWritesPerPass || w.failures.N == maxReportFailures {
+		w.deferred++
+		return
+	}
+	if err := write(); err != nil {
+		w.failures.Add(fmt.Errorf("%s: %w", what, err))
+		w.failed.Inc()
+		return
+	}
+	w.writes++
+}
+
+// createReport creates the report of ns. A report of our name in the way
+// is not ours (the list found none with our label): it is left alone, not
+// a failure that would stop the pass, and ns is not tried again for
+// foreignRetry.
+func (r *Reports) createReport(ctx context.Context, ns string, want *unstructured.Unstructured, now time.Time) error {
+	cctx, cancel := context.WithTimeout(ctx, auditCallTimeout)
+	defer cancel()
+	_, err := r.client.Resource(ReportGVR).Namespace(ns).Create(cctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		r.foreign[ns] = now
+		r.log.Info("a PolicyReport of our name without our label is in the way; it is left alone, and this namespace gets no report (tried again in an hour)", "namespace", ns, "name", ReportName, "label", ReportManagedByLabel+"="+ReportManagedBy)
+		return nil
+	}
+	if err == nil {
+		r.metrics.writes.WithLabelValues("created").Inc()
+	}
+	return err
+}
+
+// updateReport replaces the report of ns with want, which carries the
+// resourceVersion listed: a report changed meanwhile is a conflict, for
+// the next pass.
+func (r *Reports) updateReport(ctx context.Context, ns string, want *unstructured.Unstructured) error {
+	cctx, cancel := context.WithTimeout(ctx, auditCallTimeout)
+	defer cancel()
+	_, err := r.client.Resource(ReportGVR).Namespace(ns).Update(cctx, want, metav1.UpdateOptions{})
+	if err == nil {
+		r.metrics.writes.WithLabelValues("updated").Inc()
+	}
+	return err
+}
+
+// deleteReport deletes the report of ns, whose namespace has no more
+// findings, by UID: a report someone re-created meanwhile is the next
+// pass's to judge. One already gone is no failure.
+func (r *Reports) deleteReport(ctx context.Context, ns string, uid types.UID) error {
+	cctx, cancel := context.WithTimeout(ctx, auditCallTimeout)
+	defer cancel()
+	err := r.client.Resource(ReportGVR).Namespace(ns).Delete(cctx, ReportName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) {
+		err = nil
+	}
+	if err == nil {
+		r.metrics.writes.WithLabelValues("deleted").Inc()
+	}
+	return err
 }
 
 // list returns our reports by namespace: those named ReportName with our

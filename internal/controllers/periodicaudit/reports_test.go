@@ -2,13 +2,16 @@ package periodicaudit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -175,5 +178,42 @@ func TestReportsLeaveAReportInTheWayAlone(t *testing.T) {
 	}
 	if n := creates(); n != maxReportFailures+3 {
 		t.Errorf("%d creates over two passes, want %d: one per namespace, none again for those in the way", n, maxReportFailures+3)
+	}
+}
+
+// A pass's writes stop at maxReportWritesPerPass, failures counted, and
+// at maxReportFailures failures: an API that refuses every write costs a
+// few calls a pass, not one per namespace. What is not written is
+// deferred, and the error names the first write that failed.
+func TestReportWritesAreBoundedAPass(t *testing.T) {
+	failing := func() error { return errors.New("forbidden") }
+	succeeding := func() error { return nil }
+	for _, c := range []struct {
+		name                             string
+		writes                           []func() error
+		wantCalls, wantWrites, wantFails int
+	}{
+		{"refused", slices.Repeat([]func() error{failing}, 10), maxReportFailures, 0, maxReportFailures},
+		{"over the cap", slices.Repeat([]func() error{succeeding}, maxReportWritesPerPass+5), maxReportWritesPerPass, maxReportWritesPerPass, 0},
+		{"failures count to the cap", append(slices.Repeat([]func() error{succeeding}, maxReportWritesPerPass-1), failing, succeeding), maxReportWritesPerPass, maxReportWritesPerPass - 1, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			failed := prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"})
+			w := reportWrites{failed: failed}
+			calls := 0
+			for i, write := range c.writes {
+				w.do(fmt.Sprintf("write %d", i), func() error { calls++; return write() })
+			}
+			if calls != c.wantCalls || w.writes != c.wantWrites || w.failures.N != c.wantFails || w.deferred != len(c.writes)-c.wantCalls {
+				t.Errorf("%d calls, %d written, %d failed, %d deferred; want %d, %d, %d, %d",
+					calls, w.writes, w.failures.N, w.deferred, c.wantCalls, c.wantWrites, c.wantFails, len(c.writes)-c.wantCalls)
+			}
+			if got := testutil.ToFloat64(failed); got != float64(c.wantFails) {
+				t.Errorf("the failed counter is %v, want %d", got, c.wantFails)
+			}
+			if err := w.failures.Err(); (err != nil) != (c.wantFails > 0) || err != nil && !strings.Contains(err.Error(), "write ") {
+				t.Errorf("error %v: want one naming the write exactly when a write failed", err)
+			}
+		})
 	}
 }

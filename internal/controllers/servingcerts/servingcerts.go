@@ -359,83 +359,97 @@ func (k *Keeper) watch(ctx context.Context, kick func()) (stop func()) {
 // due.
 func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
 	now := k.now()
-	secrets := k.client.CoreV1().Secrets(k.o.Namespace)
+	cur, err := k.readServing(ctx)
+	if err != nil {
+		return now, err
+	}
+	// 1. The CA.
+	tr, err := k.ensureCA(ctx, cur, now)
+	if err != nil {
+		return now, err
+	}
+	// 2. The caBundle of every webhook of the configurations.
+	settled, err := k.injectAndSettle(ctx, st, tr.pem, now)
+	if err != nil {
+		return now, err
+	}
+	// 3. The serving certificate.
+	return k.serve(ctx, cur, tr, settled, now)
+}
 
-	// What the replicas serve now, and the CA that signed it: that CA stays
-	// in the caBundle until it expires, whatever happened to the CA Secret.
-	tlsSec, err := secrets.Get(ctx, k.o.Secret, metav1.GetOptions{})
+// servingNow is the serving Secret as a pass read it.
+type servingNow struct {
+	secret *corev1.Secret // nil: there is none
+	// leaf is what the replicas serve, ca the CA of its ca.crt that signed
+	// it; nil when the Secret is gone or does not load (ca also when its
+	// ca.crt does not name the signer).
+	leaf, ca *x509.Certificate
+}
+
+// unknown reports that the serving Secret is gone or does not load, so the
+// leader cannot tell what the replicas serve (each keeps its last good
+// certificate until it loads a new one).
+func (s servingNow) unknown() bool { return s.leaf == nil }
+
+// readServing reads what the replicas serve now, and the CA that signed
+// it: that CA stays in the caBundle until it expires, whatever happened
+// to the CA Secret. A Secret that does not load is read as no certificate,
+// which the pass replaces.
+func (k *Keeper) readServing(ctx context.Context) (servingNow, error) {
+	tlsSec, err := k.client.CoreV1().Secrets(k.o.Namespace).Get(ctx, k.o.Secret, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return now, fmt.Errorf("read the serving Secret %s/%s: %w", k.o.Namespace, k.o.Secret, err)
+		return servingNow{}, fmt.Errorf("read the serving Secret %s/%s: %w", k.o.Namespace, k.o.Secret, err)
 	}
 	if apierrors.IsNotFound(err) {
-		tlsSec = nil
+		return servingNow{}, nil
 	}
-	var leaf, leafCA *x509.Certificate
-	if tlsSec != nil {
-		if s, err := parseServing(tlsSec); err == nil {
-			leaf, leafCA = s.leaf, s.ca
-		} else {
-			k.log.Info("the serving Secret does not load; issuing a new certificate", "secret", k.o.Namespace+"/"+k.o.Secret, "error", err.Error())
-		}
+	cur := servingNow{secret: tlsSec}
+	if s, err := parseServing(tlsSec); err == nil {
+		cur.leaf, cur.ca = s.leaf, s.ca
+	} else {
+		k.log.Info("the serving Secret does not load; issuing a new certificate", "secret", k.o.Namespace+"/"+k.o.Secret, "error", err.Error())
 	}
+	return cur, nil
+}
 
-	// 1. The CA.
-	caSec, err := secrets.Get(ctx, k.o.CASecret, metav1.GetOptions{})
+// trust is what ensureCA leaves in force: the CA the leader signs with and
+// the bundle of CAs to trust, that CA first.
+type trust struct {
+	ca     *certs.CA
+	bundle []*x509.Certificate
+	pem    []byte // bundle encoded: every caBundle and the serving Secret's ca.crt
+}
+
+// ensureCA brings the CA Secret to what it should be at now. A new CA is
+// made when readCA gives a reason (no CA yet, it does not load, it falls
+// due) and joins the bundle beside the CAs it replaces; without one, the
+// bundle is rewritten only when it changed (a CA in it expired, or
+// keptCAs adds one the Secret lost).
+func (k *Keeper) ensureCA(ctx context.Context, cur servingNow, now time.Time) (trust, error) {
+	caSec, err := k.client.CoreV1().Secrets(k.o.Namespace).Get(ctx, k.o.CASecret, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return now, fmt.Errorf("read the CA Secret %s/%s: %w", k.o.Namespace, k.o.CASecret, err)
+		return trust{}, fmt.Errorf("read the CA Secret %s/%s: %w", k.o.Namespace, k.o.CASecret, err)
 	}
 	if apierrors.IsNotFound(err) {
 		caSec = nil
 	}
 	ca, previous, reason := k.readCA(caSec, now)
-	// servedUnknown: the serving Secret is gone or does not load, so the
-	// leader cannot tell what the replicas serve (each keeps its last
-	// good certificate until it loads a new one).
-	servedUnknown := leaf == nil
-	var kept []*x509.Certificate // CAs the configurations trust, kept for what replicas serve
-	if leafCA != nil && !slices.ContainsFunc(previous, leafCA.Equal) || servedUnknown {
-		// The CA Secret lost the CA of what is served (deleted, damaged),
-		// or what is served is unknown (both Secrets deleted): keep
-		// trusting the CA of what is served, or every CA the
-		// configurations trust now, as the CAs a rotation replaces are
-		// kept (until they expire, at most maxBundle). A CA that someone
-		// wrote into the serving Secret's ca.crt is never added to the
-		// caBundle on that Secret's word: only what the configurations
-		// already trust is kept.
-		trusted, err := k.trustedNow()
-		if err != nil {
-			return now, err
-		}
-		for _, c := range trusted {
-			if (servedUnknown || c.Equal(leafCA)) && c.IsCA && now.Before(c.NotAfter) && !slices.ContainsFunc(previous, c.Equal) && !slices.ContainsFunc(kept, c.Equal) {
-				kept = append(kept, c)
-			}
-		}
-		// Within the bound (maxBundle), ours before any other a hand
-		// wrote there, the newest first: a bundle stuffed by hand must not
-		// push out the CA of what the replicas serve.
-		slices.SortStableFunc(kept, func(a, b *x509.Certificate) int {
-			if ao, bo := strings.HasPrefix(a.Subject.CommonName, certs.CANamePrefix), strings.HasPrefix(b.Subject.CommonName, certs.CANamePrefix); ao != bo {
-				if ao {
-					return -1
-				}
-				return 1
-			}
-			return b.NotBefore.Compare(a.NotBefore)
-		})
-		previous = append(previous, kept...)
+	kept, err := k.keptCAs(cur, previous, now)
+	if err != nil {
+		return trust{}, err
 	}
+	previous = append(previous, kept...)
 	if reason != "" {
 		next, err := certs.NewCAAt(fmt.Sprintf("%s%d-%s", certs.CANamePrefix, now.Unix(), rand.String(5)), now, k.o.CAValidity)
 		if err != nil {
-			return now, err
+			return trust{}, err
 		}
 		if ca != nil {
 			previous = append([]*x509.Certificate{ca.Cert}, previous...)
 		}
 		bundle := mergeBundle(next.Cert, previous, now)
 		if err := k.writeCA(ctx, caSec, next, bundle); err != nil {
-			return now, err
+			return trust{}, err
 		}
 		k.metrics.renewals.WithLabelValues("ca").Inc()
 		k.log.Info("new CA; the caBundle trusts it beside the CAs it replaces, and the serving certificate moves to it once the apiservers have the bundle", "reason", reason,
@@ -448,55 +462,109 @@ func (k *Keeper) pass(ctx context.Context, st *term) (time.Time, error) {
 		// A CA in the bundle expired and is dropped, or the CA of the served
 		// certificate was missing from it (the CA Secret was replaced).
 		if err := k.writeCA(ctx, caSec, ca, bundle); err != nil {
-			return now, err
+			return trust{}, err
 		}
 		k.log.Info("updated the bundle of trusted CAs", "bundle", subjects(bundle))
 	}
+	return trust{ca: ca, bundle: bundle, pem: bundlePEM}, nil
+}
 
-	// 2. The caBundle of every webhook of the configurations.
+// keptCAs are the CAs the configurations trust now that the bundle must
+// go on trusting beyond previous, the CA Secret's. When the CA Secret lost
+// the CA of what is served (deleted, damaged), that CA is kept; when what
+// is served is unknown (both Secrets deleted), every CA the configurations
+// trust now: as the CAs a rotation replaces are kept (until they expire,
+// at most maxBundle). A CA that someone wrote into the serving Secret's
+// ca.crt is never added to the caBundle on that Secret's word: only what
+// the configurations already trust is kept.
+func (k *Keeper) keptCAs(cur servingNow, previous []*x509.Certificate, now time.Time) ([]*x509.Certificate, error) {
+	lost := cur.ca != nil && !slices.ContainsFunc(previous, cur.ca.Equal)
+	if !lost && !cur.unknown() {
+		return nil, nil
+	}
+	trusted, err := k.trustedNow()
+	if err != nil {
+		return nil, err
+	}
+	var kept []*x509.Certificate
+	for _, c := range trusted {
+		if (cur.unknown() || c.Equal(cur.ca)) && c.IsCA && now.Before(c.NotAfter) && !slices.ContainsFunc(previous, c.Equal) && !slices.ContainsFunc(kept, c.Equal) {
+			kept = append(kept, c)
+		}
+	}
+	// Within the bound (maxBundle), ours before any other a hand
+	// wrote there, the newest first: a bundle stuffed by hand must not
+	// push out the CA of what the replicas serve.
+	slices.SortStableFunc(kept, func(a, b *x509.Certificate) int {
+		if ao, bo := strings.HasPrefix(a.Subject.CommonName, certs.CANamePrefix), strings.HasPrefix(b.Subject.CommonName, certs.CANamePrefix); ao != bo {
+			if ao {
+				return -1
+			}
+			return 1
+		}
+		return b.NotBefore.Compare(a.NotBefore)
+	})
+	return kept, nil
+}
+
+// injectAndSettle writes bundlePEM into every webhook of the
+// configurations and returns when the apiservers trust it: --ca-bundle-settle
+// after this term first saw that bundle there. A bundle that changed,
+// by this pass or by a hand, starts the wait again.
+func (k *Keeper) injectAndSettle(ctx context.Context, st *term, bundlePEM []byte, now time.Time) (time.Time, error) {
 	changed, err := k.inject(ctx, bundlePEM)
 	if err != nil {
-		return now, err
+		return time.Time{}, err
 	}
 	digest := digestOf(bundlePEM)
 	if changed || st.bundle != digest {
 		st.bundle, st.since = digest, now
 	}
-	settled := st.since.Add(k.o.Settle)
+	return st.since.Add(k.o.Settle), nil
+}
 
-	// 3. The serving certificate.
-	next := renewAt(ca.Cert)
-	for _, c := range bundle[1:] {
+// serve issues the serving certificate when servingReason says one is
+// due, but not before settled while the apiservers may not trust its CA
+// yet: while the replicas serve what an older CA of the bundle signed (a
+// rotation), or may (the serving Secret is gone), they keep serving it, so
+// no review meets a certificate the apiservers refuse. With none due it
+// keeps the serving Secret's ca.crt equal to the bundle. It returns when
+// the next pass is due: the CA's renewal, the expiry of an older CA of the
+// bundle, or the serving certificate's renewal.
+func (k *Keeper) serve(ctx context.Context, cur servingNow, tr trust, settled, now time.Time) (time.Time, error) {
+	next := renewAt(tr.ca.Cert)
+	for _, c := range tr.bundle[1:] {
 		next = earliest(next, c.NotAfter) // dropped from the bundle then
 	}
-	if why := servingReason(leaf, ca.Cert, k.dnsNames, k.ips, now); why != "" {
-		if leaf != nil && leaf.CheckSignatureFrom(ca.Cert) != nil && issuerIn(leaf, bundle) != nil && now.Before(settled) {
+	leaf := cur.leaf
+	if why := servingReason(leaf, tr.ca.Cert, k.dnsNames, k.ips, now); why != "" {
+		if leaf != nil && leaf.CheckSignatureFrom(tr.ca.Cert) != nil && issuerIn(leaf, tr.bundle) != nil && now.Before(settled) {
 			// Replicas serve leaf; the apiservers may not trust ca yet.
 			k.log.V(1).Info("waiting for the apiservers to load the caBundle before serving a certificate of the new CA", "until", settled.UTC().Format(time.RFC3339Nano))
 			return earliest(next, settled), nil
 		}
-		if servedUnknown && len(bundle) > 1 && now.Before(settled) {
+		if cur.unknown() && len(tr.bundle) > 1 && now.Before(settled) {
 			// Replicas may serve what an older CA of the bundle signed,
 			// and the bundle changed a moment ago: the apiservers may not
 			// trust ca yet, and the replicas would load a certificate
 			// they refuse. (A first install has no older CA to wait
 			// for; a bundle that has not changed has settled.)
-			k.log.Info("the serving Secret is gone; the replicas serve their last certificate until the apiservers have loaded the caBundle with the new CA", "until", settled.UTC().Format(time.RFC3339Nano), "bundle", subjects(bundle))
+			k.log.Info("the serving Secret is gone; the replicas serve their last certificate until the apiservers have loaded the caBundle with the new CA", "until", settled.UTC().Format(time.RFC3339Nano), "bundle", subjects(tr.bundle))
 			return earliest(next, settled), nil
 		}
-		kp, signed, err := k.issue(ca, now)
+		kp, signed, err := k.issue(tr.ca, now)
 		if err != nil {
 			return now, err
 		}
-		if err := k.writeServing(ctx, tlsSec, kp, bundlePEM); err != nil {
+		if err := k.writeServing(ctx, cur.secret, kp, tr.pem); err != nil {
 			return now, err
 		}
 		k.metrics.renewals.WithLabelValues("serving").Inc()
 		k.log.Info("issued the serving certificate", "reason", why, "serial", signed.SerialNumber.Text(16),
-			"notAfter", signed.NotAfter.UTC().Format(time.RFC3339), "ca", ca.Cert.Subject.CommonName, "dnsNames", k.dnsNames, "ips", k.ips)
+			"notAfter", signed.NotAfter.UTC().Format(time.RFC3339), "ca", tr.ca.Cert.Subject.CommonName, "dnsNames", k.dnsNames, "ips", k.ips)
 		leaf = signed
-	} else if !bytes.Equal(tlsSec.Data[KeyCACert], bundlePEM) {
-		if err := k.writeServing(ctx, tlsSec, nil, bundlePEM); err != nil {
+	} else if !bytes.Equal(cur.secret.Data[KeyCACert], tr.pem) {
+		if err := k.writeServing(ctx, cur.secret, nil, tr.pem); err != nil {
 			return now, err
 		}
 	}
