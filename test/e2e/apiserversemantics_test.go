@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -77,8 +78,12 @@ func TestSmallSingleStackClusterFollowsTheApiserver(t *testing.T) {
 		// apiserver still refuses it itself).
 		v6 := fixtures.Service(ns, "v6-probe", fixtures.WithClusterIP("fd00:10:96::5"), fixtures.WithIPFamilies(corev1.IPv6Protocol))
 		fixtures.EventuallyNil(t, "the webhook to see ServiceCIDR v6-ahead", 10*time.Second, func() error {
-			if _, err := dryRunCreate(ctx, cs, v6); err == nil || deniedBy(err, mutating) {
-				return fmt.Errorf("a static IPv6 dry-run: %v", err)
+			_, err := dryRunCreate(ctx, cs, v6)
+			if err == nil {
+				return errors.New("a static IPv6 dry-run was admitted; want the IPv4-only apiserver's own refusal")
+			}
+			if deniedBy(err, mutating) {
+				return fmt.Errorf("a static IPv6 dry-run: %w", err)
 			}
 			return nil
 		})

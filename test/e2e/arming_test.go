@@ -185,6 +185,20 @@ func failurePolicies(ctx context.Context, cs kubernetes.Interface) (mutating, va
 	return mutating, validating, nil
 }
 
+// failurePoliciesAre says whether the two Service webhooks' failurePolicy
+// are mutating and validating, for a wait: a failed read is wrapped, a
+// policy not yet the one wanted is named.
+func failurePoliciesAre(ctx context.Context, cs kubernetes.Interface, mutating, validating string) error {
+	m, v, err := failurePolicies(ctx, cs)
+	if err != nil {
+		return fmt.Errorf("read the failure policies: %w", err)
+	}
+	if m != mutating || v != validating {
+		return fmt.Errorf("mutating %s validating %s, want %s and %s", m, v, mutating, validating)
+	}
+	return nil
+}
+
 // registerAsShipped creates the two webhook configurations of
 // manifests/base exactly as shipped, not armed (Ignore), pointed at addr.
 func registerAsShipped(t *testing.T, ctx context.Context, c *framework.Cluster, addr string) *framework.WebhookConfigurations {
@@ -279,11 +293,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 	opened := time.Now()
 	gate.open(w.Addr())
 	fixtures.EventuallyNil(t, "the leader to arm both webhooks (failurePolicy Fail)", 60*time.Second, func() error {
-		m, v, err := failurePolicies(ctx, cs)
-		if err != nil || m != "Fail" || v != "Fail" {
-			return fmt.Errorf("mutating %s validating %s (%v)", m, v, err)
-		}
-		return nil
+		return failurePoliciesAre(ctx, cs, "Fail", "Fail")
 	})
 	armedIn := time.Since(opened)
 	if out, errOut, err := c.Kubectl(ctx, "", strings.Fields(strings.TrimPrefix(check, "kubectl "))...); err != nil {
@@ -332,11 +342,7 @@ func TestArmingTheFailurePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixtures.EventuallyNil(t, "the leader to arm the re-applied configurations", 60*time.Second, func() error {
-		m, v, err := failurePolicies(ctx, cs)
-		if err != nil || m != "Fail" || v != "Fail" {
-			return fmt.Errorf("mutating %s validating %s (%v)", m, v, err)
-		}
-		return nil
+		return failurePoliciesAre(ctx, cs, "Fail", "Fail")
 	})
 	rearmedIn := time.Since(reapplied)
 	ok, failed, errs = load.halt()

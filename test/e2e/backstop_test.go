@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -261,8 +262,11 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 	})
 	fixtures.EventuallyNil(t, "the backstop's policies deleted", 30*time.Second, func() error {
 		pols, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: "clusterip-policy.io/backstop"})
-		if err != nil || len(pols.Items) > 0 {
-			return fmt.Errorf("%d left (%v)", len(pols.Items), err)
+		if err != nil {
+			return fmt.Errorf("list the backstop's policies: %w", err)
+		}
+		if len(pols.Items) > 0 {
+			return fmt.Errorf("%d left", len(pols.Items))
 		}
 		return nil
 	})
@@ -297,8 +301,11 @@ func waitBackstopPolicy(t *testing.T, ctx context.Context, c *framework.Cluster,
 		want := digest
 		if want == "" {
 			out, _, err := c.Kubectl(ctx, "", "get", "clusterippolicy", "default", "-o", "jsonpath={.status.policyDigest}")
-			if err != nil || out == "" {
-				return fmt.Errorf("status.policyDigest %q (%v)", out, err)
+			if err != nil {
+				return fmt.Errorf("read status.policyDigest: %w", err)
+			}
+			if out == "" {
+				return errors.New("status.policyDigest is empty")
 			}
 			want = out
 		}

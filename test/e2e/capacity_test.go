@@ -268,8 +268,11 @@ func TestReservedRangeUsage(t *testing.T) {
 	}
 	fixtures.EventuallyNil(t, "the range's gauge to count the two Services", 10*time.Second, func() error {
 		used, free, err := scrape()
-		if err != nil || used != 2 || free != 6 {
-			return fmt.Errorf("used %v free %v (%v), want 2 and 6", used, free, err)
+		if err != nil {
+			return fmt.Errorf("scrape the range's gauge: %w", err)
+		}
+		if used != 2 || free != 6 {
+			return fmt.Errorf("used %v free %v, want 2 and 6", used, free)
 		}
 		return nil
 	})

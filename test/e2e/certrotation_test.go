@@ -151,7 +151,16 @@ func requireHandshakeThrough(t *testing.T, ctx context.Context, c *framework.Clu
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, check, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register %s: %v", check.Name, err)
 	}
-	defer cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), check.Name, metav1.DeleteOptions{})
+	defer func() {
+		// Its own deadline: ctx may be spent when a wait below gave up. A
+		// configuration left behind sends labelled Services to localhost
+		// for the rest of the cluster's life and refuses the next register.
+		deleteCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(deleteCtx, check.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete the check's configuration %s: %v", check.Name, err)
+		}
+	}()
 	start := time.Now()
 	tries := 0
 	fixtures.EventuallyNil(t, "a request to reach the webhook through a new connection", 30*time.Second, func() error {
@@ -166,8 +175,11 @@ func requireHandshakeThrough(t *testing.T, ctx context.Context, c *framework.Clu
 				validations++
 			}
 		}
-		if err != nil || validations != 2 {
-			return fmt.Errorf("last error %v, %d validate decisions", err, validations)
+		if err != nil {
+			return fmt.Errorf("the dry-run create (%d validate decisions): %w", validations, err)
+		}
+		if validations != 2 {
+			return fmt.Errorf("%d validate decisions, want 2", validations)
 		}
 		return nil
 	})

@@ -66,8 +66,12 @@ func TestManagementTurnedOffRemovesTheConditionWithNothingElseOn(t *testing.T) {
 	restartWith(t, c, 0, without("--manage-match-conditions"))
 	start := time.Now()
 	fixtures.EventuallyNil(t, "the managed condition to go after a restart with management off", 30*time.Second, func() error {
-		if m, v, d, err := managedConditions(ctx, c); err != nil || m != "" || v != "" || d != "" {
-			return fmt.Errorf("mutating %t, validating %t, policy annotation %q, %v", m != "", v != "", d, err)
+		m, v, d, err := managedConditions(ctx, c)
+		if err != nil {
+			return fmt.Errorf("read the managed conditions: %w", err)
+		}
+		if m != "" || v != "" || d != "" {
+			return fmt.Errorf("mutating %t, validating %t, policy annotation %q", m != "", v != "", d)
 		}
 		return nil
 	})
@@ -106,8 +110,12 @@ func TestAnUnreadyLeaderSendsEveryCreate(t *testing.T) {
 		if exited, _ := c.Webhooks[0].Exited(); exited {
 			t.Fatalf("the unready replica exited: %s", c.Webhooks[0].Tail(20))
 		}
-		if m, v, d, err := managedConditions(ctx, c); err != nil || m != "true" || v != failSafe.Validating || d != "" {
-			return fmt.Errorf("still selective: mutating %.40q, validating is fail-safe %t, policy annotation %q, %v", m, v == failSafe.Validating, d, err)
+		m, v, d, err := managedConditions(ctx, c)
+		if err != nil {
+			return fmt.Errorf("read the managed conditions: %w", err)
+		}
+		if m != "true" || v != failSafe.Validating || d != "" {
+			return fmt.Errorf("still selective: mutating %.40q, validating is fail-safe %t, policy annotation %q", m, v == failSafe.Validating, d)
 		}
 		return nil
 	})

@@ -176,7 +176,14 @@ func TestHelmUpgradeFromThePreviousChart(t *testing.T) {
 				if err == nil && gerr == nil && strings.Contains(got, "e2e-upgrade") {
 					return nil
 				}
-				last = fmt.Errorf("stored %q (patch: %v %s)", got, err, strings.TrimSpace(errOut))
+				switch {
+				case err != nil:
+					last = fmt.Errorf("patch: %w: %s", err, strings.TrimSpace(errOut))
+				case gerr != nil:
+					last = fmt.Errorf("read spec.%s back: %w", field, gerr)
+				default:
+					last = fmt.Errorf("stored %q, want e2e-upgrade in it", got)
+				}
 				time.Sleep(250 * time.Millisecond)
 			}
 			return last

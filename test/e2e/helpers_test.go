@@ -163,11 +163,9 @@ func requireDenied(t *testing.T, err error, webhook string, parts ...string) {
 	}
 }
 
-// Bands of 10.96.0.0/16, the shared cluster's range (docs/apiserver-facts.md).
-var (
-	staticBand16  = band{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.1.0")}
-	dynamicBand16 = band{netip.MustParseAddr("10.96.1.1"), netip.MustParseAddr("10.96.255.254")}
-)
+// The dynamic band of 10.96.0.0/16, the shared cluster's range
+// (docs/apiserver-facts.md), where every Service without a clusterIP lands.
+var dynamicBand16 = band{netip.MustParseAddr("10.96.1.1"), netip.MustParseAddr("10.96.255.254")}
 
 type band struct{ first, last netip.Addr }
 

@@ -58,9 +58,9 @@ spec:
 					_ = cs.CoreV1().Services(ns).Delete(context.Background(), n, metav1.DeleteOptions{})
 				}
 			})
-			out, _, err := c.Kubectl(ctx, fmt.Sprintf(generated, ns), "-n", ns, "create", "-f", "-", "--dry-run=server", "-o", "name")
+			_, _, err := c.Kubectl(ctx, fmt.Sprintf(generated, ns), "-n", ns, "create", "-f", "-", "--dry-run=server", "-o", "name")
 			noEvalError(t, "kubectl create -f (generateName) --dry-run=server", err)
-			out, _, err = c.Kubectl(ctx, fmt.Sprintf(generated, ns), "-n", ns, "create", "-f", "-", "-o", "name")
+			out, _, err := c.Kubectl(ctx, fmt.Sprintf(generated, ns), "-n", ns, "create", "-f", "-", "-o", "name")
 			noEvalError(t, "kubectl create -f (generateName)", err)
 			name := strings.TrimPrefix(strings.TrimSpace(out), "service/")
 			created = append(created, name)

@@ -73,7 +73,7 @@ func TestMemoryWithEveryRoleAtScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiBefore := statusKiB(t, c.APIServers[0].Process.Pid(), "VmRSS")
+	apiBefore := statusKiB(t, c.APIServers[0].Pid(), "VmRSS")
 	t.Logf("e2e: kube-apiserver VmRSS %s with no webhook", mib(apiBefore))
 
 	for i, b := range binaries {
@@ -95,7 +95,7 @@ func TestMemoryWithEveryRoleAtScale(t *testing.T) {
 			}
 		}
 		ready := time.Since(start)
-		rssReady := statusKiB(t, w.Process.Pid(), "VmRSS")
+		rssReady := statusKiB(t, w.Pid(), "VmRSS")
 		// Leading with every role: the backstop in force and an audit pass
 		// over the view (the namespaces listed, the scope read).
 		fixtures.EventuallyNil(t, b.name+" to lead with every role", 3*time.Minute, func() error {
@@ -108,9 +108,9 @@ func TestMemoryWithEveryRoleAtScale(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
 		}
-		rssLater := statusKiB(t, w.Process.Pid(), "VmRSS")
-		hwm := statusKiB(t, w.Process.Pid(), "VmHWM")
-		apiRSS := statusKiB(t, c.APIServers[0].Process.Pid(), "VmRSS")
+		rssLater := statusKiB(t, w.Pid(), "VmRSS")
+		hwm := statusKiB(t, w.Pid(), "VmHWM")
+		apiRSS := statusKiB(t, c.APIServers[0].Pid(), "VmRSS")
 		watches, err := watchesByResource(ctx, c)
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func TestMemoryWithEveryRoleAtScale(t *testing.T) {
 			b.name, ready.Round(100*time.Millisecond), leading.Round(100*time.Millisecond), mib(rssReady), mib(rssLater), mib(hwm), mib(apiRSS), rows)
 		// The next binary starts on a cluster without this one: stopped
 		// (SIGTERM, the Lease released), its watches closed.
-		w.Process.Stop(30 * time.Second)
+		w.Stop(30 * time.Second)
 		fixtures.EventuallyNil(t, b.name+"'s watches to close", time.Minute, func() error {
 			now, err := watchesByResource(ctx, c)
 			if err != nil {

@@ -47,8 +47,12 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	}
 	// The audit's gauges are set by its first successful pass (1 s apart).
 	fixtures.EventuallyNil(t, "a successful periodic audit pass", 10*time.Second, func() error {
-		if n, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`); err != nil || n < 1 {
-			return fmt.Errorf("%v passes (%v)", n, err)
+		n, err := c.WebhookMetric(ctx, 0, "clusterip_policy_audit_passes_total", `result="success"`)
+		if err != nil {
+			return fmt.Errorf("read clusterip_policy_audit_passes_total: %w", err)
+		}
+		if n < 1 {
+			return fmt.Errorf("%v passes", n)
 		}
 		return nil
 	})

@@ -148,7 +148,7 @@ func (n *realNode) tryScript(t *testing.T, ctx context.Context, lines []string) 
 	out, err := cmd.CombinedOutput()
 	t.Logf("output:\n%s", out)
 	if err != nil {
-		return string(out), fmt.Errorf("failed after %s: %v", time.Since(start).Round(time.Second), err)
+		return string(out), fmt.Errorf("failed after %s: %w", time.Since(start).Round(time.Second), err)
 	}
 	return string(out), nil
 }
@@ -311,7 +311,7 @@ func (n *realNode) kubectlOut(ctx context.Context, kubectl string, args ...strin
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	if err != nil {
-		err = fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errOut.String())
+		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, errOut.String())
 	}
 	return out.String(), errOut.String(), err
 }

@@ -282,7 +282,7 @@ func (n *realNode) endpointSliceQueue(ctx context.Context) (queueReading, error)
 	// The controller-manager serves a self-signed certificate; the request
 	// carries the admin's client certificate, which it authenticates and
 	// authorizes through the apiserver.
-	cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile, cfg.TLSClientConfig.Insecure = nil, "", true
+	cfg.CAData, cfg.CAFile, cfg.Insecure = nil, "", true
 	rt, err := rest.TransportFor(cfg)
 	if err != nil {
 		return queueReading{}, err

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -106,7 +107,7 @@ func (n *realNode) try(ctx context.Context, name string, args ...string) (string
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, out.String(), errOut.String())
+		return out.String(), fmt.Errorf("%s %s: %w\n%s%s", filepath.Base(name), strings.Join(args, " "), err, out.String(), errOut.String())
 	}
 	return strings.TrimSpace(out.String()), nil
 }
@@ -570,12 +571,15 @@ func (n *realNode) evictions(t *testing.T, ctx context.Context, ns string) {
 			return n.cs.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
 		}
 		if err := evict(pods[0].Name); err != nil {
-			return fmt.Errorf("evict %s: %v", pods[0].Name, err)
+			return fmt.Errorf("evict %s: %w", pods[0].Name, err)
 		}
 		evicted := time.Now()
 		err := evict(pods[1].Name)
+		if err == nil {
+			return errors.New("a second eviction right after the first was allowed, want 429 from the PodDisruptionBudget")
+		}
 		if !apierrors.IsTooManyRequests(err) {
-			return fmt.Errorf("a second eviction right after the first: %v, want 429 from the PodDisruptionBudget", err)
+			return fmt.Errorf("a second eviction right after the first: %w, want 429 from the PodDisruptionBudget", err)
 		}
 		t.Logf("e2e: node: evicted %s; the second eviction was refused: %v", pods[0].Name, err)
 		// The replacement becomes ready; then a drain could go on.
@@ -813,25 +817,6 @@ func (n *realNode) checkServiceRouting(t *testing.T, ctx context.Context, ns str
 		t.Fatal("the webhook Service has no endpoints")
 	}
 	t.Logf("e2e: node: the webhook Service's endpoints: %s", strings.Join(addrs, " "))
-}
-
-// readyEndpoint says whether ip is a ready endpoint of the webhook Service
-// (ready true or unset, as the apiserver's endpoint resolver counts it).
-func (n *realNode) readyEndpoint(ctx context.Context, ns, ip string) bool {
-	slices, err := n.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=clusterip-policy-webhook"})
-	if err != nil {
-		return true // unknown: ask again
-	}
-	for _, s := range slices.Items {
-		for _, e := range s.Endpoints {
-			for _, a := range e.Addresses {
-				if a == ip && (e.Conditions.Ready == nil || *e.Conditions.Ready) {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // decisionInPodLogs looks for the audit line of a decision about a Service

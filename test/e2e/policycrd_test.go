@@ -261,8 +261,11 @@ func TestPolicyObject(t *testing.T) {
 		newer := strings.Replace(policyObject(""), "spec:\n", "spec:\n  futureSetting: \"on\"\n", 1)
 		fixtures.EventuallyNil(t, "kubectl apply --dry-run=server of the newer field to pass with the webhook's warning", 15*time.Second, func() error {
 			out, err := kubectl(t, newer, "apply", "--dry-run=server", "-f", "-")
-			if err != nil || !strings.Contains(out, "does not know spec.futureSetting: the CRD installed is newer") {
-				return fmt.Errorf("%v\n%s", err, out)
+			if err != nil {
+				return fmt.Errorf("%w\n%s", err, out)
+			}
+			if !strings.Contains(out, "does not know spec.futureSetting: the CRD installed is newer") {
+				return fmt.Errorf("no warning about spec.futureSetting:\n%s", out)
 			}
 			t.Logf("kubectl apply --dry-run=server: %s", strings.TrimSpace(out))
 			return nil
@@ -321,7 +324,7 @@ func TestPolicyObject(t *testing.T) {
 		// The apiserver picks the change up asynchronously.
 		fixtures.EventuallyNil(t, "kubectl apply --dry-run=server to pass with the check cut off", 10*time.Second, func() error {
 			if out, err := kubectl(t, dupOwner, "apply", "--dry-run=server", "-f", "-"); err != nil {
-				return fmt.Errorf("%v\n%s", err, out)
+				return fmt.Errorf("%w\n%s", err, out)
 			}
 			return nil
 		})
@@ -491,8 +494,12 @@ func waitViewSynced(t *testing.T, w *framework.Webhook) {
 		if err != nil {
 			return err
 		}
-		if v, err := framework.SumMetric(strings.NewReader(text), "clusterip_policy_view_synced"); err != nil || v != 1 {
-			return fmt.Errorf("clusterip_policy_view_synced %v (%v)", v, err)
+		v, err := framework.SumMetric(strings.NewReader(text), "clusterip_policy_view_synced")
+		if err != nil {
+			return fmt.Errorf("clusterip_policy_view_synced: %w", err)
+		}
+		if v != 1 {
+			return fmt.Errorf("clusterip_policy_view_synced %v", v)
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -71,8 +72,11 @@ func TestAProbeRefusedByAnotherPolicyIsNamedAndArmsOnceLetThrough(t *testing.T) 
 	}
 	fixtures.EventuallyNil(t, "the label policy in force", 30*time.Second, func() error {
 		_, err := cs.CoreV1().Services("default").Create(ctx, fixtures.Service("default", "unlabelled"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil || !strings.Contains(err.Error(), "every Service needs the label team") {
-			return fmt.Errorf("a label-less dry run: %v", err)
+		if err == nil {
+			return errors.New("a label-less dry run was admitted")
+		}
+		if !strings.Contains(err.Error(), "every Service needs the label team") {
+			return fmt.Errorf("a label-less dry run: %w", err)
 		}
 		return nil
 	})
@@ -89,10 +93,7 @@ func TestAProbeRefusedByAnotherPolicyIsNamedAndArmsOnceLetThrough(t *testing.T) 
 	})
 	t.Logf("e2e: probe refused: %s", reachableCondition(ctx, c))
 	fixtures.EventuallyNil(t, "the mutating webhook armed, the validating one not", 30*time.Second, func() error {
-		if m, v, err := failurePolicies(ctx, cs); err != nil || m != "Fail" || v != "Ignore" {
-			return fmt.Errorf("mutating %s validating %s (%v)", m, v, err)
-		}
-		return nil
+		return failurePoliciesAre(ctx, cs, "Fail", "Ignore")
 	})
 	if v, err := c.WebhookMetric(ctx, 0, "clusterip_policy_webhook_reachable", `stage="validate"`); err != nil || v != -1 {
 		t.Errorf("clusterip_policy_webhook_reachable{stage=validate} %v (%v), want -1: the probe never reached it", v, err)
@@ -115,10 +116,7 @@ func TestAProbeRefusedByAnotherPolicyIsNamedAndArmsOnceLetThrough(t *testing.T) 
 	}
 	fixed := time.Now()
 	fixtures.EventuallyNil(t, "both webhooks armed once the probe is let through", 60*time.Second, func() error {
-		if m, v, err := failurePolicies(ctx, cs); err != nil || m != "Fail" || v != "Fail" {
-			return fmt.Errorf("mutating %s validating %s (%v)", m, v, err)
-		}
-		return nil
+		return failurePoliciesAre(ctx, cs, "Fail", "Fail")
 	})
 	t.Logf("e2e: probe let through by the documented match condition: validating webhook armed %s later", time.Since(fixed).Round(100*time.Millisecond))
 	fixtures.EventuallyNil(t, "WebhookReachable True", 30*time.Second, func() error {

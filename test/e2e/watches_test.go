@@ -79,8 +79,11 @@ func TestOneWatchPerResourceWithEveryRole(t *testing.T) {
 			return err
 		}
 		issued, err := c.WebhookMetric(ctx, 0, "clusterip_policy_certificate_passes_total", `result="ok"`)
-		if err != nil || issued < 1 {
-			return fmt.Errorf("clusterip_policy_certificate_passes_total{result=\"ok\"} %v (%v)", issued, err)
+		if err != nil {
+			return fmt.Errorf("read clusterip_policy_certificate_passes_total: %w", err)
+		}
+		if issued < 1 {
+			return fmt.Errorf("clusterip_policy_certificate_passes_total{result=\"ok\"} %v", issued)
 		}
 		first, err := watchesByResource(ctx, c)
 		if err != nil {
@@ -299,8 +302,11 @@ func countsAdded(before, now map[string]float64) (map[string]float64, string) {
 // its scope is known with the namespaces listed.
 func auditPassed(ctx context.Context, c *framework.Cluster, i int) error {
 	passes, err := c.WebhookMetric(ctx, i, "clusterip_policy_audit_passes_total", `result="success"`)
-	if err != nil || passes < 1 {
-		return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v (%v)", passes, err)
+	if err != nil {
+		return fmt.Errorf("read clusterip_policy_audit_passes_total: %w", err)
+	}
+	if passes < 1 {
+		return fmt.Errorf("clusterip_policy_audit_passes_total{result=\"success\"} %v", passes)
 	}
 	return nil
 }
