@@ -84,7 +84,9 @@ func TestImageContents(t *testing.T) {
 	amd64, arm64 := goBuild(t, "linux", "amd64", "0"), goBuild(t, "linux", "arm64", "0")
 	o := testOptions(t, amd64, arm64)
 	lic := filepath.Join(t.TempDir(), "LICENSE")
-	os.WriteFile(lic, []byte("license text\n"), 0o600)
+	if err := os.WriteFile(lic, []byte("license text\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	o.files = []imageFile{{dest: "/licenses/LICENSE", src: lic}}
 	if _, err := build(o); err != nil {
 		t.Fatal(err)
@@ -118,7 +120,7 @@ func TestImageContents(t *testing.T) {
 		if cf.Config.User != "65532:65532" || strings.Join(cf.Config.Entrypoint, " ") != "/pause" {
 			t.Errorf("%s: user %q entrypoint %q", d.Platform.Architecture, cf.Config.User, cf.Config.Entrypoint)
 		}
-		if !cf.Created.Time.Equal(o.epoch) {
+		if !cf.Created.Equal(o.epoch) {
 			t.Errorf("%s: created %s, want %s", d.Platform.Architecture, cf.Created.Time, o.epoch)
 		}
 		layers, _ := img.Layers()
