@@ -9,6 +9,8 @@
 # (test/e2e, test/bench) build only under //go:build e2e, so a run without the
 # tag skips them, their findings and their imports. No file is built only
 # without the tag, so this one run also covers every untagged file.
+# --allow-serial-runners: another clone linting on the same machine (the
+# lock is per user) makes this run wait for it instead of failing at once.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -30,8 +32,8 @@ if [[ ! -x $tools/golangci-lint || "$(cat "$stamp" 2>/dev/null)" != "$pin" ]]; t
 	echo "$pin" >"$stamp"
 fi
 # shellcheck disable=SC2086 # LINT_ARGS is a list of flags
-"$tools/golangci-lint" run --build-tags e2e ${LINT_ARGS:-} ./...
+"$tools/golangci-lint" run --allow-serial-runners --build-tags e2e ${LINT_ARGS:-} ./...
 # tools/imagebuild (the release's image builder) is a module of its own,
 # which ./... does not reach; the same rules hold there.
 # shellcheck disable=SC2086
-(cd tools/imagebuild && "$root/$tools/golangci-lint" run ${LINT_ARGS:-} ./...)
+(cd tools/imagebuild && "$root/$tools/golangci-lint" run --allow-serial-runners ${LINT_ARGS:-} ./...)
