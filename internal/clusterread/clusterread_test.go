@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"clusterip-policy/test/fixtures"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,7 +26,7 @@ func listOptions(a k8stesting.Action) metav1.ListOptions {
 // audit reads of each Service, and only lists.
 func TestReadClusterReadsEveryPageAndOnlyLists(t *testing.T) {
 	client := fake.NewClientset(
-		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/16"}}},
+		fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"),
 		&networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.10"}, Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "kube-system", Name: "kube-dns"}}},
 	)
 	pages := map[string]*corev1.ServiceList{

@@ -9,7 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -19,7 +18,7 @@ import (
 )
 
 func TestViewMetricsReportEachWatchedResource(t *testing.T) {
-	client := fake.NewClientset(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/16"}}})
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
 	client.Resources = []*metav1.APIResourceList{{
 		GroupVersion: "networking.k8s.io/v1",
 		APIResources: []metav1.APIResource{{Name: "servicecidrs"}, {Name: "ipaddresses"}},

@@ -187,10 +187,7 @@ func userClient(t *testing.T, ctx context.Context, c *framework.Cluster, name st
 // alone (stopped with it, so nothing to clean up).
 func createClusterServiceCIDR(t *testing.T, ctx context.Context, cs kubernetes.Interface, name, cidr string) {
 	t.Helper()
-	_, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}},
-	}, metav1.CreateOptions{})
+	_, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR(name, cidr), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create ServiceCIDR %s (%s): %v", name, cidr, err)
 	}

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -121,10 +120,7 @@ func TestAuditReportsExistingServicesThatBreakThePolicy(t *testing.T) {
 	}
 	// An unapproved ServiceCIDR, created after the dynamic Services so that
 	// none of them lands there by chance.
-	if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
-		ObjectMeta: metav1.ObjectMeta{Name: "audit-unapproved"},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR("audit-unapproved", "10.97.0.0/24"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ServiceCIDR: %v", err)
 	}
 	for _, s := range []*corev1.Service{

@@ -13,7 +13,6 @@ import (
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -74,10 +73,6 @@ func servesMutatingPolicies(t *testing.T, cs kubernetes.Interface) bool {
 	return slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "mutatingadmissionpolicies" })
 }
 
-func serviceCIDRObject(name, cidr string) *networkingv1.ServiceCIDR {
-	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}}}
-}
-
 // TestBackstopHoldsWhileTheWebhookCannotAnswer installs as the manifests
 // do (the policy object, --arm-failure-policy, --backstop, the shipped
 // RBAC and configurations) on a real kube-apiserver, then stops the
@@ -94,7 +89,7 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 	ctx := testContext(t, 6*time.Minute)
 	installPolicyObject(t, ctx, c, backstopPolicy)
 	// A ServiceCIDR nobody approved, from before the install.
-	if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, serviceCIDRObject("drift", "10.250.0.0/24"), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR("drift", "10.250.0.0/24"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.StartWebhooks(ctx, 1); err != nil {
@@ -162,9 +157,9 @@ func TestBackstopHoldsWhileTheWebhookCannotAnswer(t *testing.T) {
 		} else {
 			_ = cs.CoreV1().Services(ns).Delete(ctx, "dynamic", metav1.DeleteOptions{})
 		}
-		_, err = cs.NetworkingV1().ServiceCIDRs().Create(ctx, serviceCIDRObject("unapproved", "10.251.0.0/24"), metav1.CreateOptions{})
+		_, err = cs.NetworkingV1().ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR("unapproved", "10.251.0.0/24"), metav1.CreateOptions{})
 		refusedByBackstop(t, err, "outside-service-cidrs", `"10.251.0.0/24"`, "allowedCIDRs 10.96.0.0/16")
-		_, err = cs.NetworkingV1().ServiceCIDRs().Create(ctx, serviceCIDRObject("overlap", "10.96.0.0/24"), metav1.CreateOptions{})
+		_, err = cs.NetworkingV1().ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR("overlap", "10.96.0.0/24"), metav1.CreateOptions{})
 		refusedByBackstop(t, err, "static-ip-in-dynamic-band", `"10.96.0.0/24"`)
 		_, err = create(ctx, cs, fixtures.Service(ns, "drift", fixtures.WithClusterIP("10.250.0.5")))
 		refusedByBackstop(t, err, "outside-service-cidrs", `"10.250.0.5"`, "allowedCIDRs 10.96.0.0/16")

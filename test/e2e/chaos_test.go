@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"clusterip-policy/certs"
@@ -138,7 +137,7 @@ func TestChaos(t *testing.T) {
 
 	t.Run("a ServiceCIDR deleted while Services are created in it", func(t *testing.T) {
 		lb := c.LBClient()
-		extra := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "chaos-extra"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}}}
+		extra := fixtures.ServiceCIDR("chaos-extra", "10.97.0.0/24")
 		if _, err := lb.NetworkingV1().ServiceCIDRs().Create(ctx, extra, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create ServiceCIDR %s: %v", extra.Name, err)
 		}

@@ -15,7 +15,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -409,7 +408,7 @@ func TestManagedConditionsKeepUpUnderLoad(t *testing.T) {
 
 	serviceCIDR := func(name, cidr string) {
 		t.Helper()
-		sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}}}
+		sc := fixtures.ServiceCIDR(name, cidr)
 		if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create ServiceCIDR %s %s: %v", name, cidr, err)
 		}

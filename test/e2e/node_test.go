@@ -280,7 +280,7 @@ func TestNodeChartNonDefaultValues(t *testing.T) {
 			t.Errorf("ServiceCIDR platform-second still there a minute after its deletion")
 		}
 	})
-	if _, err := n.cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "platform-second"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}}}, metav1.CreateOptions{}); err != nil {
+	if _, err := n.cs.NetworkingV1().ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR("platform-second", "10.97.0.0/24"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	fixtures.EventuallyNil(t, "ServiceCIDR platform-second Ready", time.Minute, func() error {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -69,10 +68,7 @@ func TestPeriodicAuditReportsExistingViolationsAsGaugeAndEvents(t *testing.T) {
 	} {
 		mustCreate(t, ctx, cs, s)
 	}
-	if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
-		ObjectMeta: metav1.ObjectMeta{Name: "audit-unapproved"},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.97.0.0/24"}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR("audit-unapproved", "10.97.0.0/24"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ServiceCIDR: %v", err)
 	}
 	for _, s := range []*corev1.Service{

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -24,10 +23,7 @@ import (
 // kube-controller-manager it has no finalizer and would vanish under them.
 func createServiceCIDR(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name, cidr string) {
 	t.Helper()
-	_, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}},
-	}, metav1.CreateOptions{})
+	_, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR(name, cidr), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create ServiceCIDR %s: %v", name, err)
 	}

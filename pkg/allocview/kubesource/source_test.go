@@ -24,21 +24,10 @@ func servesNetworkingV1(c *fake.Clientset) {
 	}}
 }
 
-func makeServiceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
-	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
-}
-
-func makeIPAddress(ip, ns, name string) *networkingv1.IPAddress {
-	return &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: ip, Labels: map[string]string{"ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}},
-		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}},
-	}
-}
-
 func TestSourceFollowsServiceCIDRsAndIPAddresses(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"), makeIPAddress("10.96.0.1", "default", "kubernetes"))
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"), fixtures.IPAddress("10.96.0.1", "ipallocator.k8s.io", "default", "kubernetes"))
 	servesNetworkingV1(client)
 	view := allocview.NewView()
 	src := New(client, view, testr.New(t))
@@ -59,7 +48,7 @@ func TestSourceFollowsServiceCIDRsAndIPAddresses(t *testing.T) {
 	gen := view.Snapshot().Generation
 
 	nw := client.NetworkingV1()
-	extra, err := nw.ServiceCIDRs().Create(ctx, makeServiceCIDR("extra", "10.97.0.0/24"), metav1.CreateOptions{})
+	extra, err := nw.ServiceCIDRs().Create(ctx, fixtures.ServiceCIDR("extra", "10.97.0.0/24"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +73,10 @@ func TestSourceFollowsServiceCIDRsAndIPAddresses(t *testing.T) {
 	}
 	fixtures.Eventually(t, "a ServiceCIDR deleted", 30*time.Second, func() bool { s := view.Snapshot(); return len(s.ServiceCIDRs()) == 1 })
 
-	if _, err := nw.IPAddresses().Create(ctx, makeIPAddress("10.96.0.10", "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil {
+	if _, err := nw.IPAddresses().Create(ctx, fixtures.IPAddress("10.96.0.10", "ipallocator.k8s.io", "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nw.IPAddresses().Create(ctx, makeIPAddress("fd00:10:96::a", "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil {
+	if _, err := nw.IPAddresses().Create(ctx, fixtures.IPAddress("fd00:10:96::a", "ipallocator.k8s.io", "kube-system", "kube-dns"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	fixtures.Eventually(t, "IPAddresses added", 30*time.Second, func() bool {
@@ -128,7 +117,7 @@ func TestToServiceCIDRFollowsTheApiserversReadiness(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := makeServiceCIDR("x", "10.96.0.0/16", "fd00::/108")
+			c := fixtures.ServiceCIDR("x", "10.96.0.0/16", "fd00::/108")
 			tt.tweak(c)
 			got := ToServiceCIDR(c)
 			if got.Active() != tt.active || len(got.CIDRs) != 2 {
@@ -164,8 +153,8 @@ func TestALargeRelistReturnsItsMemoryOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"),
-				makeIPAddress("10.96.0.1", "default", "kubernetes"), makeIPAddress("10.96.0.10", "kube-system", "kube-dns"), makeIPAddress("10.96.0.11", "a", "b"))
+			client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"),
+				fixtures.IPAddress("10.96.0.1", "ipallocator.k8s.io", "default", "kubernetes"), fixtures.IPAddress("10.96.0.10", "ipallocator.k8s.io", "kube-system", "kube-dns"), fixtures.IPAddress("10.96.0.11", "ipallocator.k8s.io", "a", "b"))
 			servesNetworkingV1(client)
 			view := allocview.NewView()
 			src := New(client, view, testr.New(t))
@@ -173,7 +162,7 @@ func TestALargeRelistReturnsItsMemoryOnce(t *testing.T) {
 			src.largeRelist, src.freeMemory = tt.threshold, func() { freed.Add(1) }
 			go func() { _ = src.Run(ctx) }()
 			fixtures.Eventually(t, "the initial state", 30*time.Second, func() bool { s := view.Snapshot(); return s.Synced && s.AllocatedCount() == 3 })
-			if _, err := client.NetworkingV1().IPAddresses().Create(ctx, makeIPAddress("10.96.0.12", "c", "d"), metav1.CreateOptions{}); err != nil {
+			if _, err := client.NetworkingV1().IPAddresses().Create(ctx, fixtures.IPAddress("10.96.0.12", "ipallocator.k8s.io", "c", "d"), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			fixtures.Eventually(t, "a watched IPAddress", 30*time.Second, func() bool { s := view.Snapshot(); return s.AllocatedCount() == 4 })
@@ -187,14 +176,14 @@ func TestALargeRelistReturnsItsMemoryOnce(t *testing.T) {
 // A hold (our managed-by label) is still its Service's to the decisions;
 // only the capacity counts tell it apart.
 func TestHolderOfMarksOurHolds(t *testing.T) {
-	hold := makeIPAddress("10.96.0.10", "kube-system", "kube-dns")
+	hold := fixtures.IPAddress("10.96.0.10", "ipallocator.k8s.io", "kube-system", "kube-dns")
 	hold.Labels = map[string]string{"ipaddress.kubernetes.io/managed-by": allocview.HoldManager}
-	apiservers := makeIPAddress("10.96.0.11", "kube-system", "kube-dns")
+	apiservers := fixtures.IPAddress("10.96.0.11", "ipallocator.k8s.io", "kube-system", "kube-dns")
 	apiservers.Labels = map[string]string{"ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}
 	for _, c := range []struct {
 		a    *networkingv1.IPAddress
 		ours bool
-	}{{hold, true}, {apiservers, false}, {makeIPAddress("10.96.0.12", "kube-system", "kube-dns"), false}} {
+	}{{hold, true}, {apiservers, false}, {fixtures.IPAddress("10.96.0.12", "ipallocator.k8s.io", "kube-system", "kube-dns"), false}} {
 		h := HolderOf(c.a)
 		if h.Ours != c.ours || !h.IsService("kube-system", "kube-dns") {
 			t.Errorf("HolderOf(%s labelled %v) = %+v, want Ours %v and the Service kube-system/kube-dns", c.a.Name, c.a.Labels, h, c.ours)

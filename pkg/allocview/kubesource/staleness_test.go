@@ -177,14 +177,14 @@ func startSource(t *testing.T, client *fake.Clientset, logs *logLines) (*Source,
 }
 
 func addEvent(ip, ns, name, rv string) *networkingv1.IPAddress {
-	a := makeIPAddress(ip, ns, name)
+	a := fixtures.IPAddress(ip, "ipallocator.k8s.io", ns, name)
 	a.ResourceVersion = rv
 	return a
 }
 
 func TestAStreamThatEndsLikeACrashMarksTheViewStaleUntilReWatched(t *testing.T) {
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
-	api := newIPAPI(client, "10", makeIPAddress("10.96.0.1", "default", "kubernetes"))
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
+	api := newIPAPI(client, "10", fixtures.IPAddress("10.96.0.1", "ipallocator.k8s.io", "default", "kubernetes"))
 	var logs logLines
 	src, view, clock, _ := startSource(t, client, &logs)
 	w := api.nextWatch(t)
@@ -222,7 +222,7 @@ func TestAStreamThatEndsLikeACrashMarksTheViewStaleUntilReWatched(t *testing.T) 
 }
 
 func TestARefusedReWatchKeepsTheViewStaleAndLogsTheOutageOnce(t *testing.T) {
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
 	api := newIPAPI(client, "10")
 	var logs logLines
 	src, _, clock, _ := startSource(t, client, &logs)
@@ -269,10 +269,10 @@ func TestARefusedReWatchKeepsTheViewStaleAndLogsTheOutageOnce(t *testing.T) {
 func TestA410OnReWatchRelistsAndReplacesTheState(t *testing.T) {
 	for _, how := range []string{"as an error event in the stream", "as the watch call's error"} {
 		t.Run(how, func(t *testing.T) {
-			client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+			client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
 			api := newIPAPI(client, "10",
-				makeIPAddress("10.96.0.1", "default", "kubernetes"),
-				makeIPAddress("10.96.0.50", "default", "deleted-while-disconnected"))
+				fixtures.IPAddress("10.96.0.1", "ipallocator.k8s.io", "default", "kubernetes"),
+				fixtures.IPAddress("10.96.0.50", "ipallocator.k8s.io", "default", "deleted-while-disconnected"))
 			var logs logLines
 			src, view, clock, _ := startSource(t, client, &logs)
 			w := api.nextWatch(t)
@@ -283,8 +283,8 @@ func TestA410OnReWatchRelistsAndReplacesTheState(t *testing.T) {
 			// While the watch is down, one IPAddress goes and another
 			// comes, and etcd compacts away the resourceVersion.
 			api.setItems("500",
-				makeIPAddress("10.96.0.1", "default", "kubernetes"),
-				makeIPAddress("10.96.0.60", "default", "created-while-disconnected"))
+				fixtures.IPAddress("10.96.0.1", "ipallocator.k8s.io", "default", "kubernetes"),
+				fixtures.IPAddress("10.96.0.60", "ipallocator.k8s.io", "default", "created-while-disconnected"))
 			gone := apierrors.NewResourceExpired("too old resource version: 10 (400)")
 			if how == "as the watch call's error" {
 				api.mu.Lock()
@@ -316,7 +316,7 @@ func TestA410OnReWatchRelistsAndReplacesTheState(t *testing.T) {
 }
 
 func TestRecoveryWaitsAtMostTheCappedBackoff(t *testing.T) {
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
 	api := newIPAPI(client, "10")
 	var logs logLines
 	src, _, clock, sleeps := startSource(t, client, &logs)
@@ -353,7 +353,7 @@ func TestRecoveryWaitsAtMostTheCappedBackoff(t *testing.T) {
 }
 
 func TestWhatArrivesIsTimestampedPerResource(t *testing.T) {
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
 	api := newIPAPI(client, "10")
 	var logs logLines
 	src, _, clock, _ := startSource(t, client, &logs)
@@ -378,7 +378,7 @@ func TestWhatArrivesIsTimestampedPerResource(t *testing.T) {
 }
 
 func TestAStreamThatDeliversNothingIsReplaced(t *testing.T) {
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
 	api := newIPAPI(client, "10")
 	servesNetworkingV1(client)
 	view := allocview.NewView()
@@ -413,7 +413,7 @@ func TestAStreamThatDeliversNothingIsReplaced(t *testing.T) {
 func TestAListThatNeverEndsIsGivenUpAndRetried(t *testing.T) {
 	maxListPages = 3
 	t.Cleanup(func() { maxListPages = 10000 })
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
 	servesNetworkingV1(client)
 	var pages atomic.Int64
 	client.PrependReactor("list", "ipaddresses", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -435,7 +435,7 @@ func TestAListThatNeverEndsIsGivenUpAndRetried(t *testing.T) {
 }
 
 func TestAWatchThatClosesAsSoonAsItOpensIsBackedOff(t *testing.T) {
-	client := fake.NewClientset(makeServiceCIDR("kubernetes", "10.96.0.0/16"))
+	client := fake.NewClientset(fixtures.ServiceCIDR("kubernetes", "10.96.0.0/16"))
 	api := newIPAPI(client, "10")
 	var logs logLines
 	src, _, _, sleeps := startSource(t, client, &logs)
