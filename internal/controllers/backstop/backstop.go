@@ -61,8 +61,11 @@ const (
 	// arrival is seen, and the bindings written, within it.
 	absentInterval = 2 * time.Second
 	// discoveryInterval is how often it asks whether the apiserver serves
-	// MutatingAdmissionPolicy (an upgrade or a feature gate turns it on).
+	// MutatingAdmissionPolicy (an upgrade or a feature gate turns it on);
+	// discoveryRetry, how soon it asks again after the question failed
+	// (not every pass: that would be ten requests a second).
 	discoveryInterval = time.Minute
+	discoveryRetry    = 2 * time.Second
 	// settle is how long after a write the leader waits before it reports
 	// the backstop in force: the apiserver reloads admission policies
 	// once a second (k8s.io/apiserver admission/plugin/policy/generic,
@@ -202,16 +205,12 @@ func (k *Keeper) lead(ctx context.Context) {
 		return
 	}
 	var (
-		lastKey       string // the inputs last written; "" after a failure
-		reported      string // the inputs last reported in force
-		lastWrite     time.Time
-		mutating      bool
-		lastDiscovery time.Time
-		selector      = k.defaultSelector()
-		every         = verifyInterval // between reads of the configurations
-		discovery     = poll.ErrorLog{Log: k.log,
-			Failing:   "cannot tell whether the apiserver serves MutatingAdmissionPolicy; the backstop carries static-ip-in-dynamic-band only where it does",
-			Recovered: "the apiserver's discovery answers again"}
+		lastKey   string // the inputs last written; "" after a failure
+		reported  string // the inputs last reported in force
+		lastWrite time.Time
+		selector  = k.defaultSelector()
+		every     = verifyInterval // between reads of the configurations
+		discovery = k.newDiscovery()
 	)
 	pass := func(ctx context.Context) (time.Duration, error) {
 		now := k.now()
@@ -219,15 +218,7 @@ func (k *Keeper) lead(ctx context.Context) {
 		if err != nil {
 			return 0, nil // no policy loaded or no synced view yet
 		}
-		if now.Sub(lastDiscovery) >= discoveryInterval {
-			served, err := k.servesMutatingPolicies(ctx)
-			if err == nil {
-				mutating, lastDiscovery = served, now
-			}
-			if ctx.Err() == nil {
-				discovery.Report(err) // retried every pass, logged once while it fails
-			}
-		}
+		mutating := discovery.served(ctx, now)
 		inputs := inputsKey(st.Env.Policy.Digest, st.Env.Ranges(), mutating)
 		if inputs == lastKey && now.Sub(lastWrite) < every {
 			return 0, nil
@@ -325,6 +316,39 @@ func (k *Keeper) defaultSelector() *metav1.LabelSelector {
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{k.o.Namespace},
 	}}}
+}
+
+// discovery remembers whether the apiserver serves MutatingAdmissionPolicy:
+// asked every discoveryInterval, again discoveryRetry after a failure (the
+// last answer stands meanwhile; false before the first), the failure
+// logged once while it lasts.
+type discovery struct {
+	ask    func(context.Context) (bool, error)
+	errs   poll.ErrorLog
+	answer bool
+	next   time.Time
+}
+
+func (k *Keeper) newDiscovery() *discovery {
+	return &discovery{ask: k.servesMutatingPolicies, errs: poll.ErrorLog{Log: k.log,
+		Failing:   "cannot tell whether the apiserver serves MutatingAdmissionPolicy; the backstop carries static-ip-in-dynamic-band only where it does",
+		Recovered: "the apiserver's discovery answers again"}}
+}
+
+// served is the answer at now, asking when it is due.
+func (d *discovery) served(ctx context.Context, now time.Time) bool {
+	if now.Before(d.next) {
+		return d.answer
+	}
+	answer, err := d.ask(ctx)
+	d.next = now.Add(discoveryRetry)
+	if err == nil {
+		d.answer, d.next = answer, now.Add(discoveryInterval)
+	}
+	if ctx.Err() == nil {
+		d.errs.Report(err)
+	}
+	return d.answer
 }
 
 // servesMutatingPolicies reports whether the apiserver serves

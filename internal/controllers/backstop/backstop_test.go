@@ -2,17 +2,21 @@ package backstop
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"clusterip-policy/internal/poll"
 	"clusterip-policy/internal/sharedinformers"
 	"clusterip-policy/internal/webhookconfig"
 	"clusterip-policy/pkg/allocview"
@@ -289,5 +293,50 @@ func TestTheKeeperNeverUndoesABreakGlassBetweenItsReadAndItsWrite(t *testing.T) 
 	b, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
 	if err != nil || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
 		t.Fatalf("the hand edit is not undone: %v, %v", b.Spec.ValidationActions, err)
+	}
+}
+
+// While the apiserver cannot say whether it serves MutatingAdmissionPolicy,
+// the question is asked again every discoveryRetry, not on every pass (a
+// pass runs every pollInterval), the last answer stands, and the failure
+// is one log line; once it answers, one "answers again" line, and the next
+// question is a discoveryInterval later.
+func TestDiscoveryFailingIsRetriedSparinglyAndLoggedOnce(t *testing.T) {
+	var logs []string
+	asks, failing := 0, true
+	d := &discovery{
+		ask: func(context.Context) (bool, error) {
+			asks++
+			if failing {
+				return false, errors.New("the server is currently unable to handle the request")
+			}
+			return true, nil
+		},
+		errs: poll.ErrorLog{Log: funcr.New(func(_, args string) { logs = append(logs, args) }, funcr.Options{}),
+			Failing: "cannot tell", Recovered: "answers again"},
+	}
+	ctx, now := context.Background(), time.Unix(1e9, 0)
+	passes := func(d *discovery, span time.Duration) (served bool) {
+		for end := now.Add(span); now.Before(end); now = now.Add(pollInterval) {
+			served = d.served(ctx, now)
+		}
+		return served
+	}
+	if passes(d, 10*time.Second) {
+		t.Fatal("served before any answer")
+	}
+	if want := int(10*time.Second/discoveryRetry) + 1; asks > want {
+		t.Fatalf("asked %d times in 10 s of failures, want at most %d (every %s)", asks, want, discoveryRetry)
+	}
+	failing, asks = false, 0
+	if !passes(d, discoveryRetry) {
+		t.Fatal("not served once discovery answered")
+	}
+	asks = 0
+	if passes(d, discoveryInterval-discoveryRetry); asks != 0 {
+		t.Fatalf("asked %d times within discoveryInterval of an answer", asks)
+	}
+	if len(logs) != 2 || !strings.Contains(logs[0], `"msg"="cannot tell"`) || !strings.Contains(logs[1], `"msg"="answers again"`) {
+		t.Fatalf("logged %q, want one failure line and one recovery line", logs)
 	}
 }
