@@ -28,6 +28,10 @@ type loopRig struct {
 	now  time.Time
 	logs []string
 	errs []error // OnPass's
+	// counted has a value for each OnPass call: pass waits for it, so
+	// that a test which stops the loop right after a pass finds it
+	// counted (a cancel before OnPass would drop it as cut).
+	counted chan struct{}
 }
 
 type passResult struct {
@@ -41,7 +45,8 @@ type rigWait struct {
 }
 
 func newLoopRig(t *testing.T, l *Loop) *loopRig {
-	r := &loopRig{t: t, l: l, results: make(chan passResult), waits: make(chan rigWait, 100), done: make(chan struct{}), now: time.Unix(1e9, 0)}
+	r := &loopRig{t: t, l: l, results: make(chan passResult), waits: make(chan rigWait, 100), done: make(chan struct{}), now: time.Unix(1e9, 0),
+		counted: make(chan struct{}, 100)}
 	l.Pass = func(ctx context.Context) (time.Duration, error) {
 		select {
 		case res := <-r.results:
@@ -52,8 +57,9 @@ func newLoopRig(t *testing.T, l *Loop) *loopRig {
 	}
 	l.OnPass = func(err error) {
 		r.mu.Lock()
-		defer r.mu.Unlock()
 		r.errs = append(r.errs, err)
+		r.mu.Unlock()
+		r.counted <- struct{}{}
 	}
 	l.Log = funcr.New(func(prefix, args string) {
 		r.mu.Lock()
@@ -90,14 +96,19 @@ func (r *loopRig) stop() {
 	}
 }
 
-// pass lets the pending pass run with this result; it fails the test if
-// no pass starts.
+// pass lets the pending pass run with this result, and returns once the
+// loop has counted it (OnPass); it fails the test if no pass starts.
 func (r *loopRig) pass(next time.Duration, err error) {
 	r.t.Helper()
 	select {
 	case r.results <- passResult{next, err}:
 	case <-time.After(10 * time.Second):
 		r.t.Fatal("no pass started")
+	}
+	select {
+	case <-r.counted:
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("the pass was not counted")
 	}
 }
 
